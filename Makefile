@@ -1,0 +1,39 @@
+# The kit's two commands: `make test` and `make reproduce`. Both set everything up on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROFILE ?= tiny
+NOTEBOOK_OUT := runs/notebooks
+
+.PHONY: setup test reproduce lab clean
+
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+setup: $(STAMP)
+	$(PY) -m coevolve_lib setup
+
+# The notebooks run under nbval with results and figures sent to a scratch folder (the committed ones stay).
+test: setup
+	$(PY) -m pytest tests
+	rm -rf runs/nbval && COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures \
+	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+
+# Runs the numbered notebooks with papermill on the embedded default profile; results/ and figures/ are rewritten.
+reproduce: setup
+	mkdir -p $(NOTEBOOK_OUT)
+	for nb in notebooks/[0-9][0-9]_*.ipynb; do \
+	  $(VENV)/bin/papermill $$nb $(NOTEBOOK_OUT)/$$(basename $$nb) -p profile $(PROFILE) --cwd notebooks || exit 1; \
+	done
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks --no-browser --ip=127.0.0.1
+
+clean:
+	rm -rf $(VENV) .cache runs

@@ -1,0 +1,207 @@
+"""Parse model-written function calls with `ast`, never with eval/exec.
+
+The official BFCL executor `eval`s model text behind a small denylist, so `__import__('os')...` or
+`open(...)` run for real. The kit instead accepts only `name(literal, key=literal, ...)`: the callee is a
+plain name (optionally restricted to `allowed_names`) and every argument is a literal (str, int, float,
+bool, None and list/tuple/set/dict of literals). Anything else becomes a `CallParseError` with a reason.
+An accepted call is rebuilt as canonical source (`Call.to_source`), which is what the kit records and what
+the official checker would re-execute.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+MAX_SOURCE_CHARS = 100_000
+"""Longest call text accepted (BFCL ground-truth calls are under 2 kB)."""
+MAX_LITERAL_DEPTH = 32
+"""Deepest container nesting accepted in one argument value."""
+
+
+class CallParseError(ValueError):
+    """The text is not one safe literal-only function call; the message says why."""
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    args: tuple = ()  # positional literal values
+    kwargs: tuple = ()  # (key, literal value) pairs in source order
+
+    def to_source(self) -> str:
+        parts = [repr(v) for v in self.args] + [f"{k}={v!r}" for k, v in self.kwargs]
+        return f"{self.name}({', '.join(parts)})"
+
+    @property
+    def kwargs_dict(self) -> dict:
+        return dict(self.kwargs)
+
+
+def parse_call(text: str, allowed_names: Collection[str] | None = None) -> Call:
+    """Parse one call such as `f(a=1, b='x')`; raise CallParseError with the reason otherwise."""
+    node = _parse_expression(text)
+    return _call_from_node(node, allowed_names)
+
+
+def parse_call_list(text: str, allowed_names: Collection[str] | None = None) -> tuple[list[Call], list[str]]:
+    """Parse `[f(a=1), g()]` (BFCL prompt style), a tuple of calls, or one bare call.
+
+    Returns the accepted calls and one error message per rejected element. Text that is not a call list at
+    all (prose, an empty string, a number) returns `([], [reason])`.
+    """
+    if isinstance(text, str):
+        text = text.strip("`\n ")  # the same trimming as BFCL's `default_decode_execute_prompting`
+    try:
+        node = _parse_expression(text)
+    except CallParseError as e:
+        return [], [str(e)]
+    if isinstance(node, ast.Call):
+        elements = [node]
+    elif isinstance(node, (ast.List, ast.Tuple)):
+        elements = node.elts
+    else:
+        return [], [f"not a call or a list of calls (got a {type(node).__name__} expression)"]
+    calls, errors = [], []
+    for index, element in enumerate(elements):
+        try:
+            calls.append(_call_from_node(element, allowed_names))
+        except CallParseError as e:
+            errors.append(f"call {index}: {e}")
+    return calls, errors
+
+
+def call_from_json(name: str, arguments: dict | str | None, allowed_names: Collection[str] | None = None) -> Call:
+    """Build a Call from a native tool call (`arguments` is a dict, a JSON object string, or None)."""
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
+        raise CallParseError(f"invalid function name {str(name)[:80]!r}")
+    _check_allowed(name, allowed_names)
+    if arguments is None or arguments == "":
+        arguments = {}
+    if isinstance(arguments, str):
+        if len(arguments) > MAX_SOURCE_CHARS:
+            raise CallParseError(f"arguments longer than {MAX_SOURCE_CHARS} characters")
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError) as e:
+            raise CallParseError(f"arguments are not valid JSON: {e}") from None
+    if not isinstance(arguments, dict):
+        raise CallParseError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+    for key, value in arguments.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise CallParseError(f"invalid argument name {str(key)[:80]!r}")
+        _check_json_value(value, depth=0)
+    return Call(name, (), tuple(arguments.items()))
+
+
+def _parse_expression(text) -> ast.expr:
+    """`text` as one Python expression node; every failure (size, syntax, encoding, depth) is a CallParseError."""
+    if not isinstance(text, str):
+        raise CallParseError(f"expected a string, got {type(text).__name__}")
+    if len(text) > MAX_SOURCE_CHARS:
+        raise CallParseError(f"input longer than {MAX_SOURCE_CHARS} characters")
+    if "\x00" in text:
+        raise CallParseError("input contains a null byte")
+    if not text.strip():
+        raise CallParseError("empty input")
+    try:
+        return ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise CallParseError(f"invalid syntax: {e.msg}") from None
+    except (ValueError, UnicodeError, RecursionError, MemoryError, OverflowError) as e:
+        # Lone surrogates, too-deep nesting for the parser, ints over the digit limit, and the like.
+        raise CallParseError(f"unparsable input: {type(e).__name__}: {str(e)[:200]}") from None
+
+
+def _call_from_node(node: ast.expr, allowed_names: Collection[str] | None) -> Call:
+    if not isinstance(node, ast.Call):
+        raise CallParseError(f"not a function call (got a {type(node).__name__} expression)")
+    if not isinstance(node.func, ast.Name):
+        raise CallParseError(f"the callee must be a plain function name, not a {type(node.func).__name__} expression")
+    name = node.func.id
+    if name.startswith("__"):
+        raise CallParseError(f"dunder name {name!r} is not allowed")
+    _check_allowed(name, allowed_names)
+    args = []
+    for arg in node.args:
+        if isinstance(arg, ast.Starred):
+            raise CallParseError(f"{name}: *args are not allowed")
+        args.append(_literal(arg, name, depth=0))
+    kwargs = []
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            raise CallParseError(f"{name}: **kwargs are not allowed")
+        if any(keyword.arg == key for key, _ in kwargs):  # ast.parse accepts it; only compile() refuses
+            raise CallParseError(f"{name}: keyword argument {keyword.arg!r} repeated")
+        kwargs.append((keyword.arg, _literal(keyword.value, f"{name}({keyword.arg}=...)", depth=0)))
+    return Call(name, tuple(args), tuple(kwargs))
+
+
+def _check_allowed(name: str, allowed_names: Collection[str] | None) -> None:
+    if allowed_names is not None and name not in allowed_names:
+        raise CallParseError(f"unknown function {name!r}")
+
+
+def _literal(node: ast.expr, where: str, depth: int):
+    """The Python value of a literal node; a stricter `ast.literal_eval` that also bounds nesting depth."""
+    if depth > MAX_LITERAL_DEPTH:
+        raise CallParseError(f"{where}: argument nested deeper than {MAX_LITERAL_DEPTH} levels")
+    if isinstance(node, ast.Constant):
+        return _scalar(node.value, where)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = node.operand
+        if isinstance(operand, ast.Constant) and type(operand.value) in (int, float):
+            value = _scalar(operand.value, where)
+            return -value if isinstance(node.op, ast.USub) else value
+        raise CallParseError(f"{where}: a sign applies only to a number")
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        items = [_literal(item, where, depth + 1) for item in node.elts]
+        if isinstance(node, ast.List):
+            return items
+        if isinstance(node, ast.Tuple):
+            return tuple(items)
+        return _hashable(lambda: set(items), where)
+    if isinstance(node, ast.Dict):
+        if any(key is None for key in node.keys):
+            raise CallParseError(f"{where}: ** inside a dict is not allowed")
+        keys = [_literal(key, where, depth + 1) for key in node.keys]
+        values = [_literal(value, where, depth + 1) for value in node.values]
+        return _hashable(lambda: dict(zip(keys, values)), where)
+    kind = {ast.Call: "a nested call", ast.Name: "a variable name", ast.Attribute: "an attribute access",
+            ast.Lambda: "a lambda", ast.JoinedStr: "an f-string", ast.Starred: "a starred expression",
+            ast.NamedExpr: "an assignment expression"}.get(type(node), f"a {type(node).__name__} expression")
+    raise CallParseError(f"{where}: argument values must be literals, not {kind}")
+
+
+def _scalar(value, where: str):
+    # bool is a subclass of int; bytes, complex and Ellipsis are literals no BFCL function takes.
+    if value is None or type(value) in (str, bool, int):
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise CallParseError(f"{where}: non-finite float")  # repr(inf) would not round-trip
+        return value
+    raise CallParseError(f"{where}: unsupported literal type {type(value).__name__}")
+
+
+def _hashable(build, where: str):
+    try:
+        return build()
+    except TypeError as e:  # an unhashable set element or dict key, e.g. {[1]: 2}
+        raise CallParseError(f"{where}: {e}") from None
+
+
+def _check_json_value(value, depth: int) -> None:
+    if depth > MAX_LITERAL_DEPTH:
+        raise CallParseError(f"argument nested deeper than {MAX_LITERAL_DEPTH} levels")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CallParseError("non-finite float")
+    if isinstance(value, list):
+        for item in value:
+            _check_json_value(item, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_json_value(item, depth + 1)

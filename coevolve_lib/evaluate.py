@@ -1,0 +1,133 @@
+"""Evaluation of a chat model on BFCL multi-turn: success rate over a split, as the paper reports it.
+
+`python -m coevolve_lib evaluate --model tiny --data-version v3 --category base --split val --out results/x.json`
+
+Each finished episode is appended to `<out>.rollouts.jsonl` as it ends; a killed run started again with the
+same arguments keeps those episodes and runs only the remaining tasks. The results JSON (schema `result/v1`)
+records the scale (model, profile, data version, split, n, seed) beside the value, plus per-task outcomes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from coevolve_lib import config as config_lib
+from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib.envs.bfcl import load_tasks, split_tasks
+from coevolve_lib.envs.bfcl_backend import normalize_category
+from coevolve_lib.models import GenerationConfig, load_chat_model
+from coevolve_lib.records import append_jsonl, config_hash, git_commit, read_jsonl, write_json_atomic
+
+RESULT_SCHEMA = "result/v1"
+
+
+def evaluation_tasks(cfg: config_lib.EvalConfig) -> list:
+    if cfg.benchmark != "bfcl":
+        raise ValueError(f"benchmark {cfg.benchmark!r} is not available offline; only 'bfcl' is")
+    tasks = split_tasks(load_tasks(cfg.data_version, normalize_category(cfg.category)), cfg.split, seed=cfg.split_seed)
+    return tasks[: cfg.limit] if cfg.limit is not None else tasks
+
+
+def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: bool = True,
+             resume: bool = True) -> dict:
+    """Run the evaluation and write the results JSON to `out`; returns the result.
+
+    With `resume`, episodes already in `<out>.rollouts.jsonl` from the same settings are kept (a killed run
+    goes on where it stopped); without it, that file is started afresh.
+    """
+    out = Path(out)
+    rollouts_path = out.with_suffix(".rollouts.jsonl")
+    if not resume:
+        rollouts_path.unlink(missing_ok=True)
+    settings = config_lib.as_dict(cfg)
+    # Episodes are reusable across runs that differ only in how many tasks they take.
+    episode_hash = config_hash({k: v for k, v in settings.items() if k != "limit"})
+    tasks = evaluation_tasks(cfg)
+    wanted = {t.id for t in tasks}
+    done = {r["task_id"]: r for r in read_jsonl(rollouts_path)
+            if r.get("config_hash") == episode_hash and r["task_id"] in wanted}
+    remaining = [t for t in tasks if t.id not in done]
+    start = time.perf_counter()
+    if remaining:
+        model = model or load_chat_model(cfg.model, **({"base_url": cfg.base_url} if cfg.base_url else {}))
+        rollout_cfg = RolloutConfig(
+            tool_format=cfg.tool_format, tool_docs=cfg.tool_docs, max_steps_per_turn=cfg.max_steps_per_turn,
+            max_steps_per_episode=cfg.max_steps_per_episode, max_batch_size=cfg.batch_size,
+            generation=GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed),
+        )
+
+        def keep(record: dict) -> None:
+            record["config_hash"] = episode_hash
+            append_jsonl(rollouts_path, record)
+            done[record["task_id"]] = record
+
+        run_rollouts(model, remaining, rollout_cfg, on_record=keep, progress=progress)
+    outcomes = [done[t.id] for t in tasks]
+    correct = sum(r["success"] for r in outcomes)
+    result = {
+        "schema": RESULT_SCHEMA,
+        "experiment": "zero_shot",
+        "benchmark": cfg.benchmark,
+        "data_version": cfg.data_version,
+        "category": normalize_category(cfg.category),
+        "split": cfg.split,
+        "metric": "multi_turn_success_rate",
+        "k": 1,
+        "temperature": cfg.temperature,
+        "seed": cfg.seed,
+        "n": len(outcomes),
+        "correct": correct,
+        "value": round(100.0 * correct / len(outcomes), 2) if outcomes else None,
+        "model": cfg.model,
+        "profile": cfg.profile,
+        "git_commit": git_commit(),
+        "config_hash": config_hash(settings),
+        "config": settings,
+        "model_errors": sum(r["terminated"] == "model_error" for r in outcomes),
+        "resumed_episodes": len(tasks) - len(remaining),
+        "seconds": round(time.perf_counter() - start, 2),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "rollouts_path": str(rollouts_path),
+        "per_task": [{"task_id": r["task_id"], "success": r["success"], "error_type": r["error_type"],
+                      "terminated": r["terminated"], "steps": len(r["steps"]),
+                      "completion_tokens": r["completion_tokens"]} for r in outcomes],
+    }
+    write_json_atomic(out, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coevolve_lib evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="tiny", help="profile in configs/ giving the defaults (default: tiny)")
+    parser.add_argument("--model", help="tiny, smollm2-135m, a local path/hub id, or openai:<model>")
+    parser.add_argument("--benchmark", choices=["bfcl"], help="benchmark (only bfcl runs offline)")
+    parser.add_argument("--data-version", choices=["v3", "v4"])
+    parser.add_argument("--category", help="base, miss_func, miss_param or long_context")
+    parser.add_argument("--split", choices=["train", "val", "all"])
+    parser.add_argument("--limit", type=int, help="first N tasks of the split")
+    parser.add_argument("--all-tasks", action="store_true", help="ignore the profile's limit: the whole split")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--tool-format", choices=["auto", "native", "prompt"])
+    parser.add_argument("--tool-docs", choices=["full", "compact"])
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint for openai: models")
+    parser.add_argument("--out", required=True, help="results JSON path (episodes go to <out>.rollouts.jsonl)")
+    parser.add_argument("--no-resume", action="store_true", help="start afresh instead of keeping finished episodes")
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k not in ("profile", "out", "all_tasks", "no_resume")}
+    cfg = config_lib.eval_config(args.profile, **overrides)
+    if args.all_tasks:
+        cfg.limit = None
+    result = evaluate(cfg, args.out, resume=not args.no_resume)
+    print(f"{cfg.model} on BFCL {result['data_version']} {result['category']} {result['split']} "
+          f"(n={result['n']}, T={result['temperature']}): {result['value']:.2f}% "
+          f"({result['correct']}/{result['n']}; model errors {result['model_errors']})")
+    print(json.dumps({k: result[k] for k in ("model", "data_version", "category", "split", "n", "value")}))
+    return 0

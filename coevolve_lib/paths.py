@@ -1,0 +1,14 @@
+"""Where the kit keeps what it builds and writes.
+
+COEVOLVE_CACHE, COEVOLVE_RESULTS_DIR and COEVOLVE_FIGURES_DIR override the defaults (the tests point the last two
+at a scratch folder so that running the notebooks under nbval never rewrites the committed results)."""
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = Path(os.environ.get("COEVOLVE_CACHE", REPO_ROOT / ".cache"))
+MODELS_DIR = CACHE_DIR / "models"
+RESULTS_DIR = Path(os.environ.get("COEVOLVE_RESULTS_DIR", REPO_ROOT / "results"))
+FIGURES_DIR = Path(os.environ.get("COEVOLVE_FIGURES_DIR", REPO_ROOT / "figures"))
+RUNS_DIR = REPO_ROOT / "runs"

@@ -1,0 +1,75 @@
+"""On-disk records: JSON Lines appended durably, JSON files replaced atomically, and run provenance.
+
+A killed process leaves at worst one truncated last line in a JSONL file; `read_jsonl` skips it (and counts it),
+so a resumed run re-does that one item instead of crashing or losing the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from coevolve_lib.paths import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+
+def append_jsonl(path: str | Path, record: dict) -> None:
+    """Append one record and flush it to disk before returning."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """All complete records of a JSONL file ([] if it does not exist); a corrupt line is logged and skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                log.warning("skipping corrupt line %d of %s (an interrupted write)", number, path)
+    return records
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    """Write JSON to a temporary file in the same folder, then rename it over `path` (atomic on POSIX)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(f.name, path)
+
+
+def git_commit() -> str:
+    """The checkout's commit, with `+dirty` when tracked files changed; `unknown` outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def config_hash(config: dict) -> str:
+    """A short, stable hash of a configuration (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]

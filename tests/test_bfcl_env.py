@@ -1,0 +1,180 @@
+"""BFCLEnv on real BFCL v3 tasks: isolation, robustness, official-equal scoring; tasks, splits and tool schemas."""
+
+import json
+
+import pytest
+
+from coevolve_lib.envs import bfcl_backend
+from coevolve_lib.envs.bfcl import (
+    EMPTY_TURN,
+    GORILLA_TO_OPENAPI,
+    BFCLEnv,
+    load_tasks,
+    split_tasks,
+    tools_to_openai,
+)
+from coevolve_lib.envs.safe_calls import Call
+
+
+@pytest.fixture(scope="module")
+def base_tasks():
+    return load_tasks("v3", "base")
+
+
+def file_system_task(tasks):
+    return next(t for t in tasks if "GorillaFileSystem" in t.involved_classes)
+
+
+def play(env, turns):
+    for calls in turns:
+        if calls:
+            env.execute(calls)
+        env.end_turn()
+    return env.score()
+
+
+def test_load_tasks_shapes(base_tasks):
+    assert len(base_tasks) == 200
+    task = base_tasks[0]
+    assert task.id == "multi_turn_base_0" and task.data_version == "v3" and not task.long_context
+    assert len(task.turns) == len(task.ground_truth) and task.missed_functions == {}
+    miss = load_tasks("v3", "miss_func")[0]
+    (turn, names), = miss.missed_functions.items()
+    assert miss.turns[turn] == []  # hold-out turns are kept empty, as in the data
+    before, after = {d["name"] for d in miss.tools_at_turn(turn - 1)}, {d["name"] for d in miss.tools_at_turn(turn)}
+    assert set(names).isdisjoint(before) and set(names) <= after
+    assert load_tasks("v3", "long_context")[0].long_context
+
+
+def test_split_is_seeded_disjoint_and_category_independent(base_tasks):
+    train, val = split_tasks(base_tasks, "train"), split_tasks(base_tasks, "val")
+    assert len(train) == len(val) == 100
+    assert {t.id for t in train}.isdisjoint({t.id for t in val})
+    assert [t.id for t in split_tasks(base_tasks, "val")] == [t.id for t in val]
+    assert [t.id for t in split_tasks(base_tasks, "val", seed=1)] != [t.id for t in val]
+    long_val = split_tasks(load_tasks("v3", "long_context"), "val")
+    assert [t.id.rsplit("_", 1)[1] for t in long_val] == [t.id.rsplit("_", 1)[1] for t in val]
+    assert len(split_tasks(base_tasks, "all")) == 200
+    with pytest.raises(ValueError):
+        split_tasks(base_tasks, "test")
+
+
+def test_tools_to_openai_maps_types_recursively(base_tasks):
+    from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI as official
+
+    assert GORILLA_TO_OPENAPI == official
+    doc = {"name": "f", "description": "d", "parameters": {"type": "dict", "properties": {
+        "x": {"type": "float", "description": "a"},
+        "t": {"type": "tuple", "items": {"type": "dict", "properties": {"y": {"type": "any"}}}},
+    }, "required": ["x"]}}
+    (tool,) = tools_to_openai([doc])
+    params = tool["function"]["parameters"]
+    assert tool["type"] == "function" and params["type"] == "object" and params["required"] == ["x"]
+    assert params["properties"]["x"]["type"] == "number" and params["properties"]["x"]["format"] == "float"
+    assert params["properties"]["t"]["type"] == "array"
+    assert params["properties"]["t"]["items"]["type"] == "object"
+    assert params["properties"]["t"]["items"]["properties"]["y"]["type"] == "string"
+    tools = tools_to_openai(base_tasks[0].tools_at_turn(0))
+    assert all(t["function"]["parameters"]["type"] == "object" for t in tools)
+    assert "dict" not in json.dumps(tools).replace("dictionary", "")
+
+
+def test_two_envs_of_one_task_do_not_share_state(base_tasks):
+    task = file_system_task(base_tasks)
+    a, b = BFCLEnv(task), BFCLEnv(task)
+    assert a.execute(["mkdir(dir_name='only_in_a')"]) == ["None"]
+    assert "only_in_a" in a.execute(["ls()"])[0]
+    assert "only_in_a" not in b.execute(["ls()"])[0]
+    assert a.state() != b.state() and b.state() == BFCLEnv(task).state()
+
+
+def test_execute_formats_like_the_official_executor(base_tasks):
+    env = BFCLEnv(file_system_task(base_tasks))
+    observations = env.execute(["pwd()", Call("cd", (), (("folder", "no_such_dir"),)), "cd(1, 2, 3)", "nope()"])
+    assert "current_working_directory" in json.loads(observations[0])
+    assert "error" in observations[1]
+    assert observations[2].startswith("Error during execution: ") and "positional" in observations[2]
+    assert observations[3] == "Error during execution: unknown function 'nope'"
+    # Rejected calls are neither executed nor recorded; the accepted ones are recorded in canonical form.
+    assert env.history == [[["pwd()", "cd(folder='no_such_dir')", "cd(1, 2, 3)"]]]
+
+
+def test_execute_never_raises_on_junk(base_tasks):
+    env = BFCLEnv(file_system_task(base_tasks))
+    before = env.state()
+    for junk in [None, 42, [None], [b"ls()"], [object()], "ls(", ["x" * 200_000], [Call("eval", ("1",))],
+                 [Call("ls", (), ((1, 2),))], [Call("__init__")]]:
+        observations = env.execute(junk)
+        assert observations and all(o.startswith("Error during execution: ") for o in observations), junk
+    assert env.state() == before and env.history == [[]]
+
+
+def test_ground_truth_passes_and_perturbations_fail(base_tasks):
+    for task in base_tasks[:10]:
+        assert play(BFCLEnv(task), task.ground_truth)["success"], task.id
+        turn = next(i for i, calls in enumerate(task.ground_truth) if calls)
+        empty = [[] if i == turn else calls for i, calls in enumerate(task.ground_truth)]
+        result = play(BFCLEnv(task), empty)
+        assert not result["success"] and result["error_type"] == EMPTY_TURN
+        assert result["turn_valid"][turn] is False and result["turns_scored"] == len(task.ground_truth)
+
+
+def test_dropped_state_changing_call_is_a_state_mismatch(base_tasks):
+    task = next(t for t in base_tasks if t.ground_truth[0] and t.ground_truth[0][-1].startswith("mkdir("))
+    dropped = [task.ground_truth[0][:-1]] + task.ground_truth[1:]
+    result = play(BFCLEnv(task), dropped)
+    assert result["error_type"] == "multi_turn:instance_state_mismatch" and result["turn_valid"][0] is False
+
+
+def test_dropped_read_only_call_is_a_response_mismatch(base_tasks):
+    task = next(t for t in base_tasks if len(t.ground_truth[0]) > 1 and t.ground_truth[0][-1].startswith("ls("))
+    dropped = [task.ground_truth[0][:-1]] + task.ground_truth[1:]
+    assert play(BFCLEnv(task), dropped)["error_type"] == "multi_turn:execution_response_mismatch"
+
+
+def test_score_closes_missing_turns_as_empty(base_tasks):
+    task = base_tasks[0]
+    env = BFCLEnv(task)
+    env.execute(task.ground_truth[0])
+    result = env.score()  # the rollout stopped after one turn
+    assert result["turns_scored"] == len(task.ground_truth) and not result["success"]
+    assert result["turn_valid"][0] is True and result["error_type"] == EMPTY_TURN
+    assert env.score() == result
+
+
+def test_failed_turn_keeps_the_episode_failed(base_tasks):
+    task = next(t for t in base_tasks if len(t.ground_truth) >= 3 and all(t.ground_truth))
+    env = BFCLEnv(task)
+    env.end_turn()  # turn 0 left empty
+    for calls in task.ground_truth[1:]:
+        env.execute(calls)
+        env.end_turn()
+    assert env.score()["success"] is False and env.score()["turn_valid"][0] is False
+
+
+def test_from_config_and_state_are_json_friendly(base_tasks):
+    task = file_system_task(base_tasks)
+    env = BFCLEnv.from_config(task.initial_config, task.involved_classes)
+    state = env.state()
+    json.dumps(state)
+    assert state["GorillaFileSystem"]["root"] == task.initial_config["GorillaFileSystem"]["root"]
+    env.execute(["touch(file_name='new.txt')"])
+    assert env.state() != state and env.end_turn() is None
+    with pytest.raises(ValueError, match="no ground truth"):
+        env.score()
+    env.close()
+
+
+def test_state_of_every_class_is_json_friendly():
+    tasks = load_tasks("v3", "long_context")
+    seen = set()
+    for task in tasks:
+        if not set(task.involved_classes) <= seen:
+            json.dumps(BFCLEnv(task).state())
+            seen |= set(task.involved_classes)
+    assert len(seen) == 8
+
+
+def test_official_names_reused():
+    checker = bfcl_backend.checker_module("v3")
+    assert EMPTY_TURN in checker.multi_turn_checker.__code__.co_consts

@@ -1,0 +1,37 @@
+"""The kit's grading agrees with the official checker on ground truth and perturbed ground truth."""
+
+import json
+import subprocess
+import sys
+
+from coevolve_lib.envs.bfcl_replay import replay
+from coevolve_lib.paths import REPO_ROOT
+
+
+def assert_perfect(counts):
+    assert counts["gt_passed"] == counts["tasks"]
+    assert counts["perturbed"] > 0 and counts["perturbed_rejected"] > 0
+    assert counts["agreement"] == counts["agreement_total"] == counts["tasks"] + counts["perturbed"]
+
+
+def test_replay_v3_base_agrees_with_official():
+    summary = replay("v3", ["multi_turn_base"], limit=40)
+    assert summary["data_version"] == "v3"
+    counts = summary["categories"]["multi_turn_base"]
+    assert counts["tasks"] == 40
+    assert_perfect(counts)
+
+
+def test_replay_v4_cli_in_a_fresh_process():
+    # A process holds one BFCL release, so v4 runs in its own interpreter.
+    proc = subprocess.run(
+        [sys.executable, "-m", "coevolve_lib.envs.bfcl_replay", "--data-version", "v4", "--category", "base",
+         "--limit", "20"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["data_version"] == "v4"
+    counts = summary["categories"]["multi_turn_base"]
+    assert counts["tasks"] == 20
+    assert_perfect(counts)

@@ -1,0 +1,80 @@
+"""Evaluation: results JSON schema, resume after a kill without losing or repeating episodes, profile errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from coevolve_lib import config
+from coevolve_lib.evaluate import evaluate, evaluation_tasks
+from coevolve_lib.models import load_chat_model
+from coevolve_lib.paths import REPO_ROOT
+from coevolve_lib.records import read_jsonl
+
+RESULT_KEYS = {"benchmark", "data_version", "category", "split", "metric", "k", "temperature", "seed", "n",
+               "value", "model", "profile", "git_commit", "config_hash", "per_task"}
+
+
+class Killed(Exception):
+    pass
+
+
+def test_results_json_and_resume_after_a_kill(tmp_path, monkeypatch):
+    cfg = config.eval_config("tiny", limit=4, max_new_tokens=8, batch_size=2)
+    out = tmp_path / "tiny.json"
+    model = load_chat_model("tiny")
+    written = []
+
+    import coevolve_lib.evaluate as evaluate_module
+    real_append = evaluate_module.append_jsonl
+
+    def append_then_die(path, record):  # the process "dies" right after the 2nd episode reached the disk
+        real_append(path, record)
+        written.append(record["task_id"])
+        if len(written) == 2:
+            raise Killed
+
+    monkeypatch.setattr(evaluate_module, "append_jsonl", append_then_die)
+    with pytest.raises(Killed):
+        evaluate(cfg, out, model=model, progress=False)
+    assert not out.exists() and len(read_jsonl(out.with_suffix(".rollouts.jsonl"))) == 2
+
+    monkeypatch.setattr(evaluate_module, "append_jsonl", real_append)
+    result = evaluate(cfg, out, model=model, progress=False)
+    episodes = read_jsonl(out.with_suffix(".rollouts.jsonl"))
+    assert len(episodes) == 4 and len({e["task_id"] for e in episodes}) == 4  # nothing lost, nothing repeated
+    assert result["resumed_episodes"] == 2 and result["n"] == 4
+    assert RESULT_KEYS <= set(result) and json.loads(out.read_text()) == result
+    assert result["value"] == 100.0 * sum(t["success"] for t in result["per_task"]) / 4
+    assert [t["task_id"] for t in result["per_task"]] == [t.id for t in evaluation_tasks(cfg)]
+
+
+def test_a_truncated_last_line_is_skipped_and_redone(tmp_path):
+    cfg = config.eval_config("tiny", limit=2, max_new_tokens=8)
+    out = tmp_path / "r.json"
+    evaluate(cfg, out, progress=False)
+    rollouts = out.with_suffix(".rollouts.jsonl")
+    lines = rollouts.read_text().splitlines()
+    rollouts.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
+    result = evaluate(cfg, out, progress=False)
+    assert result["resumed_episodes"] == 1 and result["n"] == 2
+
+
+def test_unknown_profile_or_field_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown profile 'tinyy'.*tiny"):
+        config.eval_config("tinyy")
+    with pytest.raises(ValueError, match=r"unknown EvalConfig field\(s\) \['temprature'\]"):
+        config.eval_config("tiny", temprature=0.5)
+
+
+def test_cli_writes_a_valid_results_json(tmp_path):
+    out = tmp_path / "cli.json"
+    run = subprocess.run([sys.executable, "-m", "coevolve_lib", "evaluate", "--model", "tiny", "--data-version", "v3",
+                          "--category", "base", "--split", "val", "--limit", "2", "--max-new-tokens", "8",
+                          "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    result = json.loads(out.read_text())
+    assert summary == {k: result[k] for k in summary} and result["n"] == 2 and result["split"] == "val"
+    assert result["model"] == "tiny" and result["data_version"] == "v3" and result["category"] == "multi_turn_base"

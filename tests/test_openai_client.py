@@ -1,0 +1,123 @@
+"""OpenAIChatModel against the kit's real loopback server (serving the tiny model), with injected faults."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from coevolve_lib.model_artifacts import build_tiny
+from coevolve_lib.models import GenerationConfig, OpenAIChatModel, _parse_arguments, load_chat_model
+from coevolve_lib.openai_server import ChatServer, FaultConfig, parse_tool_calls
+from coevolve_lib.paths import REPO_ROOT
+
+HI = [{"role": "user", "content": "Go to the folder x."}]
+SHORT = GenerationConfig(max_new_tokens=6)
+CD_TOOL = {"type": "function", "function": {
+    "name": "cd", "description": "Change directory.",
+    "parameters": {"type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]}}}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    build_tiny()  # no-op when `make setup` already built it
+    return load_chat_model("tiny")
+
+
+def client(server, **options):
+    # Short backoff so retry tests stay fast; a 0.5 s timeout so the "timeout" fault (1.5 s) trips it.
+    return OpenAIChatModel("tiny", base_url=server.base_url, timeout=options.pop("timeout", 0.5),
+                           backoff_s=0.01, **options)
+
+
+def test_round_trip_serves_the_real_model(tiny):
+    with ChatServer(tiny) as server:
+        model = client(server, timeout=10)
+        [generation] = model.generate([HI], config=SHORT)
+        assert [m.id for m in model.client.models.list().data] == ["tiny"]
+    [direct] = tiny.generate([HI], config=SHORT)
+    assert generation.error is None and generation.finish_reason == direct.finish_reason
+    assert generation.text == direct.text  # greedy: the server answers exactly what the model generates
+    assert (generation.prompt_tokens, generation.completion_tokens) == (direct.prompt_tokens, direct.completion_tokens)
+    assert model.num_retries == 0 and server.num_requests == 1
+
+
+def test_tools_and_tool_history_reach_the_model(tiny):
+    history = HI + [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "cd", "arguments": {"folder": "x"}}}]},  # no id, dict args
+        {"role": "tool", "content": '{"current_working_directory": "x"}'},
+    ]
+    with ChatServer(tiny) as server:
+        model = client(server, timeout=10)
+        plain, with_tools, with_history = model.generate([HI, HI, history], [None, [CD_TOOL], [CD_TOOL]], SHORT)
+    assert with_history.error is None
+    assert with_tools.prompt_tokens > plain.prompt_tokens  # the tool docs were rendered into the prompt
+    assert with_history.prompt_tokens > with_tools.prompt_tokens
+
+
+@pytest.mark.parametrize("faults", [["500", "500"], ["timeout"], ["malformed"], ["500", "timeout", "malformed"]])
+def test_retries_through_faults(tiny, faults):
+    with ChatServer(tiny, faults=FaultConfig(faults=faults, delay_s=1.5)) as server:
+        model = client(server, max_retries=len(faults))
+        [generation] = model.generate([HI], config=SHORT)
+    assert generation.error is None and generation.finish_reason in ("stop", "length")
+    assert generation.completion_tokens > 0
+    assert model.num_retries == len(faults) and server.num_requests == len(faults) + 1
+
+
+@pytest.mark.parametrize("fault", ["500", "malformed", "timeout"])
+def test_persistent_faults_give_an_error_not_an_exception(tiny, fault):
+    with ChatServer(tiny, faults=FaultConfig(always=fault, delay_s=1.5)) as server:
+        model = client(server, max_retries=1)
+        out = model.generate([HI, HI], config=SHORT)
+    assert [g.finish_reason for g in out] == ["error", "error"]
+    assert all(g.error and g.text == "" and g.tool_calls is None for g in out)
+    assert model.num_retries == 2 and server.num_requests == 4  # 2 items x (1 try + 1 retry)
+
+
+def test_client_errors_are_not_retried(tiny):
+    with ChatServer(tiny) as server:
+        model = OpenAIChatModel("not-served", base_url=server.base_url, timeout=5, max_retries=3, backoff_s=0.01)
+        [generation] = model.generate([HI], config=SHORT)
+    assert generation.finish_reason == "error" and "404" in generation.error
+    assert model.num_retries == 0 and server.num_requests == 1
+
+
+def test_tool_calls_come_back_structured(tiny):
+    reply = ('Going there. <tool_call>\n{"name": "cd", "arguments": {"folder": "x"}}\n</tool_call>\n'
+             '<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>')
+    with ChatServer(tiny, faults=FaultConfig(scripted_reply=reply)) as server:
+        [generation] = client(server, timeout=10).generate([HI], [[CD_TOOL]], SHORT)
+    assert generation.text == "Going there."
+    assert generation.tool_calls == [{"name": "cd", "arguments": {"folder": "x"}}, {"name": "ls", "arguments": {}}]
+
+
+def test_malformed_tool_call_stays_text(tiny):
+    reply = '<tool_call>\n{"name": "cd", "arguments": {"folder": }\n</tool_call>'
+    with ChatServer(tiny, faults=FaultConfig(scripted_reply=reply)) as server:
+        [generation] = client(server, timeout=10).generate([HI], [[CD_TOOL]], SHORT)
+    assert generation.tool_calls is None and generation.text == reply
+
+
+def test_tool_call_parsing_helpers():
+    assert parse_tool_calls("no calls") == ("no calls", [])
+    assert parse_tool_calls('<tool_call>["cd"]</tool_call>') == ('<tool_call>["cd"]</tool_call>', [])
+    assert parse_tool_calls('<tool_call>{"name": "ls"}</tool_call>') == (None, [{"name": "ls"}])
+    assert _parse_arguments('{"folder": "x"}') == {"folder": "x"}
+    assert _parse_arguments("{folder: x") == "{folder: x"  # invalid JSON is left for the caller to judge
+    assert _parse_arguments('"x"') == '"x"'
+
+
+def test_server_runs_as_a_module(tiny):
+    process = subprocess.Popen([sys.executable, "-m", "coevolve_lib.openai_server", "--model", "tiny", "--port", "0"],
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = process.stdout.readline()
+        base_url = re.search(r"at (http://127\.0\.0\.1:\d+/v1)", line).group(1)
+        model = OpenAIChatModel("tiny", base_url=base_url, timeout=30, max_retries=0)
+        [generation] = model.generate([HI], config=SHORT)
+        assert generation.error is None and generation.completion_tokens > 0
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -1,0 +1,122 @@
+"""safe_calls: literal-only call parsing, canonical source, and rejection reasons."""
+
+import pytest
+
+from coevolve_lib.envs.safe_calls import (
+    MAX_SOURCE_CHARS,
+    Call,
+    CallParseError,
+    call_from_json,
+    parse_call,
+    parse_call_list,
+)
+
+
+def test_keyword_and_positional_literals():
+    call = parse_call("sort('final_report.pdf')")
+    assert call == Call("sort", ("final_report.pdf",), ())
+    call = parse_call("f(1, -2.5, a=None, b=True, c='x', d=-3)")
+    assert call.args == (1, -2.5)
+    assert call.kwargs == (("a", None), ("b", True), ("c", "x"), ("d", -3))
+    assert call.kwargs_dict == {"a": None, "b": True, "c": "x", "d": -3}
+
+
+def test_nested_containers():
+    call = parse_call("f(a=[1, [2, {'k': (3, -4)}]], b={1, 2}, c={'x': [None]})")
+    assert call.kwargs_dict == {"a": [1, [2, {"k": (3, -4)}]], "b": {1, 2}, "c": {"x": [None]}}
+
+
+def test_to_source_is_canonical_and_round_trips():
+    call = parse_call("mv( source = 'a.txt',destination=\"b\" )")
+    assert call.to_source() == "mv(source='a.txt', destination='b')"
+    weird = parse_call("f('it\\'s \"quoted\"\\n', x=[1.5, -0.0, {'a': (1,)}])")
+    assert parse_call(weird.to_source()) == weird
+    assert parse_call("ls()").to_source() == "ls()"
+
+
+def test_allowed_names():
+    assert parse_call("ls()", allowed_names={"ls"}).name == "ls"
+    with pytest.raises(CallParseError, match="unknown function 'rm'"):
+        parse_call("rm(file_name='x')", allowed_names={"ls"})
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("os.system('ls')", "plain function name"),
+    ("a[0]()", "plain function name"),
+    ("f()()", "plain function name"),
+    ("__import__('os')", "dunder"),
+    ("f(*args)", r"\*args"),
+    ("f(**kw)", r"\*\*kwargs"),
+    ("f(a=g())", "nested call"),
+    ("f(a=x)", "variable name"),
+    ("f(a=lambda: 1)", "lambda"),
+    ("f(a=f'{x}')", "f-string"),
+    ("f(a=().__class__)", "attribute"),
+    ("f(a=1+2)", "BinOp"),
+    ("f(a=-'x')", "sign applies only to a number"),
+    ("f(a=b'x')", "unsupported literal type bytes"),
+    ("f(a=1e999)", "non-finite"),
+    ("f(a={**d})", r"\*\* inside a dict"),
+    ("f(a={[1]: 2})", "unhashable"),
+    ("f(a=[x for x in y])", "ListComp"),
+    ("f(a=(y := 1))", "assignment expression"),
+    ("f(a=1, a=2)", "repeated"),
+    ("f(a=1", "invalid syntax"),
+    ("import os", "invalid syntax"),
+    ("", "empty input"),
+    ("f('\x00')", "null byte"),
+    ("f(a='\ud800')", "unparsable"),
+    ("x" * (MAX_SOURCE_CHARS + 1), "longer than"),
+    ("f(a=" + "[" * 40 + "]" * 40 + ")", "nested deeper"),
+    ("f(a=" + "[" * 10000 + "]" * 10000 + ")", "invalid syntax|unparsable"),
+    ("42", "not a function call"),
+])
+def test_rejections_have_reasons(text, reason):
+    with pytest.raises(CallParseError, match=reason):
+        parse_call(text)
+
+
+def test_non_string_input_is_rejected():
+    with pytest.raises(CallParseError, match="expected a string"):
+        parse_call(b"ls()")
+
+
+def test_parse_call_list_forms():
+    calls, errors = parse_call_list("[cd(folder='document'), ls()]")
+    assert [c.to_source() for c in calls] == ["cd(folder='document')", "ls()"] and errors == []
+    assert parse_call_list("ls(a=True)")[0] == [Call("ls", (), (("a", True),))]
+    assert len(parse_call_list("(ls(), pwd())")[0]) == 2
+    assert parse_call_list("```\n[ls()]\n```")[0] == [Call("ls")]
+    assert parse_call_list("[]") == ([], [])
+
+
+def test_parse_call_list_keeps_good_calls_and_reports_bad_ones():
+    calls, errors = parse_call_list("[ls(), os.system('x'), pwd(), rm_rf()]", allowed_names={"ls", "pwd"})
+    assert [c.name for c in calls] == ["ls", "pwd"]
+    assert len(errors) == 2 and errors[0].startswith("call 1:") and "unknown function 'rm_rf'" in errors[1]
+
+
+def test_parse_call_list_on_prose():
+    calls, errors = parse_call_list("I have moved the file for you.")
+    assert calls == [] and len(errors) == 1
+    calls, errors = parse_call_list("{'a': 1}")
+    assert calls == [] and "not a call or a list of calls" in errors[0]
+
+
+def test_call_from_json():
+    call = call_from_json("mv", '{"source": "a", "destination": "b"}', allowed_names={"mv"})
+    assert call.to_source() == "mv(source='a', destination='b')"
+    assert call_from_json("ls", None) == Call("ls")
+    assert call_from_json("ls", {"a": True}).kwargs == (("a", True),)
+    for name, arguments, reason in [
+        ("ls", "{not json", "not valid JSON"),
+        ("ls", "[1, 2]", "JSON object"),
+        ("os.system", {}, "invalid function name"),
+        ("__import__", {}, "invalid function name"),
+        ("rm", {}, "unknown function"),
+        ("ls", {"bad key": 1}, "invalid argument name"),
+        ("ls", '{"a": ' + "[" * 50 + "]" * 50 + "}", "nested deeper"),
+        ("ls", '{"a": Infinity}', "non-finite"),
+    ]:
+        with pytest.raises(CallParseError, match=reason):
+            call_from_json(name, arguments, allowed_names={"ls"})
