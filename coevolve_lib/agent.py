@@ -33,7 +33,8 @@ class RolloutConfig:
     """`native` (chat-template tools, `<tool_call>` JSON), `prompt` (BFCL's `[f(a=1)]`), or `auto`: native when
     the model's template supports tools."""
     tool_docs: str = "full"
-    """`full` BFCL function docs, or `compact` (names, parameter types, one-sentence descriptions) for small models."""
+    """`full` BFCL function docs, `compact` (names, parameter types, one-sentence descriptions) for small models, or
+    `none` (no docs in the prompt: a model trained on the tools, such as the warm-started tiny profile)."""
     max_steps_per_turn: int = 20
     """Model steps with tool calls allowed in one user turn (BFCL's MAXIMUM_STEP_LIMIT); more fails the episode."""
     max_steps_per_episode: int = 30
@@ -76,6 +77,8 @@ class Episode:
         return self.terminated is not None
 
     def _docs_at_turn(self, turn: int) -> list[dict]:
+        if self.config.tool_docs == "none":
+            return []
         docs = self.task.tools_at_turn(turn)
         return toolcalls.compact_docs(docs) if self.config.tool_docs == "compact" else list(docs)
 
@@ -87,7 +90,7 @@ class Episode:
             return
         docs = self._docs_at_turn(self.turn)
         if self.tool_format == "native":
-            self.tools = tools_to_openai(docs)
+            self.tools = tools_to_openai(docs) or None
         user_messages = list(self.task.turns[self.turn])
         if self.turn in self.task.missed_functions:
             new_names = set(self.task.missed_functions[self.turn])

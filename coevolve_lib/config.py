@@ -7,11 +7,15 @@ Unknown keys are errors that name the valid ones, so a mistyped papermill parame
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import yaml
 
+from coevolve_lib.explore import ExploreConfig
 from coevolve_lib.paths import REPO_ROOT
+from coevolve_lib.signals import SignalConfig
+from coevolve_lib.synthesize import SynthesisConfig
+from coevolve_lib.warmstart import WarmStartConfig
 
 CONFIGS_DIR = REPO_ROOT / "configs"
 
@@ -84,3 +88,75 @@ def eval_config(profile: str = "tiny", **overrides) -> EvalConfig:
 
 def as_dict(config) -> dict:
     return dataclasses.asdict(config)
+
+
+@dataclass
+class ProbeConfig:
+    """Rollouts that feed the signal extractor outside training (notebooks 03-05): the current policy samples K
+    trajectories per pool task at the rollout temperature, for a few "steps" without parameter updates."""
+
+    steps: int = 3
+    """Probe steps (each one a batch of groups, as a training step would produce)."""
+    tasks_per_step: int = 32
+    """Pool tasks per step (the paper's batch is 32 tasks)."""
+    samples_per_task: int = 4
+    """K, the group size (the paper: 8)."""
+    temperature: float = 0.9
+    """Rollout temperature (the paper's Table 9)."""
+    max_new_tokens: int = 64
+    """Tokens per model reply."""
+    tool_docs: str = "none"
+    """Tool docs in the prompt: `full`, `compact`, or `none` (the tiny model learns the tools from data)."""
+    max_steps_per_episode: int = 12
+    """Interaction cap per episode."""
+    batch_size: int = 32
+    """Episodes batched per model call."""
+    seed: int = 0
+    """Seed of task sampling and generation."""
+
+
+@dataclass
+class DataEngineConfig:
+    """The data engine of one profile: D_0, warm start, probe rollouts, signals, exploration, synthesis."""
+
+    profile: str = "tiny"
+    """Profile the values came from."""
+    model: str = "tiny"
+    """The policy (see EvalConfig.model)."""
+    explorer_model: str | None = None
+    """Chat model for `llm` contexts, exploration, abstraction and judging (e.g. `openai:qwen3-max`); None when
+    every stage runs offline (heuristic context, schema explorer, deterministic abstraction)."""
+    data_version: str = "v3"
+    """BFCL data version whose environments are explored."""
+    d0_size: int = 100
+    """N, the initial synthetic task set size (the paper: 100)."""
+    d0_source_split: str = "train"
+    """Benchmark split whose initial states D_0 explores (never `val`: those are evaluation tasks)."""
+    max_targets: int | None = 32
+    """Signal trajectories re-explored per round."""
+    signals: SignalConfig = field(default_factory=SignalConfig)
+    explore: ExploreConfig = field(default_factory=ExploreConfig)
+    synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+
+
+_SECTIONS = {"signals": SignalConfig, "explore": ExploreConfig, "synthesis": SynthesisConfig,
+             "warm_start": WarmStartConfig, "probe": ProbeConfig}
+
+
+def data_engine_config(profile: str = "tiny", **overrides) -> DataEngineConfig:
+    """The data-engine config of a profile (`model` and the `data_engine:` section of its YAML), with overrides;
+    a section override is a mapping of its fields, e.g. `explore={"runs": 5}`."""
+    raw = load_profile(profile)
+    values = {"model": raw.get("model"), "profile": profile, **(raw.get("data_engine") or {})}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key in _SECTIONS and isinstance(value, dict):
+            values[key] = {**(values.get(key) or {}), **value}
+        else:
+            values[key] = value
+    for key, section in _SECTIONS.items():
+        values[key] = build(section, values.get(key) or {})
+    return build(DataEngineConfig, {k: v for k, v in values.items() if v is not None})

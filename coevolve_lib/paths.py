@@ -1,7 +1,7 @@
 """Where the kit keeps what it builds and writes.
 
-COEVOLVE_CACHE, COEVOLVE_RESULTS_DIR and COEVOLVE_FIGURES_DIR override the defaults (the tests point the last two
-at a scratch folder so that running the notebooks under nbval never rewrites the committed results)."""
+COEVOLVE_CACHE, COEVOLVE_RESULTS_DIR, COEVOLVE_FIGURES_DIR and COEVOLVE_RUNS_DIR override the defaults (the tests point
+the last three at a scratch folder, so that running the notebooks under nbval never rewrites committed results)."""
 
 import os
 from pathlib import Path
@@ -11,4 +11,4 @@ CACHE_DIR = Path(os.environ.get("COEVOLVE_CACHE", REPO_ROOT / ".cache"))
 MODELS_DIR = CACHE_DIR / "models"
 RESULTS_DIR = Path(os.environ.get("COEVOLVE_RESULTS_DIR", REPO_ROOT / "results"))
 FIGURES_DIR = Path(os.environ.get("COEVOLVE_FIGURES_DIR", REPO_ROOT / "figures"))
-RUNS_DIR = REPO_ROOT / "runs"
+RUNS_DIR = Path(os.environ.get("COEVOLVE_RUNS_DIR", REPO_ROOT / "runs"))

@@ -40,13 +40,64 @@ def plot_zero_shot(table: pd.DataFrame, path: str | Path | None = None):
     ax.set_xlim(0, 100)
     ax.set_title("Zero-shot BFCL multi-turn: paper vs. measured")
     fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    return fig
+    return _save(fig, path)
 
 
 def failure_breakdown(result: dict) -> pd.Series:
     """How the evaluated episodes ended: success, or the checker's / agent's error type."""
     counts = Counter("success" if t["success"] else (t["error_type"] or "failed") for t in result["per_task"])
     return pd.Series(counts, name="episodes").sort_values(ascending=False)
+
+
+def _save(fig, path):
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_interaction_turns(groups: dict[str, list[int]], path: str | Path | None = None):
+    """The paper's Fig. 7: how many tool calls a task takes, one histogram per task set (e.g. original BFCL vs
+    synthesized)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    top = max(max(counts) for counts in groups.values() if counts)
+    bins = [b - 0.5 for b in range(1, top + 2)]
+    for label, counts in groups.items():
+        ax.hist(counts, bins=bins, alpha=0.55, density=True, label=f"{label} (n={len(counts)})")
+    ax.set_xlabel("tool calls per task (reference solution)")
+    ax.set_ylabel("share of tasks")
+    ax.set_title("Interaction turns per task: original vs. synthesized (paper Fig. 7)")
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_signal_counts(signals: list[dict], path: str | Path | None = None):
+    """Signals by type and probe/training step (the paper's Figs. 3b and 4)."""
+    import matplotlib.pyplot as plt
+
+    counts = pd.crosstab(pd.Series([s["step"] for s in signals], name="step"),
+                         pd.Series([s["type"] for s in signals], name="signal"))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    counts.plot.bar(ax=left, rot=0)
+    left.set_title("signals per step")
+    left.set_ylabel("trajectories marked")
+    totals = counts.sum()
+    right.pie(totals, labels=[f"{k}\n{v} ({v / totals.sum():.0%})" for k, v in totals.items()])
+    right.set_title("share by type (paper: boundary 45.5% on BFCL)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def round_table(reports: list[dict]) -> pd.DataFrame:
+    """One row per round: how many targets, specs, accepted tasks, and where the time went."""
+    rows = []
+    for r in reports:
+        rows.append({"round": r["round"], "targets": r["targets"], "signal types": r["signal_types"],
+                     "valid triplets": f"{r['valid_triplets']}/{r['triplets']}", "specs": r["specs"],
+                     "accepted": r["accepted"], "acceptance": r["acceptance_rate"],
+                     "rejections": r["rejection_reasons"], "added": r["added_to_pool"], "pool size": r["pool_size"],
+                     "seconds": r["seconds"]})
+    return pd.DataFrame(rows).set_index("round")

@@ -34,6 +34,33 @@ GORILLA_TO_OPENAPI = {
 copied so that building tool schemas does not import a BFCL release."""
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
+EXEC_ERROR = "Error during execution"
+"""Prefix of the observation of a call that was rejected or raised (the official executor's wording)."""
+
+
+def is_error_observation(observation: str) -> bool:
+    """A call failed: it was rejected or raised ("Error during execution: ..."), or the backend refused it with a
+    JSON object holding an "error" key (how every BFCL class reports a failure, e.g. `cd` to a missing folder)."""
+    text = observation.strip()
+    if text.startswith(EXEC_ERROR) or text.lower().startswith("error"):
+        return True
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and "error" in value
+
+
+def grade(task: "BFCLTask", turns: list[list[str]]) -> bool:
+    """The checker's verdict on `turns` (the calls made in each user turn), executed in a fresh env of `task`."""
+    env = BFCLEnv(task)
+    for calls in turns:
+        if calls:
+            env.execute(calls)
+        env.end_turn()
+    verdict = env.score()["success"]
+    env.close()
+    return verdict
 
 
 @dataclass

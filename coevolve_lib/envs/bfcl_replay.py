@@ -29,7 +29,7 @@ import sys
 from tqdm import tqdm
 
 from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, load_tasks
+from coevolve_lib.envs.bfcl import BFCLTask, grade, load_tasks
 from coevolve_lib.envs.safe_calls import Call, parse_call
 
 EXTRA_CALLS = {
@@ -49,14 +49,7 @@ _official_names = itertools.count()
 
 def kit_verdict(task: BFCLTask, turns: list[list[str]]) -> bool:
     """Grade `turns` (the calls of each turn) with a BFCLEnv driven like an agent rollout."""
-    env = BFCLEnv(task)
-    for calls in turns:
-        if calls:
-            env.execute(calls)
-        env.end_turn()
-    verdict = env.score()["success"]
-    env.close()
-    return verdict
+    return grade(task, turns)
 
 
 def official_verdict(task: BFCLTask, turns: list[list[str]]) -> bool:

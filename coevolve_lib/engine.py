@@ -1,0 +1,128 @@
+"""The data engine of one run folder, stage by stage, each stage cached on disk so that notebooks (and a killed
+run) pick up where the last one stopped:
+
+    D_0 (unguided exploration of benchmark *train* environments)  ->  pool version 0
+    policy (the profile's model; the tiny profile adds a supervised warm start on D_0, a kit addition)
+    rollouts of the policy on pool tasks (K per task, T=0.9; in training they come from GRPO steps)
+    signals (forgetting / boundary / rare) from those rollouts
+    a signal-guided round: contexts, re-exploration, abstraction, validation  ->  pool version 1, 2, ...
+
+Layout of `run_dir`: pool.jsonl (+ .rounds.json), round_000/ (D_0), warm_start/, probe_rollouts.jsonl,
+signals.jsonl, round_001/, ...
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib.config import DataEngineConfig
+from coevolve_lib.envs.bfcl import load_tasks, split_tasks
+from coevolve_lib.explore import ExplorationTarget
+from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
+from coevolve_lib.models import GenerationConfig, load_chat_model
+from coevolve_lib.paths import MODELS_DIR
+from coevolve_lib.pool import TaskPool
+from coevolve_lib.records import read_jsonl, write_json_atomic
+from coevolve_lib.signals import SignalExtractor
+from coevolve_lib.synthesize import pool_task_to_bfcl
+from coevolve_lib.warmstart import warm_start
+
+
+def stamp_rollouts(records: list[dict], step: int, pool_tasks: dict[str, dict]) -> list[dict]:
+    """Add the training-time fields signals need: rollout_id, step, group_id, involved_classes, pool version."""
+    for record in records:
+        task = pool_tasks.get(record["task_id"])
+        record["step"] = step
+        record["rollout_id"] = f"{step}/{record['task_id']}/{record['sample_index']}"
+        record["group_id"] = f"{step}/{record['task_id']}"
+        if task is not None:
+            record["involved_classes"] = list(task["involved_classes"])
+            record["task_source"] = f"pool:{task['pool_version']}"
+    return records
+
+
+class DataEngine:
+    """One run folder of the data engine for a `DataEngineConfig`."""
+
+    def __init__(self, config: DataEngineConfig, run_dir: str | Path):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.pool = TaskPool(self.run_dir / "pool.jsonl")
+        self.explorer_model = load_chat_model(config.explorer_model) if config.explorer_model else None
+
+    def feedback_config(self) -> FeedbackConfig:
+        return FeedbackConfig(explore=self.config.explore, synthesis=self.config.synthesis,
+                              max_targets=self.config.max_targets, seed=self.config.explore.seed)
+
+    def initial_pool(self, progress: bool = True) -> dict:
+        """D_0: the round-0 report (the pool then holds `d0_size` validated tasks)."""
+        cfg = self.config
+        sources = split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), cfg.d0_source_split)
+        return synthesize_initial(sources, self.pool, self.run_dir / "round_000", self.feedback_config(),
+                                  size=cfg.d0_size, model=self.explorer_model, progress=progress)
+
+    def policy(self) -> str:
+        """The policy's model path: the profile's model, warm-started on the D_0 tasks when the profile asks."""
+        cfg = self.config
+        base = MODELS_DIR / cfg.model if (MODELS_DIR / cfg.model).exists() else cfg.model
+        if not cfg.warm_start.enabled:
+            return str(base)
+        out = self.run_dir / "warm_start"
+        summary_path = out / "warm_start.json"
+        if not summary_path.exists():
+            d0_tasks = [pool_task_to_bfcl(t) for t in self.pool.tasks if t["pool_version"] == 0]
+            if not d0_tasks:
+                raise RuntimeError("the pool has no D_0 tasks yet: run initial_pool() first")
+            summary = warm_start(base, d0_tasks, out, cfg.warm_start, tool_docs=cfg.probe.tool_docs)
+            write_json_atomic(summary_path, summary)
+        return str(out)
+
+    def probe_rollouts(self, progress: bool = True) -> list[dict]:
+        """K rollouts per sampled pool task for each probe step; each finished step is one file, written atomically."""
+        cfg = self.config.probe
+        probe_dir = self.run_dir / "probe"
+        step_path = lambda step: probe_dir / f"step_{step:03d}.json"  # noqa: E731
+        missing = [step for step in range(cfg.steps) if not step_path(step).exists()]
+        if missing:
+            model = load_chat_model(self.policy())
+            pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
+            for step in missing:
+                rng = random.Random(cfg.seed * 1000 + step)
+                chosen = rng.sample(sorted(pool_tasks), min(cfg.tasks_per_step, len(pool_tasks)))
+                rollout_cfg = RolloutConfig(
+                    tool_docs=cfg.tool_docs, max_steps_per_episode=cfg.max_steps_per_episode,
+                    max_batch_size=cfg.batch_size, generation=GenerationConfig(
+                        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed * 1000 + step))
+                records = run_rollouts(model, [pool_task_to_bfcl(pool_tasks[i]) for i in chosen], rollout_cfg,
+                                       samples_per_task=cfg.samples_per_task, progress=progress)
+                write_json_atomic(step_path(step), stamp_rollouts(records, step, pool_tasks))
+        return [r for step in range(cfg.steps) for r in json.loads(step_path(step).read_text())]
+
+    def signals(self, rollouts: list[dict]) -> list[dict]:
+        """Signal records of the rollouts, step by step (the extractor's windows run across steps)."""
+        path = self.run_dir / "signals.jsonl"
+        if path.exists():
+            return read_jsonl(path)
+        extractor = SignalExtractor(self.config.signals)
+        signals = []
+        for step in sorted({r["step"] for r in rollouts}):
+            signals += extractor.observe(step, [r for r in rollouts if r["step"] == step])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(s) + "\n" for s in signals))
+        tmp.replace(path)
+        return signals
+
+    def signal_round(self, round_index: int, signals: list[dict], rollouts: list[dict],
+                     progress: bool = True) -> dict:
+        """One signal-guided round over the selected signal trajectories; the pool grows to version round_index."""
+        pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
+        pairs = select_targets([s for s in signals if s["task_id"] in pool_tasks],
+                               {r["rollout_id"]: r for r in rollouts}, self.config.max_targets,
+                               seed=self.config.explore.seed + round_index)
+        targets = [ExplorationTarget.from_pool_task(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
+        return run_round(round_index, self.run_dir / f"round_{round_index:03d}", targets, self.pool,
+                         self.feedback_config(), self.explorer_model, progress=progress)

@@ -1,0 +1,30 @@
+"""The kit's LLM prompts, one text file each, filled in with `str.format` (literal braces are doubled).
+
+    load_prompt("explore_system").format(action_format=...)
+"""
+
+from __future__ import annotations
+
+import string
+from functools import cache
+from pathlib import Path
+
+PROMPTS_DIR = Path(__file__).resolve().parent
+
+
+@cache
+def load_prompt(name: str) -> str:
+    """The text of `<name>.txt` in this folder; ValueError naming the available prompts otherwise."""
+    path = PROMPTS_DIR / f"{name.removesuffix('.txt')}.txt"
+    if not path.is_file():
+        raise ValueError(f"unknown prompt {name!r}; available: {available_prompts()}")
+    return path.read_text(encoding="utf-8")
+
+
+def available_prompts() -> list[str]:
+    return sorted(p.stem for p in PROMPTS_DIR.glob("*.txt"))
+
+
+def prompt_fields(name: str) -> set[str]:
+    """The `{placeholder}` names a prompt expects."""
+    return {field for _, field, _, _ in string.Formatter().parse(load_prompt(name)) if field}

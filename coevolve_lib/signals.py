@@ -1,0 +1,377 @@
+"""Weakness signals mined from GRPO training rollouts (the paper's Section 3.1; paper notes 2.3 and 8.1-2).
+
+Each signal type is one small `Signal` subclass in the `SIGNALS` registry. It sees all rollouts of one
+training step at once (several tasks, K samples each), returns the `signal/v1` records that fire in that step,
+and keeps whatever running state it needs as JSON, for checkpoint and resume. `SignalExtractor` runs the
+enabled types side by side. Each type is evaluated on its own, so one trajectory may carry several types.
+
+A new type is one class:
+
+    @register
+    class LongEpisode(Signal):
+        type = "long"
+
+        def observe(self, step, rollouts):
+            return [self.fire(r, step, {"calls": len(action_names(r))})
+                    for r in rollouts if r["score"] < 0.5 and len(action_names(r)) > 20]
+
+It is then enabled by name: `SignalExtractor(SignalConfig(enabled=("boundary", "long")))`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass
+from typing import ClassVar
+
+log = logging.getLogger(__name__)
+
+SIGNAL_SCHEMA = "signal/v1"
+FORGETTING_KEYS = ("task", "task_type")
+RARE_PATTERNS = ("bigram", "sequence", "set")
+
+
+@dataclass
+class SignalConfig:
+    """Which signal types run, and their parameters."""
+
+    enabled: tuple[str, ...] = ("forgetting", "boundary", "rare")
+    """Signal types to run, by registry name (see `SIGNALS`). The default is the paper's three."""
+    success_threshold: float = 0.5
+    """The paper's 0.5 on [0, 1] scores. A score >= it counts as solved in a forgetting window. A boundary
+    group needs scores strictly above and strictly below it, so a score of exactly 0.5 is on neither side."""
+    forgetting_window: int = 16
+    """W, the paper leaves it open. It counts scores, not steps: each visit of a key pushes all K samples of
+    that step. 16 is two visits at the paper's K = 8. With batch 32 drawn from a pool of 100 or more tasks, a
+    task comes back every few steps, so two visits span about one feedback period (F = 10 steps). A task that
+    solved something and then fails two visits in a row is flagged both times. With W = K, one all-failed
+    group would already erase the earlier success."""
+    forgetting_key: str = "task"
+    """What a window is kept for: `task` (the task_id) or `task_type` (the sorted involved_classes joined by
+    "+", e.g. "GorillaFileSystem+TwitterAPI"). Many tasks share a task type and so one window: give it a
+    larger W."""
+    rare_pattern: str = "bigram"
+    """What an action pattern is, over the tool names of the whole trajectory in call order:
+    `bigram`: each pair of consecutive names ("cd>mv"); a trajectory with a single call has the unigram "cd".
+    `sequence`: the whole name sequence ("cd>mkdir>mv"). `set`: the sorted distinct names ("cd,mkdir,mv").
+    Bigram is the default. Whole sequences are almost all unique (194 distinct in BFCL v3 base's 200 ground
+    truths, and sets give 190), so with them "rare" would mean "any trajectory". Sets also drop the order, and
+    that is where tool-use mistakes are (mv before cd). Bigrams are the shortest patterns that keep order.
+    A rollout counts each distinct pattern once, so c_p is the number of trajectories that contain p, and a
+    loop that repeats one pair does not inflate it."""
+    rare_theta: float = 5.0
+    """theta in (0, 100), the paper's "e.g. 5": a pattern is rare when c_p / N < theta / 100. Warning: with
+    many distinct patterns even the most common one is below 5%. On BFCL v3 base ground truth (267 distinct
+    bigrams, N = 952, the most common at 4.6%) theta = 5 flags every trajectory. theta = 0.2 flags 44% there
+    (the patterns seen once), theta = 1 flags 96%."""
+    rare_min_total: int = 200
+    """N_min: no rare signal until N >= N_min. N counts all pattern occurrences (each rollout's distinct
+    patterns), cumulative over training, so c_p / N is a frequency. It does not count distinct patterns. With
+    N < 100 / theta (20 at theta = 5) no pattern can be rare at all. At N = 200 a 5% frequency has a standard
+    error of 1.5 points. The paper's scale (batch 32 x K = 8 = 256 rollouts per step) reaches it in the first
+    step."""
+    compositional_window: int = 10
+    """Training steps of single-class outcomes that the `compositional` signal looks at, including the current
+    step. 10 is one feedback period (the paper's F)."""
+    compositional_min_rate: float = 0.5
+    """The `compositional` signal needs at least this success rate on single-class tasks of every class involved."""
+
+    def __post_init__(self):
+        self.enabled = tuple(self.enabled)  # a YAML profile gives a list
+        if self.forgetting_key not in FORGETTING_KEYS:
+            raise ValueError(f"forgetting_key must be one of {FORGETTING_KEYS}, not {self.forgetting_key!r}")
+        if self.rare_pattern not in RARE_PATTERNS:
+            raise ValueError(f"rare_pattern must be one of {RARE_PATTERNS}, not {self.rare_pattern!r}")
+        if not 0 < self.rare_theta < 100:
+            raise ValueError(f"rare_theta must be in (0, 100), not {self.rare_theta}")
+        if self.forgetting_window < 1 or self.compositional_window < 1:
+            raise ValueError("forgetting_window and compositional_window must be >= 1")
+
+
+def rollout_id(record: dict) -> str:
+    """The record's rollout_id, or "<step>/<task_id>/<sample_index>" as the training loop builds it."""
+    if "rollout_id" in record:
+        return str(record["rollout_id"])
+    return f"{record.get('step', 0)}/{record['task_id']}/{record.get('sample_index', 0)}"
+
+
+def action_names(record: dict) -> list[str]:
+    """Tool names called in the trajectory, in order, across all steps and turns ("cd(folder='x')" -> "cd")."""
+    return [call.split("(", 1)[0].strip() for step in record["steps"] for call in step["calls"]]
+
+
+def action_patterns(record: dict, kind: str = "bigram") -> list[str]:
+    """The trajectory's action patterns of one `kind` (see SignalConfig.rare_pattern), with repeats."""
+    if kind not in RARE_PATTERNS:
+        raise ValueError(f"pattern kind must be one of {RARE_PATTERNS}, not {kind!r}")
+    names = action_names(record)
+    if not names:
+        return []
+    if kind == "sequence":
+        return [">".join(names)]
+    if kind == "set":
+        return [",".join(sorted(set(names)))]
+    if len(names) == 1:
+        return names
+    return [f"{a}>{b}" for a, b in zip(names, names[1:])]
+
+
+def task_type(record: dict) -> str:
+    """The sorted involved classes joined by "+", e.g. "GorillaFileSystem+TwitterAPI"."""
+    return "+".join(sorted(set(record["involved_classes"])))
+
+
+class Signal(ABC):
+    """One signal type. It sees every rollout of a training step and returns the signal/v1 records that fire."""
+
+    type: ClassVar[str]
+    """Registry name, also the `type` of its records."""
+
+    def __init__(self, config: SignalConfig):
+        self.config = config
+
+    @abstractmethod
+    def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
+        """Records fired by the rollouts of training step `step`; updates the running state.
+
+        The rollouts are well formed: SignalExtractor has dropped the others (see `required_fields`)."""
+
+    def required_fields(self) -> tuple[str, ...]:
+        """Rollout fields this type reads beyond task_id, score and steps. Rollouts without them are skipped."""
+        return ()
+
+    def state_dict(self) -> dict:
+        """The running state as JSON-serialisable data. A stateless type keeps none."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned."""
+
+    def fire(self, rollout: dict, step: int, evidence: dict) -> dict:
+        """The signal/v1 record of this type for one rollout."""
+        rid = rollout_id(rollout)
+        return {"schema": SIGNAL_SCHEMA, "signal_id": f"{self.type}/{rid}", "type": self.type, "rollout_id": rid,
+                "task_id": rollout["task_id"], "step": step, "evidence": evidence}
+
+
+SIGNALS: dict[str, type[Signal]] = {}
+"""Registered signal types by name."""
+
+
+def register(cls: type[Signal]) -> type[Signal]:
+    """Class decorator that makes a Signal subclass available under its `type` name."""
+    name = getattr(cls, "type", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__qualname__} needs a non-empty `type` name to be registered")
+    if name in SIGNALS and SIGNALS[name] is not cls:
+        # Re-running a notebook cell redefines the class, so the newer definition wins.
+        log.warning("signal type %r: %s replaces %s", name, cls.__qualname__, SIGNALS[name].__qualname__)
+    SIGNALS[name] = cls
+    return cls
+
+
+def _solved(score: float, config: SignalConfig) -> bool:
+    return score >= config.success_threshold
+
+
+@register
+class Forgetting(Signal):
+    """A failure on a task (or task type) that was solved within its last W scores, observed in earlier steps."""
+
+    type = "forgetting"
+
+    def __init__(self, config: SignalConfig):
+        super().__init__(config)
+        self.windows: dict[str, deque[float]] = {}
+
+    def required_fields(self) -> tuple[str, ...]:
+        return ("involved_classes",) if self.config.forgetting_key == "task_type" else ()
+
+    def key(self, rollout: dict) -> str:
+        return rollout["task_id"] if self.config.forgetting_key == "task" else task_type(rollout)
+
+    def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
+        fired = []
+        for rollout in rollouts:
+            key = self.key(rollout)
+            window = list(self.windows.get(key, ()))
+            if not _solved(rollout["score"], self.config) and any(_solved(s, self.config) for s in window):
+                fired.append(self.fire(rollout, step, {"key": key, "window": window, "score": rollout["score"]}))
+        # The window grows only after the whole step. Mixed outcomes within one step come from the same
+        # policy, and that spread is a boundary signal, not forgetting.
+        for rollout in rollouts:
+            key = self.key(rollout)
+            self.windows.setdefault(key, deque(maxlen=self.config.forgetting_window)).append(rollout["score"])
+        return fired
+
+    def state_dict(self) -> dict:
+        return {"windows": {key: list(window) for key, window in self.windows.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.windows = {key: deque(scores, maxlen=self.config.forgetting_window)
+                        for key, scores in state["windows"].items()}
+
+
+@register
+class Boundary(Signal):
+    """All K samples of a task whose outcomes in one step lie on both sides of the threshold.
+
+    These are the groups with non-zero GRPO advantage variance when rewards are binary."""
+
+    type = "boundary"
+
+    def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for rollout in rollouts:
+            groups[rollout["task_id"]].append(rollout)
+        threshold = self.config.success_threshold
+        fired = []
+        for group in groups.values():
+            scores = [r["score"] for r in group]
+            if any(s > threshold for s in scores) and any(s < threshold for s in scores):
+                fired += [self.fire(r, step, {"group_scores": scores}) for r in group]
+        return fired
+
+
+@register
+class Rare(Signal):
+    """Trajectories that contain an action pattern whose cumulative frequency over training is below theta %."""
+
+    type = "rare"
+
+    def __init__(self, config: SignalConfig):
+        super().__init__(config)
+        self.counts: Counter[str] = Counter()
+        self.total = 0
+
+    def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
+        patterns = [sorted(set(action_patterns(r, self.config.rare_pattern))) for r in rollouts]
+        for own in patterns:
+            self.counts.update(own)
+            self.total += len(own)
+        if self.total < self.config.rare_min_total:
+            return []
+        fired = []
+        for rollout, own in zip(rollouts, patterns):
+            # c_p > 0 always holds here because this step's patterns were counted first. The comparison uses
+            # integers, so a frequency exactly at theta / 100 is not rare.
+            rare = [{"pattern": p, "count": self.counts[p]} for p in own
+                    if self.counts[p] * 100 < self.config.rare_theta * self.total]
+            if rare:
+                fired.append(self.fire(rollout, step, {"patterns": rare, "total": self.total,
+                                                       "theta": self.config.rare_theta}))
+        return fired
+
+    def state_dict(self) -> dict:
+        return {"counts": dict(self.counts), "total": self.total}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.counts, self.total = Counter(state["counts"]), state["total"]
+
+
+@register
+class Compositional(Signal):
+    """A failure on a multi-class task while the agent recently solves single-class tasks of each class involved.
+
+    It can do each part alone but not the composition: the "compositional blind spot" that the paper's
+    limitations name. It is an example of a user-defined type, off by default. Single-class outcomes of the
+    last `compositional_window` steps count, this step included, since its samples come from the current
+    policy."""
+
+    type = "compositional"
+
+    def __init__(self, config: SignalConfig):
+        super().__init__(config)
+        self.outcomes: dict[str, list[list[int]]] = {}  # class -> [[step, solved 0/1], ...]
+
+    def required_fields(self) -> tuple[str, ...]:
+        return ("involved_classes",)
+
+    def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
+        for rollout in rollouts:
+            classes = set(rollout["involved_classes"])
+            if len(classes) == 1:
+                self.outcomes.setdefault(classes.pop(), []).append(
+                    [step, int(_solved(rollout["score"], self.config))])
+        oldest = step - self.config.compositional_window
+        recent = {c: [o for o in seen if o[0] > oldest] for c, seen in self.outcomes.items()}
+        self.outcomes = {c: seen for c, seen in recent.items() if seen}
+        rates = {c: sum(solved for _, solved in seen) / len(seen) for c, seen in self.outcomes.items()}
+        fired = []
+        for rollout in rollouts:
+            classes = sorted(set(rollout["involved_classes"]))
+            if (len(classes) >= 2 and not _solved(rollout["score"], self.config)
+                    and all(rates.get(c, -1.0) >= self.config.compositional_min_rate for c in classes)):
+                fired.append(self.fire(rollout, step, {"classes": classes, "score": rollout["score"],
+                                                       "single_class_rates": {c: rates[c] for c in classes}}))
+        return fired
+
+    def state_dict(self) -> dict:
+        return {"outcomes": self.outcomes}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.outcomes = {c: [list(o) for o in seen] for c, seen in state["outcomes"].items()}
+
+
+def _problem(record: object, required: tuple[str, ...]) -> str | None:
+    """Why a rollout cannot be used, or None when it can."""
+    if not isinstance(record, dict):
+        return f"not a mapping but {type(record).__name__}"
+    if not isinstance(record.get("task_id"), str):
+        return "no task_id"
+    score = record.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        return f"no numeric score ({score!r})"
+    steps = record.get("steps")
+    if not isinstance(steps, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("calls"), list) and all(isinstance(c, str) for c in s["calls"])
+            for s in steps):
+        return "malformed steps (expected [{'calls': [str, ...]}, ...])"
+    classes = record.get("involved_classes")
+    if classes is not None and not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
+        return "malformed involved_classes"
+    missing = [name for name in required if name not in record]
+    if missing:
+        return f"missing {missing}"
+    return None
+
+
+class SignalExtractor:
+    """Runs the enabled signal types over each training step's rollouts. Malformed rollouts are skipped and counted."""
+
+    def __init__(self, config: SignalConfig):
+        unknown = [name for name in config.enabled if name not in SIGNALS]
+        if unknown:
+            raise ValueError(f"unknown signal type(s) {unknown}; registered: {sorted(SIGNALS)}")
+        self.config = config
+        self.signals: dict[str, Signal] = {name: SIGNALS[name](config) for name in config.enabled}
+        self.required = tuple(sorted({f for signal in self.signals.values() for f in signal.required_fields()}))
+        self.skipped = 0  # rollouts skipped as malformed so far
+
+    def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
+        """Every record fired in this step, grouped by signal type in `enabled` order."""
+        valid = []
+        for record in rollouts:
+            problem = _problem(record, self.required)
+            if problem is None:
+                valid.append(record)
+                continue
+            self.skipped += 1
+            name = record.get("rollout_id", record.get("task_id")) if isinstance(record, dict) else None
+            log.warning("step %s: skipping rollout %s: %s", step, name, problem)
+        return [record for signal in self.signals.values() for record in signal.observe(step, valid)]
+
+    def state_dict(self) -> dict:
+        return {"signals": {name: signal.state_dict() for name, signal in self.signals.items()},
+                "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        saved = state["signals"]
+        if set(saved) != set(self.signals):
+            raise ValueError(f"state holds signal types {sorted(saved)}, this extractor runs {sorted(self.signals)}")
+        for name, signal in self.signals.items():
+            signal.load_state_dict(saved[name])
+        self.skipped = state["skipped"]
