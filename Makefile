@@ -22,7 +22,7 @@ setup: $(STAMP)
 # The notebooks run under nbval with results and figures sent to a scratch folder (the committed ones stay).
 test: setup
 	$(PY) -m pytest tests
-	rm -rf runs/nbval && COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures \
+	rm -rf runs/nbval && COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
 # Runs the numbered notebooks with papermill on the embedded default profile; results/ and figures/ are rewritten.

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import EXEC_ERROR, BFCLEnv, is_error_observation
+from coevolve_lib.envs.bfcl import BFCLEnv, is_error_observation
 from coevolve_lib.envs.safe_calls import Call, CallParseError, parse_call, parse_call_list
 from coevolve_lib.llm_json import LLMOutputError, extract_json_object
 from coevolve_lib.models import ChatModel, Generation, GenerationConfig
@@ -665,7 +665,7 @@ class SchemaExplorer(Explorer):
                     pool.penalize(call)
                 pool.harvest_observation(call.name, observation)
                 triplets.append(_triplet(target, context, run_id, step, source, observation,
-                                         not observation.startswith(EXEC_ERROR), self.name))
+                                         not is_error_observation(observation), self.name))
             env.close()
         return triplets
 
@@ -774,7 +774,7 @@ class LLMExplorer(Explorer):
                     observation, valid = f"{NO_VALID_ACTION}: {reason}", False
                 else:
                     [observation] = run["env"].execute([call])
-                    action, valid = call.to_source(), not observation.startswith(EXEC_ERROR)
+                    action, valid = call.to_source(), not is_error_observation(observation)
                 run["steps"].append((action, observation))
                 triplets.append((run["index"], _triplet(target, context, run["run_id"], step, action, observation,
                                                         valid, self.name)))

@@ -144,7 +144,7 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
         _add_cost(costs["validate"], verdict.get("cost", {}))
     costs["validate"]["wall_seconds"] = round(time.perf_counter() - stage_start, 2)
 
-    # Stage 3c: append the accepted tasks (in spec order, so a capped D_0 is deterministic) to the pool.
+    # Stage 3c: append the accepted tasks (in a deterministic order) to the pool.
     by_source = {(e["source"]["task_id"], e["source"]["signal_id"]): e for e in wanted}
     accepted = []
     for spec in specs:
@@ -154,8 +154,14 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
         exploration = by_source[(spec["source"]["task_id"], spec["source"]["signal_id"])]
         accepted.append(to_pool_task(spec, verdict, round_index, provenance_extra={
             "signal": exploration["signal"], "context": exploration["context"]}))
-    if max_new_tasks is not None:
-        accepted = accepted[:max_new_tasks]
+    if max_new_tasks is not None:  # keep the cap diverse: every source's first task, then every second, ...
+        rank = Counter()
+        ranked = []
+        for order, task in enumerate(accepted):
+            origin = task["provenance"]["origin_task"]
+            ranked.append((rank[origin], order, task))
+            rank[origin] += 1
+        accepted = [task for _, _, task in sorted(ranked, key=lambda item: item[:2])][:max_new_tasks]
     pool.add_round(accepted, round_index)  # idempotent: a resumed round adds nothing twice
 
     rejections = Counter(v["reason"] for v in verdicts.values() if not v["accepted"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coevolve_lib import toolcalls
@@ -28,20 +28,34 @@ class WarmStartConfig:
 
     enabled: bool = False
     """Run the warm start (tiny profile: on; paper profiles: off)."""
-    max_steps: int = 300
-    """Optimizer steps; the cosine schedule ends exactly here."""
-    batch_size: int = 16
+    max_steps: int = 340
+    """Optimizer steps; the cosine schedule ends exactly here (340 x batch 8 ~ 5 min on one core)."""
+    batch_size: int = 8
     """Conversations per step."""
     learning_rate: float = 3e-3
     """Peak learning rate (a random-init 2M-parameter model needs a large one)."""
-    warmup_steps: int = 20
+    warmup_steps: int = 10
     """Linear warm-up steps before the cosine decay."""
-    max_length: int = 1024
+    max_length: int = 512
     """Tokens per conversation (longer ones are cut)."""
     seed: int = 0
     """Seed of data order and initialisation of new weights."""
     group_by_length: bool = True
-    """Batch conversations of similar length together (less padding, ~same quality)."""
+    """Batch conversations of similar length together (less padding)."""
+    extra_seeds: list[int] = field(default_factory=list)
+    """Also train on synthetic tasks from unguided schema exploration of the given tasks' initial states, one
+    exploration per seed (seeds should differ from the D_0 exploration seed). These are warm-start data only:
+    they never enter the RL pool. Empty: train on the given (D_0) tasks only."""
+    extra_long_seeds: list[int] = field(default_factory=list)
+    """Like `extra_seeds`, but D_0-shaped tasks (exploration S=8, 3-6 reference calls), ~9-10 per state and seed."""
+    extra_runs: int = 10
+    """Exploration runs R per initial state for the extra tasks (about 9-10 accepted tasks per state and seed)."""
+    extra_explore_steps: int = 4
+    """Exploration steps S per run for the extra tasks (4: short runs, so mostly 1-3 call tasks)."""
+    extra_max_calls: int = 3
+    """Longest reference of an extra task (short tasks are cheaper per example and easier to learn first)."""
+    task_repeats: int = 3
+    """Copies of each given (D_0) task in the training set when extra tasks are used."""
 
 
 def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
@@ -78,11 +92,18 @@ def warm_start(model_path: str | Path, tasks: list[BFCLTask], out_dir: str | Pat
     """Fine-tune the model at `model_path` on the tasks' reference solutions; save it to `out_dir`.
 
     Tasks whose reference uses positional arguments are skipped (native tool calls carry keyword arguments).
-    Returns `{"path", "examples", "skipped", "steps", "seconds", "final_loss"}`.
+    With `config.extra_seeds` / `extra_long_seeds`, the training set is `task_repeats` copies of `tasks` plus
+    synthetic warm-start tasks explored from the same initial states (see `extra_tasks`; warm-start data only).
+    Returns `{"path", "examples", "extra_tasks", "skipped", "steps", "seconds", "final_loss"}` (`seconds`: training
+    only; making the extra tasks takes ~10 s per short seed and ~30 s per long seed on one core).
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    extra = extra_tasks(tasks, Path(out_dir) / "extra_tasks", config) if config.extra_seeds or config.extra_long_seeds \
+        else []
+    if extra:
+        tasks = list(tasks) * config.task_repeats + extra
     examples, skipped = [], 0
     for task in tasks:
         if any(parse_call(c).args for turn in task.ground_truth for c in turn):
@@ -104,8 +125,32 @@ def warm_start(model_path: str | Path, tasks: list[BFCLTask], out_dir: str | Pat
     output = trainer.train()
     trainer.save_model(str(out_dir))
     trainer.processing_class.save_pretrained(str(out_dir))
-    return {"path": str(out_dir), "examples": len(examples), "skipped": skipped, "steps": output.global_step,
+    return {"path": str(out_dir), "examples": len(examples), "extra_tasks": len(extra), "skipped": skipped,
+            "steps": output.global_step,
             "seconds": round(time.perf_counter() - start, 1), "final_loss": output.training_loss}
+
+
+def extra_tasks(tasks: list[BFCLTask], work_dir: str | Path, config: WarmStartConfig) -> list[BFCLTask]:
+    """Validated synthetic warm-start tasks: unguided schema exploration of the initial states of `tasks`, one
+    D_0-style synthesis per seed in `config.extra_seeds` (deterministic, seconds per seed)."""
+    from coevolve_lib.explore import ExploreConfig
+    from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
+    from coevolve_lib.pool import TaskPool
+    from coevolve_lib.synthesize import SynthesisConfig, pool_task_to_bfcl
+
+    short = SynthesisConfig(min_steps=1, max_steps=config.extra_max_calls)
+    plans = [(f"short_{s}", s, config.extra_explore_steps, short) for s in config.extra_seeds]
+    plans += [(f"long_{s}", s, 8, SynthesisConfig()) for s in config.extra_long_seeds]
+    out = []
+    for name, seed, steps, synthesis in plans:
+        seed_dir = Path(work_dir) / name
+        pool = TaskPool(seed_dir / "pool.jsonl")
+        if not len(pool):
+            feedback = FeedbackConfig(explore=ExploreConfig(runs=config.extra_runs, steps=steps, seed=seed),
+                                      synthesis=synthesis)
+            synthesize_initial(tasks, pool, seed_dir / "round", feedback, size=10**9, progress=False)
+        out += [pool_task_to_bfcl(t) for t in pool.tasks]
+    return out
 
 
 def _use_cpu() -> bool:
