@@ -117,6 +117,8 @@ class Episode:
         observations = self.env.execute(reply.calls)
         self.env_seconds += time.perf_counter() - start
         self.messages.extend(toolcalls.tool_messages(reply, observations))
+        # As in BFCL's runner, `calls` are the decoded calls, a call to a function the environment lacks included
+        # (its observation is the error); `rejected` are attempts that did not decode to a literal-only call.
         self.steps.append({"turn": self.turn, "step": self.steps_in_turn, "raw": generation.text,
                            "calls": [c.to_source() for c in reply.calls], "observations": observations,
                            "rejected": reply.errors})

@@ -167,9 +167,10 @@ class HFChatModel(ChatModel):
             temperature=None if greedy else config.temperature, top_p=None if greedy else config.top_p,
             top_k=None if greedy else 0, eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id,
         )
-        # fork_rng: seeding for this call must not change the caller's global RNG stream.
+        # A seeded call runs in a forked RNG so that it does not change the caller's global stream; an unseeded
+        # call draws from (and advances) the global stream, so repeated calls give different samples.
         devices = [self.model.device] if self.model.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        with torch.inference_mode(), torch.random.fork_rng(devices=devices, enabled=config.seed is not None):
             if config.seed is not None:
                 torch.manual_seed(config.seed)
             sequences = self.model.generate(**batch, generation_config=hf_config)

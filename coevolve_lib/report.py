@@ -10,6 +10,13 @@ import pandas as pd
 from coevolve_lib import paper
 
 
+def _save(fig, path):
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    return fig
+
+
 def scale_of(result: dict) -> str:
     """The scale a measured number was obtained at, written out for a table row."""
     return (f"profile={result['profile']}, BFCL {result['data_version']} {result['category']}, "
@@ -49,12 +56,6 @@ def failure_breakdown(result: dict) -> pd.Series:
     return pd.Series(counts, name="episodes").sort_values(ascending=False)
 
 
-def _save(fig, path):
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    return fig
-
 
 def plot_interaction_turns(groups: dict[str, list[int]], path: str | Path | None = None):
     """The paper's Fig. 7: how many tool calls a task takes, one histogram per task set (e.g. original BFCL vs
@@ -78,9 +79,14 @@ def plot_signal_counts(signals: list[dict], path: str | Path | None = None):
     """Signals by type and probe/training step (the paper's Figs. 3b and 4)."""
     import matplotlib.pyplot as plt
 
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    if not signals:
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no signal fired", ha="center", va="center")
+            ax.set_axis_off()
+        return _save(fig, path)
     counts = pd.crosstab(pd.Series([s["step"] for s in signals], name="step"),
                          pd.Series([s["type"] for s in signals], name="signal"))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     counts.plot.bar(ax=left, rot=0)
     left.set_title("signals per step")
     left.set_ylabel("trajectories marked")

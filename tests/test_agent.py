@@ -111,3 +111,24 @@ def test_endpoint_failure_ends_the_episode_as_a_counted_model_error():
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=5, backoff_s=0.01, max_retries=1)
         [record] = run_rollouts(model, [task], RolloutConfig(), progress=False)
     assert record["terminated"] == "model_error" and record["error_message"] and not record["success"]
+
+
+class OneReplyModel(ChatModel):
+    """Replies `text` once, then answers. Unit tests only."""
+
+    def __init__(self, text):
+        self.name, self.native_tools, self.text, self.calls = "one-reply", False, text, 0
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        self.calls += 1
+        return [Generation(self.text if self.calls == 1 else "Done.", None, 5, 5, 0.0, "stop") for _ in conversations]
+
+
+def test_hallucinated_functions_are_recorded_with_their_error_and_never_run():
+    task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
+    [record] = run_rollouts(OneReplyModel("[teleport(to='x'), ls(), cd(folder=__import__('os'))]"), [task],
+                            RolloutConfig(), progress=False)
+    [step] = record["steps"]
+    assert step["calls"] == ["teleport(to='x')", "ls()"]  # decoded calls, as BFCL's runner records them
+    assert step["observations"][0].startswith("Error during execution") and "current_directory" in step["observations"][1]
+    assert len(step["rejected"]) == 1  # the non-literal argument never decoded

@@ -124,3 +124,12 @@ def test_openai_spec_builds_a_client_without_connecting(monkeypatch):
     assert isinstance(model, OpenAIChatModel) and model.native_tools
     assert model.name == "some-model" and str(model.client.base_url).startswith("http://127.0.0.1:9/v1")
     assert model.client.api_key == "EMPTY"
+
+
+def test_unseeded_sampling_differs_between_calls():
+    """Without a seed, two sampled calls must not replay the same random stream (a server's requests carry none)."""
+    model = load_chat_model("tiny")
+    config = GenerationConfig(max_new_tokens=12, temperature=1.0)
+    conversation = [{"role": "user", "content": "List the files."}]
+    texts = {model.generate([conversation], config=config)[0].text for _ in range(3)}
+    assert len(texts) > 1
