@@ -25,7 +25,7 @@ from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, syn
 from coevolve_lib.models import GenerationConfig, load_chat_model
 from coevolve_lib.paths import MODELS_DIR
 from coevolve_lib.pool import TaskPool
-from coevolve_lib.records import read_jsonl, write_json_atomic
+from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.synthesize import pool_task_to_bfcl
 from coevolve_lib.warmstart import warm_start
@@ -84,8 +84,9 @@ class DataEngine:
     def probe_rollouts(self, progress: bool = True) -> list[dict]:
         """K rollouts per sampled pool task for each probe step; each finished step is one file, written atomically."""
         cfg = self.config.probe
-        probe_dir = self.run_dir / "probe"
-        step_path = lambda step: probe_dir / f"step_{step:03d}.json"  # noqa: E731
+        def step_path(step: int) -> Path:
+            return self.run_dir / "probe" / f"step_{step:03d}.json"
+
         missing = [step for step in range(cfg.steps) if not step_path(step).exists()]
         if missing:
             model = load_chat_model(self.policy())
@@ -111,9 +112,7 @@ class DataEngine:
         signals = []
         for step in sorted({r["step"] for r in rollouts}):
             signals += extractor.observe(step, [r for r in rollouts if r["step"] == step])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(s) + "\n" for s in signals))
-        tmp.replace(path)
+        write_jsonl_atomic(path, signals)
         return signals
 
     def signal_round(self, round_index: int, signals: list[dict], rollouts: list[dict],

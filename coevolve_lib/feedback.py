@@ -145,13 +145,12 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
     costs["validate"]["wall_seconds"] = round(time.perf_counter() - stage_start, 2)
 
     # Stage 3c: append the accepted tasks (in a deterministic order) to the pool.
-    by_source = {(e["source"]["task_id"], e["source"]["signal_id"]): e for e in wanted}
     accepted = []
     for spec in specs:
         verdict = verdicts[spec["spec_id"]]
         if not verdict["accepted"]:
             continue
-        exploration = by_source[(spec["source"]["task_id"], spec["source"]["signal_id"])]
+        exploration = sources[(spec["source"]["task_id"], spec["source"]["signal_id"])]
         accepted.append(to_pool_task(spec, verdict, round_index, provenance_extra={
             "signal": exploration["signal"], "context": exploration["context"]}))
     if max_new_tasks is not None:  # keep the cap diverse: every source's first task, then every second, ...
@@ -191,8 +190,6 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
     """D_0: unguided exploration of the environments of `tasks` (benchmark *train* tasks: only their initial
     states are used, never their queries or answers as training tasks), abstracted and validated through the
     same path as a signal round, capped at `size` tasks (the paper's N = 100)."""
-    if len(pool) and pool.version >= 0:
-        return run_round(0, round_dir, [], pool, config, model, size, progress)
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
     targets = [ExplorationTarget.from_bfcl_task(task) for task in tasks]
     return run_round(0, round_dir, targets, pool, unguided, model, size, progress)

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
-import tempfile
 from pathlib import Path
 
-from coevolve_lib.records import read_jsonl, write_json_atomic
+from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 
 
 class TaskPool:
@@ -66,26 +64,12 @@ class TaskPool:
             seen.add(task["task_id"])
             added.append({**copy.deepcopy(task), "pool_version": round_index})
         if added:
-            self._write(self.tasks + added)
+            write_jsonl_atomic(self.path, self.tasks + added)
         write_json_atomic(self.rounds_path, {"rounds": sorted(self._rounds | {round_index})})
         self.tasks += added
         self._ids = seen
         self._rounds.add(round_index)
         return copy.deepcopy(added)
-
-    def _write(self, tasks: list[dict]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp",
-                                         delete=False, encoding="utf-8") as f:
-            for task in tasks:
-                f.write(json.dumps(task, ensure_ascii=False, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.replace(f.name, self.path)
-        finally:
-            if os.path.exists(f.name):  # the rename failed: leave no half-finished pool file behind
-                os.unlink(f.name)
 
     def sample(self, n: int, seed: int, versions: set[int] | None = None) -> list[dict]:
         """`n` tasks drawn uniformly (from the given versions only, if any): without replacement, or with

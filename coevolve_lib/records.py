@@ -46,16 +46,31 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return records
 
 
-def write_json_atomic(path: str | Path, obj) -> None:
-    """Write JSON to a temporary file in the same folder, then rename it over `path` (atomic on POSIX)."""
+def _write_atomically(path: str | Path, text: str) -> None:
+    """Write `text` to a temporary file in the same folder, fsync it, then rename it over `path` (atomic on
+    POSIX): a killed process leaves the old file or the new one, never a half-written one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False, default=str)
-        f.write("\n")
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name + ".", suffix=".tmp", delete=False,
+                                     encoding="utf-8") as f:
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(f.name, path)
+    try:
+        os.replace(f.name, path)
+    finally:
+        if os.path.exists(f.name):  # the rename failed: leave no temporary file behind
+            os.unlink(f.name)
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    """Replace `path` with `obj` as JSON, atomically."""
+    _write_atomically(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def write_jsonl_atomic(path: str | Path, records: list[dict]) -> None:
+    """Replace `path` with `records` as JSON Lines, atomically."""
+    _write_atomically(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records))
 
 
 def git_commit() -> str:
