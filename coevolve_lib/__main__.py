@@ -7,6 +7,7 @@ COMMANDS = {
     "setup": ("coevolve_lib.setup_offline", "install the BFCL data wheels, build the offline models, install the kernel"),
     "bfcl-replay": ("coevolve_lib.envs.bfcl_replay", "replay BFCL ground truth through the kit and the official checker"),
     "evaluate": ("coevolve_lib.evaluate", "zero-shot evaluation of a chat model on BFCL multi-turn"),
+    "train": ("coevolve_lib.train", "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
 }
 
 

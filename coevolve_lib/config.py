@@ -15,6 +15,7 @@ from coevolve_lib.explore import ExploreConfig
 from coevolve_lib.paths import REPO_ROOT
 from coevolve_lib.signals import SignalConfig
 from coevolve_lib.synthesize import SynthesisConfig
+from coevolve_lib.train_config import LaunchConfig, LoraSettings, TrainConfig
 from coevolve_lib.warmstart import WarmStartConfig
 
 CONFIGS_DIR = REPO_ROOT / "configs"
@@ -78,10 +79,11 @@ def build(config_class, values: dict):
     return config_class(**values)
 
 
-def eval_config(profile: str = "tiny", **overrides) -> EvalConfig:
-    """The evaluation config of a profile, with `overrides` (None values mean "keep the profile's")."""
-    raw = load_profile(profile)
-    values = {"model": raw.get("model"), "profile": profile, **raw.get("evaluation", {})}
+def eval_config(profile: str = "tiny", raw: dict | None = None, **overrides) -> EvalConfig:
+    """The evaluation config of a profile, with `overrides` (None values mean "keep the profile's");
+    `raw`: an already loaded (and overridden) profile mapping instead of the file."""
+    raw = load_profile(profile) if raw is None else raw
+    values = {"model": raw.get("model"), "profile": profile, **(raw.get("evaluation") or {})}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return build(EvalConfig, {k: v for k, v in values.items() if v is not None})
 
@@ -145,10 +147,10 @@ _SECTIONS = {"signals": SignalConfig, "explore": ExploreConfig, "synthesis": Syn
              "warm_start": WarmStartConfig, "probe": ProbeConfig}
 
 
-def data_engine_config(profile: str = "tiny", **overrides) -> DataEngineConfig:
+def data_engine_config(profile: str = "tiny", raw: dict | None = None, **overrides) -> DataEngineConfig:
     """The data-engine config of a profile (`model` and the `data_engine:` section of its YAML), with overrides;
     a section override is a mapping of its fields, e.g. `explore={"runs": 5}`."""
-    raw = load_profile(profile)
+    raw = load_profile(profile) if raw is None else raw
     values = {"model": raw.get("model"), "profile": profile, **(raw.get("data_engine") or {})}
     for key, value in overrides.items():
         if value is None:
@@ -160,3 +162,66 @@ def data_engine_config(profile: str = "tiny", **overrides) -> DataEngineConfig:
     for key, section in _SECTIONS.items():
         values[key] = build(section, values.get(key) or {})
     return build(DataEngineConfig, {k: v for k, v in values.items() if v is not None})
+
+
+@dataclass
+class RunConfig:
+    """Everything one training run needs: the profile's model and its three sections."""
+
+    profile: str
+    """Profile name (configs/<profile>.yaml)."""
+    model: str
+    """The policy's starting model (see EvalConfig.model)."""
+    evaluation: EvalConfig
+    data_engine: DataEngineConfig
+    training: TrainConfig
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["training.max_steps=20", "data_engine.explore.runs=2"]` -> a nested mapping (values parsed as YAML)."""
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not of the form section.field=value")
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = _scalar(value)
+    return out
+
+
+def _scalar(text: str):
+    """A YAML value, with numbers such as `2e-4` (a string to YAML 1.1) read as numbers."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def merge(base: dict, overrides: dict) -> dict:
+    """A copy of `base` with `overrides` merged in, mapping by mapping."""
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = merge(out.get(key) or {}, value) if isinstance(value, dict) and key != "target_modules" else value
+    return out
+
+
+def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None) -> RunConfig:
+    """The full config of a training run: the profile, with overrides (a nested mapping or `a.b=c` strings).
+    Unknown sections or fields raise a ValueError that lists the valid ones."""
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    raw = merge(load_profile(profile), overrides or {})
+    unknown = sorted(set(raw) - {"model", "evaluation", "data_engine", "training"})
+    if unknown:
+        raise ValueError(f"unknown profile section(s) {unknown}; valid: data_engine, evaluation, model, training")
+    training = dict(raw.get("training") or {})
+    training["lora"] = build(LoraSettings, training.get("lora") or {})
+    training["launch"] = build(LaunchConfig, training.get("launch") or {})
+    return RunConfig(profile=profile, model=raw["model"], evaluation=eval_config(profile, raw=raw),
+                     data_engine=data_engine_config(profile, raw=raw), training=build(TrainConfig, training))

@@ -7,14 +7,17 @@ run) pick up where the last one stopped:
     signals (forgetting / boundary / rare) from those rollouts
     a signal-guided round: contexts, re-exploration, abstraction, validation  ->  pool version 1, 2, ...
 
-Layout of `run_dir`: pool.jsonl (+ .rounds.json), round_000/ (D_0), warm_start/, probe_rollouts.jsonl,
+Layout of `run_dir`: pool.jsonl (+ .rounds.json), round_000/ (D_0), probe_rollouts.jsonl,
 signals.jsonl, round_001/, ...
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 from coevolve_lib.agent import RolloutConfig, run_rollouts
@@ -23,9 +26,9 @@ from coevolve_lib.envs.bfcl import load_tasks, split_tasks
 from coevolve_lib.explore import ExplorationTarget
 from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
 from coevolve_lib.models import GenerationConfig, load_chat_model
-from coevolve_lib.paths import MODELS_DIR
+from coevolve_lib.paths import CACHE_DIR, MODELS_DIR
 from coevolve_lib.pool import TaskPool
-from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.records import config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.synthesize import pool_task_to_bfcl
 from coevolve_lib.warmstart import warm_start
@@ -66,19 +69,28 @@ class DataEngine:
                                   size=cfg.d0_size, model=self.explorer_model, progress=progress)
 
     def policy(self) -> str:
-        """The policy's model path: the profile's model, warm-started on the D_0 tasks when the profile asks."""
+        """The policy's model path: the profile's model, warm-started on the D_0 tasks when the profile asks.
+
+        Warm starts are cached under `.cache/warm_start/<key>`, the key hashing the base model, the warm-start
+        settings and the D_0 task ids: runs with the same D_0 (notebooks 03 and 06) train it once. A warm start cut
+        short leaves only a `.partial` folder, which the next call starts afresh."""
         cfg = self.config
         base = MODELS_DIR / cfg.model if (MODELS_DIR / cfg.model).exists() else cfg.model
         if not cfg.warm_start.enabled:
             return str(base)
-        out = self.run_dir / "warm_start"
-        summary_path = out / "warm_start.json"
-        if not summary_path.exists():
-            d0_tasks = [pool_task_to_bfcl(t) for t in self.pool.tasks if t["pool_version"] == 0]
-            if not d0_tasks:
-                raise RuntimeError("the pool has no D_0 tasks yet: run initial_pool() first")
-            summary = warm_start(base, d0_tasks, out, cfg.warm_start, tool_docs=cfg.probe.tool_docs)
-            write_json_atomic(summary_path, summary)
+        d0_tasks = [pool_task_to_bfcl(t) for t in self.pool.tasks if t["pool_version"] == 0]
+        if not d0_tasks:
+            raise RuntimeError("the pool has no D_0 tasks yet: run initial_pool() first")
+        key = config_hash({"model": str(base), "warm_start": asdict(cfg.warm_start), "tool_docs": cfg.probe.tool_docs,
+                           "d0": sorted(t.id for t in d0_tasks)})
+        out = CACHE_DIR / "warm_start" / key
+        if not (out / "warm_start.json").exists():
+            partial = out.with_name(key + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            summary = warm_start(base, d0_tasks, partial, cfg.warm_start, tool_docs=cfg.probe.tool_docs)
+            write_json_atomic(partial / "warm_start.json", {**summary, "path": str(out)})
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(partial, out)
         return str(out)
 
     def probe_rollouts(self, progress: bool = True) -> list[dict]:
@@ -117,11 +129,21 @@ class DataEngine:
 
     def signal_round(self, round_index: int, signals: list[dict], rollouts: list[dict],
                      progress: bool = True) -> dict:
-        """One signal-guided round over the selected signal trajectories; the pool grows to version round_index."""
+        """One signal-guided round over the selected signal trajectories; the pool grows to version round_index.
+
+        The chosen (signal, trajectory) pairs are written to the round's `targets.json` before any exploration, and
+        a restarted round reuses them: a run resumed from an earlier checkpoint (whose replayed steps may sample
+        differently) finishes the round it was in, instead of mixing two target sets."""
+        round_dir = self.run_dir / f"round_{round_index:03d}"
+        targets_path = round_dir / "targets.json"
         pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-        pairs = select_targets([s for s in signals if s["task_id"] in pool_tasks],
-                               {r["rollout_id"]: r for r in rollouts}, self.config.max_targets,
-                               seed=self.config.explore.seed + round_index)
+        if targets_path.exists():
+            pairs = json.loads(targets_path.read_text())
+        else:
+            pairs = select_targets([s for s in signals if s["task_id"] in pool_tasks],
+                                   {r["rollout_id"]: r for r in rollouts}, self.config.max_targets,
+                                   seed=self.config.explore.seed + round_index)
+            write_json_atomic(targets_path, pairs)
         targets = [ExplorationTarget.from_pool_task(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
-        return run_round(round_index, self.run_dir / f"round_{round_index:03d}", targets, self.pool,
-                         self.feedback_config(), self.explorer_model, progress=progress)
+        return run_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.explorer_model,
+                         progress=progress)

@@ -33,7 +33,7 @@ def evaluation_tasks(cfg: config_lib.EvalConfig) -> list:
 
 
 def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: bool = True,
-             resume: bool = True) -> dict:
+             resume: bool = True, experiment: str = "zero_shot") -> dict:
     """Run the evaluation and write the results JSON to `out`; returns the result.
 
     With `resume`, episodes already in `<out>.rollouts.jsonl` from the same settings are kept (a killed run
@@ -70,7 +70,7 @@ def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: 
     correct = sum(r["success"] for r in outcomes)
     result = {
         "schema": RESULT_SCHEMA,
-        "experiment": "zero_shot",
+        "experiment": experiment,
         "benchmark": cfg.benchmark,
         "data_version": cfg.data_version,
         "category": normalize_category(cfg.category),

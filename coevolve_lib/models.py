@@ -61,6 +61,8 @@ class Generation:
     """"stop" (end of turn), "length" (hit max_new_tokens) or "error" (see `error`)."""
     error: str | None = None
     """Why the backend failed for this item after retries; None when it succeeded."""
+    token_ids: list[int] | None = None
+    """The generated token ids, stop token included (local backends only; RL trains on exactly these)."""
 
 
 class ChatModel(ABC):
@@ -76,6 +78,24 @@ class ChatModel(ABC):
                  config: GenerationConfig = GenerationConfig()) -> list[Generation]:
         """One Generation per conversation. Messages are OpenAI chat format; `tools` holds, per conversation,
         a list of OpenAI function-tool dicts (or None)."""
+
+
+def generation_attention(device):
+    """Context for `generate` on `device`: on CUDA, SDPA without the cuDNN backend.
+
+    cuDNN attention (picked first by recent torch on Hopper) builds an execution plan for every new shape; in
+    generation every decode step has a new key length and every rollout step a new prompt width, so plan building
+    dominated: measured on an H200 (tiny policy, 64 multi-turn episodes, benchmarks/bench_rollout_tokens.py) 247 ->
+    1840 generated tokens/s without it. Flash / memory-efficient / math kernels need no per-shape plans."""
+    import contextlib
+
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _template_supports_tools(tokenizer) -> bool:
@@ -127,17 +147,27 @@ class HFChatModel(ChatModel):
         except OSError as e:
             raise FileNotFoundError(_missing_model_message(str(path_or_id), local_only, e)) from e
         self.model.to(device).eval()
-        self.device = device
+        self._attach(self.model, self.tokenizer, name or str(path_or_id), max_batch_size)
+
+    @classmethod
+    def from_loaded(cls, model, tokenizer, name: str, max_batch_size: int | None = None) -> "HFChatModel":
+        """A chat model over an already loaded model (e.g. the policy a trainer is updating; no copy is made)."""
+        self = cls.__new__(cls)
+        self._attach(model, tokenizer, name, max_batch_size)
+        return self
+
+    def _attach(self, model, tokenizer, name: str, max_batch_size: int | None) -> None:
+        self.model, self.tokenizer, self.name, self.max_batch_size = model, tokenizer, name, max_batch_size
+        self.device = str(model.device)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.name = name or str(path_or_id)
         self.native_tools = _template_supports_tools(self.tokenizer)
-        self.max_batch_size = max_batch_size
         # Stop at the tokenizer's EOS and at the ChatML end-of-turn token, whichever the template uses.
         stops = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         stops.discard(self.tokenizer.unk_token_id)
         self.stop_ids = sorted(i for i in stops if i is not None)
+        self._continuation_template: str | None = None
 
     def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         """The prompt text for one conversation (tools rendered only when the template supports them)."""
@@ -152,39 +182,88 @@ class HFChatModel(ChatModel):
         return out
 
     def _generate_batch(self, conversations, tools, config):
+        prompts = [self.render(m, tools[j] if tools else None) for j, m in enumerate(conversations)]
+        # The templates already put in every special token (e.g. SmolLM2's would add nothing, Qwen has no BOS).
+        ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        return self.generate_from_ids(ids, config)
+
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """Token ids of a conversation's prompt, ready for the assistant's next message."""
+        return self.tokenizer(self.render(messages, tools), add_special_tokens=False)["input_ids"]
+
+    def continuation_ids(self, messages: list[dict], rendered: int, tools: list[dict] | None = None) -> list[int]:
+        """Token ids that follow the first `rendered` messages (ending with the assistant's own tokens) up to the
+        next assistant prompt: tool results and new user turns, as the chat template frames them.
+
+        Token-level rollouts append these to the ids the model really generated instead of re-rendering the whole
+        conversation, so RL trains on exactly the sampled tokens (as TRL's own tool loop does). Needs a
+        prefix-preserving template: TRL's training variant is used when it has one (e.g. Qwen3 drops empty
+        `<think>` blocks from earlier turns otherwise)."""
+        if self._continuation_template is None:
+            from trl.chat_template_utils import get_training_chat_template
+
+            try:
+                self._continuation_template = get_training_chat_template(self.tokenizer) or self.tokenizer.chat_template
+            except ValueError:  # TRL cannot patch this template; it may still be prefix-preserving (checked below)
+                self._continuation_template = self.tokenizer.chat_template
+        tools = tools if self.native_tools else None
+        render = lambda msgs, gen: self.tokenizer.apply_chat_template(  # noqa: E731
+            msgs, tools=tools, add_generation_prompt=gen, tokenize=False, chat_template=self._continuation_template)
+        prefix, full = render(messages[:rendered], False), render(messages, True)
+        # The prefix ends "...<|im_end|>\n": cut after the end-of-turn token, which the model generated itself.
+        ends = [prefix.rfind(text) + len(text) for text in map(self.tokenizer.decode, ([i] for i in self.stop_ids))
+                if text in prefix]
+        cut = max(ends, default=-1)
+        if cut < 0 or not full.startswith(prefix[:cut]):
+            raise ValueError(f"the chat template of {self.name} is not prefix-preserving, so token-level rollouts "
+                             "cannot extend a conversation; use message-level rollouts or a training template")
+        return self.tokenizer(full[cut:], add_special_tokens=False)["input_ids"]
+
+    def generate_from_ids(self, prompts: list[list[int]], config: GenerationConfig = GenerationConfig()
+                          ) -> list[Generation]:
+        """One Generation (with `token_ids`) per prompt given as token ids, in batches of `max_batch_size`."""
+        step = self.max_batch_size or max(len(prompts), 1)
+        return [g for i in range(0, len(prompts), step) for g in self._generate_ids_batch(prompts[i:i + step], config)]
+
+    def _generate_ids_batch(self, prompts: list[list[int]], config: GenerationConfig) -> list[Generation]:
         import torch
         from transformers import GenerationConfig as HFGenerationConfig
 
+        if not prompts:
+            return []
         start = time.perf_counter()
-        prompts = [self.render(m, tools[j] if tools else None) for j, m in enumerate(conversations)]
-        # The templates already put in every special token (e.g. SmolLM2's would add nothing, Qwen has no BOS).
-        batch = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.model.device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
         greedy = config.temperature <= 0
         # top_k=0 turns off transformers' default top-k of 50: sampling follows temperature/top_p only, as in
         # OpenAI-compatible servers.
         hf_config = HFGenerationConfig(
             max_new_tokens=config.max_new_tokens, do_sample=not greedy,
             temperature=None if greedy else config.temperature, top_p=None if greedy else config.top_p,
-            top_k=None if greedy else 0, eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id,
+            top_k=None if greedy else 0, eos_token_id=self.stop_ids, pad_token_id=pad,
         )
         # A seeded call runs in a forked RNG so that it does not change the caller's global stream; an unseeded
         # call draws from (and advances) the global stream, so repeated calls give different samples.
         devices = [self.model.device] if self.model.device.type == "cuda" else []
-        with torch.inference_mode(), torch.random.fork_rng(devices=devices, enabled=config.seed is not None):
+        with torch.inference_mode(), torch.random.fork_rng(devices=devices, enabled=config.seed is not None), \
+                generation_attention(self.model.device):
             if config.seed is not None:
                 torch.manual_seed(config.seed)
-            sequences = self.model.generate(**batch, generation_config=hf_config)
-        new_tokens = sequences[:, batch["input_ids"].shape[1]:].tolist()
+            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                            generation_config=hf_config)
+        new_tokens = sequences[:, width:].tolist()
         seconds = time.perf_counter() - start
         results = []
-        for row, prompt_len in zip(new_tokens, batch["attention_mask"].sum(dim=1).tolist()):
+        for row, prompt in zip(new_tokens, prompts):
             # Cut at the first stop token (kept in the count); after it come only pad tokens.
             stop_at = next((k for k, t in enumerate(row) if t in self.stop_ids), None)
             completion = row if stop_at is None else row[:stop_at + 1]
             results.append(Generation(
                 text=self.tokenizer.decode(completion, skip_special_tokens=True),
-                tool_calls=None, prompt_tokens=prompt_len, completion_tokens=len(completion), seconds=seconds,
-                finish_reason="length" if stop_at is None else "stop",
+                tool_calls=None, prompt_tokens=len(prompt), completion_tokens=len(completion), seconds=seconds,
+                finish_reason="length" if stop_at is None else "stop", token_ids=completion,
             ))
         return results
 

@@ -107,3 +107,52 @@ def round_table(reports: list[dict]) -> pd.DataFrame:
                      "rejections": r["rejection_reasons"], "added": r["added_to_pool"], "pool size": r["pool_size"],
                      "seconds": r["seconds"]})
     return pd.DataFrame(rows).set_index("round")
+
+
+def plot_training(rows: list[dict], path: str | Path | None = None):
+    """A training run at a glance: train reward and mixed groups per step, signals per step by type, pool size."""
+    import matplotlib.pyplot as plt
+
+    frame = pd.DataFrame(rows).set_index("step")
+    fig, (reward_ax, signal_ax, pool_ax) = plt.subplots(1, 3, figsize=(13, 3.4))
+    frame["train/reward"].plot(ax=reward_ax, marker="o", label="mean reward")
+    if "train/success" in frame:
+        frame["train/success"].plot(ax=reward_ax, marker="x", linestyle=":", label="success rate")
+    if "train/groups" in frame:
+        (frame["train/groups_mixed"] / frame["train/groups"]).plot(ax=reward_ax, marker=".", linestyle="--",
+                                                                   label="groups with mixed outcomes")
+    reward_ax.set_ylim(-0.02, 1.02)
+    reward_ax.set_title("GRPO rollouts")
+    reward_ax.legend(fontsize=8)
+    signal_cols = [c for c in frame.columns if c.startswith("signals/")]
+    frame[signal_cols].rename(columns=lambda c: c.split("/", 1)[1]).plot.bar(ax=signal_ax, stacked=True, rot=0)
+    signal_ax.set_title("signals per step")
+    signal_ax.xaxis.set_major_locator(plt.MaxNLocator(8))
+    frame["pool/size"].plot(ax=pool_ax, drawstyle="steps-post", marker=".")
+    rounds = frame.index[frame.get("feedback/round", pd.Series(dtype=float)).notna()] if "feedback/round" in frame \
+        else []
+    for step in rounds:
+        pool_ax.axvline(step, color="grey", alpha=0.3)
+    pool_ax.set_title("tasks the trainer samples (D_t); lines: rounds")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def feedback_cost_table(summary: dict) -> pd.DataFrame:
+    """The paper's Table 7 (feedback time ratio, single feedback cost, total time) beside this run's."""
+    table = paper.tables()["table7"]
+    rows = [{"source": "paper (Table 7)", "benchmark": r[0], "feedback_time_ratio_%": paper.cell_value(r[1]),
+             "single_feedback_s": paper.cell_value(r[2].rstrip("s")),
+             "total_s": paper.cell_value(r[3].rstrip("s").replace(",", "")),
+             "scale": "Qwen3-4B, 8xH20, 120 steps, F=10, explorer Qwen3-Max"} for r in table["rows"]]
+    t, rounds = summary["time"], summary["rounds"]
+    total = (t["train_s"] or 0) + (t["feedback_s"] or 0) + (t["eval_s"] or 0)
+    rows.append({"source": "measured (this kit)", "benchmark": "BFCL v3 (synthetic pool)",
+                 "feedback_time_ratio_%": round(100 * t["feedback_ratio"], 2) if t["feedback_ratio"] is not None
+                 else None,
+                 "single_feedback_s": round(sum(r["seconds"] for r in rounds) / len(rounds), 2) if rounds else None,
+                 "total_s": round(total, 1),
+                 "scale": f"profile={summary['profile']}, model={summary['model']}, steps={summary['steps']}, "
+                          f"F={summary['feedback_every']}, {summary['tasks_per_step']} tasks x K={summary['group_size']},"
+                          f" seed={summary['seed']}"})
+    return pd.DataFrame(rows)

@@ -132,3 +132,78 @@ def test_hallucinated_functions_are_recorded_with_their_error_and_never_run():
     assert step["calls"] == ["teleport(to='x')", "ls()"]  # decoded calls, as BFCL's runner records them
     assert step["observations"][0].startswith("Error during execution") and "current_directory" in step["observations"][1]
     assert len(step["rejected"]) == 1  # the non-literal argument never decoded
+
+
+class ScriptedTokenModel:
+    """Token-level stand-in for the policy (unit tests only): the real tiny tokenizer and template, and replies that
+    are the pool task's reference calls, one per step, in the template's own tool-call format, then "Done."."""
+
+    def __init__(self, tasks):
+        from coevolve_lib.models import HFChatModel
+
+        real = load_chat_model("tiny")
+        self.chat = HFChatModel.from_loaded(real.model, real.tokenizer, "scripted-tokens")
+        self.scripts = {t.turns[0][0]["content"]: t.ground_truth[0] for t in tasks}
+        self.name, self.native_tools, self.tokenizer, self.stop_ids = "scripted-tokens", True, real.tokenizer, \
+            self.chat.stop_ids
+        self.prompt_ids, self.continuation_ids = self.chat.prompt_ids, self.chat.continuation_ids
+
+    def generate_from_ids(self, prompts, config):
+        out = []
+        for ids in prompts:
+            text = self.tokenizer.decode(ids)
+            query = next(q for q in self.scripts if q in text)
+            step = text.count("<|im_start|>assistant") - 1
+            calls = self.scripts[query]
+            if step < len(calls):
+                call = parse_call(calls[step])
+                reply = "<tool_call>\n" + json.dumps({"name": call.name, "arguments": call.kwargs_dict}) + \
+                    "\n</tool_call><|im_end|>"
+            else:
+                reply = "Done.<|im_end|>"
+            token_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+            out.append(Generation(self.tokenizer.decode(token_ids, skip_special_tokens=True), None, len(ids),
+                                  len(token_ids), 0.0, "stop", token_ids=token_ids))
+        return out
+
+
+def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_path):
+    from coevolve_lib.envs.bfcl import split_tasks
+    from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
+    from coevolve_lib.pool import TaskPool
+    from coevolve_lib.synthesize import pool_task_to_bfcl
+
+    pool = TaskPool(tmp_path / "pool.jsonl")
+    synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, tmp_path / "d0", FeedbackConfig(),
+                       size=3, progress=False)
+    tasks = [pool_task_to_bfcl(t) for t in pool.tasks]
+    model = ScriptedTokenModel(tasks)
+    records = run_rollouts(model, tasks, RolloutConfig(tool_docs="none", token_level=True), samples_per_task=2,
+                           progress=False)
+    assert [r["task_id"] for r in records] == [t.id for t in tasks for _ in range(2)]  # input order
+    tokenizer = model.tokenizer
+    for record in records:
+        assert record["success"], record["error_type"]
+        ids, mask = record["completion_ids"], record["completion_mask"]
+        assert len(ids) == len(mask) and mask[0] == 1 and mask[-1] == 1
+        generated = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+        calls = [parse_call(c) for c in next(t for t in tasks if t.id == record["task_id"]).ground_truth[0]]
+        assert generated == "".join("<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.kwargs_dict}) +
+                                    "\n</tool_call><|im_end|>" for c in calls) + "Done.<|im_end|>"
+        environment = tokenizer.decode([i for i, m in zip(ids, mask) if not m])
+        assert environment.count("<tool_response>") == len(record["steps"])
+        for step in record["steps"]:
+            assert step["observations"][0][:40] in environment
+        # the ids are the conversation as the (prefix-preserving) training template renders it
+        full = tokenizer.decode(record["prompt_ids"] + ids)
+        assert full.startswith(tokenizer.decode(record["prompt_ids"])) and full.endswith("Done.<|im_end|>")
+
+
+def test_token_level_caps_the_completion_length_and_fails_the_episode():
+    tasks = load_tasks("v3", "base")[:1]
+    model = load_chat_model("tiny")
+    cfg = RolloutConfig(tool_docs="none", token_level=True, max_completion_tokens=20,
+                        generation=GenerationConfig(max_new_tokens=16, temperature=1.0, seed=0))
+    [record] = run_rollouts(model, tasks, cfg, progress=False)
+    assert len(record["completion_ids"]) <= 20 and not record["success"]
+    assert record["terminated"] in ("completion_cap", "completed")

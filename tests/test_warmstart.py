@@ -34,3 +34,30 @@ def test_a_short_sft_run_changes_the_parameters(tmp_path):
     after = load_file(tmp_path / "sft" / "model.safetensors")
     changed = [name for name in before if not torch.equal(before[name], after[name])]
     assert len(changed) > len(before) // 2
+
+
+def test_tiny_profile_warm_start_settings_reach_the_trainer(tmp_path, monkeypatch):
+    """The tiny profile keeps the paper's >= 3-action tasks, and its optimizer settings are what TRL receives."""
+    import trl
+
+    from coevolve_lib.config import data_engine_config
+
+    config = data_engine_config("tiny")
+    assert config.synthesis.min_steps >= 3 and config.warm_start.enabled
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_trainer(model, args, train_dataset):
+        seen.update(lr=args.learning_rate, beta2=args.adam_beta2, steps=args.max_steps, rows=len(train_dataset))
+        raise Stop
+
+    monkeypatch.setattr(trl, "SFTTrainer", fake_trainer)
+    tasks = split_tasks(load_tasks("v3", "base"), "train")[:2]
+    try:
+        warm_start(MODELS_DIR / "tiny", tasks, tmp_path / "sft", config.warm_start)
+    except Stop:
+        pass
+    assert seen["lr"] == config.warm_start.learning_rate and seen["beta2"] == config.warm_start.adam_beta2
+    assert seen["steps"] == config.warm_start.max_steps and seen["rows"] > len(tasks) * config.warm_start.task_repeats

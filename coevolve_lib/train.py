@@ -1,0 +1,513 @@
+"""The CoEvolve loop (the paper's Fig. 2): GRPO with TRL's `GRPOTrainer` on the task pool D_t, and a feedback
+round every F steps that grows the pool from the training rollouts' weakness signals.
+
+    D_0 (data engine) -> policy (the profile's model; tiny: + supervised warm start, a kit addition)
+    for step = 1 .. max_steps:
+        rollouts   K token-level multi-turn episodes per task drawn from D_t (TRL's `rollout_func`); the reward is
+                   the BFCL checker on the episode's own executions (1 = success, 0 = failure)
+        update     TRL's GRPO loss; tool results and later user turns are masked out (`env_mask`)
+        signals    forgetting / boundary / rare on this step's rollouts
+        every F    contexts -> re-exploration -> abstraction -> validation -> D_{t+1}; then a checkpoint
+
+Shortcuts, stated up front:
+- TRL builds its dataloader once but D_t grows, so the trainer's dataset holds placeholder "slots" only, and
+  `rollout_func` draws each step's tasks from the live pool itself, seeded by the step: the same step always
+  draws the same tasks from the same pool version. Training samples only rounds committed before the last
+  checkpoint, so a resumed run replays exactly what the interrupted one did.
+- Single-process runs also evaluate in the loop (greedy, the val split, plus a fixed sample of D_0 tasks).
+  Multi-GPU runs evaluate the saved checkpoints afterwards with `python -m coevolve_lib evaluate`.
+
+Run folder: pool.jsonl (+ .rounds.json), round_000/ (D_0), trainer/checkpoint-N/ (TRL state +
+coevolve_state.json), rollouts/step_N.jsonl, signals/step_N.jsonl, round_NNN/, eval/, metrics.jsonl,
+summary.json, final/ (the trained model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from coevolve_lib import config as config_lib
+from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib.engine import DataEngine, stamp_rollouts
+from coevolve_lib.envs.safe_calls import CallParseError, parse_call
+from coevolve_lib.evaluate import evaluate
+from coevolve_lib.models import GenerationConfig, HFChatModel
+from coevolve_lib.paths import REPO_ROOT, RUNS_DIR
+from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.signals import SignalExtractor
+from coevolve_lib.synthesize import pool_task_to_bfcl
+from coevolve_lib.train_config import grpo_kwargs, lora_config
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "coevolve_state.json"
+TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
+
+
+def prefix_reward(record: dict, reference_actions: list[str]) -> float:
+    """1 for a successful episode; else the reference calls it reproduced in order from the start, over one more
+    than the larger of the reference and executed call counts (extra calls cost as much as missing ones, and a
+    failed episode stays below 1 even when every call matched, e.g. without a final answer)."""
+    if record["success"]:
+        return 1.0
+    executed = [call for step in record["steps"] for call in step["calls"]]
+    matched = 0
+    for done, wanted in zip(executed, reference_actions):
+        try:
+            done_call, wanted_call = parse_call(done), parse_call(wanted)
+        except CallParseError:
+            break
+        if (done_call.name, done_call.args, done_call.kwargs_dict) != \
+                (wanted_call.name, wanted_call.args, wanted_call.kwargs_dict):
+            break
+        matched += 1
+    return matched / (max(len(reference_actions), len(executed)) + 1)
+
+
+def environment_reward(completions, score, **kwargs) -> list[float]:
+    """The reward TRL sees: each episode's score from the environment's checker (computed in the rollout)."""
+    return [float(s) for s in score]
+
+
+def rollout_config(cfg) -> RolloutConfig:
+    """Token-level rollout settings of a TrainConfig."""
+    return RolloutConfig(
+        tool_format=cfg.tool_format, tool_docs=cfg.tool_docs, max_steps_per_turn=cfg.max_steps_per_turn,
+        max_steps_per_episode=cfg.max_steps_per_episode, max_batch_size=cfg.rollout_batch_size,
+        generation=GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p),
+        token_level=True, max_completion_tokens=cfg.max_completion_tokens)
+
+
+class PoolRollouts:
+    """TRL's `rollout_func`: draws the step's tasks from the pool and runs K episodes of each with the policy."""
+
+    def __init__(self, pool, cfg, process_index: int = 0):
+        self.pool, self.cfg, self.process_index = pool, cfg, process_index
+        self.allowed_version = 0
+        """Highest pool version training samples (rounds committed after the last checkpoint wait)."""
+        self.pending: list[dict] = []
+        """This step's rollout records (without token ids), collected by the loop after the update."""
+        self.seconds = 0.0
+        """Wall time of this step's rollouts on this process (generation, environment, bookkeeping)."""
+
+    def step_tasks(self, step: int, count: int) -> list[dict]:
+        """This process's `count` tasks of `step`: a seeded draw of the step's tasks over all processes."""
+        drawn = self.pool.sample(self.cfg.tasks_per_step, seed=self.cfg.seed * 1_000_003 + step,
+                                 versions=set(range(self.allowed_version + 1)))
+        return drawn[self.process_index * count:(self.process_index + 1) * count]
+
+    def __call__(self, prompts: list, trainer) -> dict:
+        from trl.models import unwrap_model_for_generation
+
+        step = trainer.state.global_step + 1
+        # TRL hands each process its slice of the batch, each prompt repeated once per generation.
+        tasks = self.step_tasks(step, max(1, len(prompts) // self.cfg.group_size))
+        start = time.perf_counter()
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                                         gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
+                                         ) as model:
+            policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
+            records = run_rollouts(policy, [pool_task_to_bfcl(t) for t in tasks], rollout_config(self.cfg),
+                                   samples_per_task=self.cfg.group_size, progress=False)
+        self.seconds += time.perf_counter() - start
+        output = {"prompt_ids": [r.pop("prompt_ids") for r in records],
+                  "completion_ids": [r.pop("completion_ids") for r in records],
+                  "env_mask": [r.pop("completion_mask") for r in records],
+                  "logprobs": None}  # TRL recomputes what it needs from the policy
+        for record, mask in zip(records, output["env_mask"]):
+            record["model_tokens"] = sum(mask)
+        if self.cfg.reward == "prefix":  # signals read `score` too: the paper's s_now is any [0, 1] task score
+            for record, task in zip(records, (t for t in tasks for _ in range(self.cfg.group_size))):
+                record["score"] = prefix_reward(record, task["reference_actions"])
+        output["score"] = [r["score"] for r in records]
+        self.pending += stamp_rollouts(records, step, {t["task_id"]: t for t in tasks})
+        return output
+
+
+def latest_checkpoint(trainer_dir: Path) -> Path | None:
+    """The newest `checkpoint-N` folder that holds our state file (a checkpoint cut before it was written is skipped)."""
+    done = [p for p in trainer_dir.glob("checkpoint-*") if (p / STATE_FILE).exists()]
+    return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+class CoEvolveLoop:
+    """What happens around TRL's update: records, signals, feedback rounds, evaluation, metrics, state."""
+
+    def __init__(self, run: config_lib.RunConfig, out_dir: Path, engine: DataEngine, rollouts: PoolRollouts,
+                 is_main: bool = True, progress: bool = True):
+        self.run, self.cfg, self.out_dir = run, run.training, out_dir
+        self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
+        self.extractor = SignalExtractor(run.data_engine.signals)
+        self.totals = {"train_s": 0.0, "feedback_s": 0.0, "eval_s": 0.0}
+        self.mark = time.perf_counter()
+        self.row: dict | None = None
+        self.trainer = None
+        self.eval_pool_ids = [t["task_id"] for t in engine.pool.tasks if t["pool_version"] == 0][:run.training.eval_pool_tasks]
+
+    # -- state -------------------------------------------------------------------------------------------------
+    def state_dict(self, step: int) -> dict:
+        return {"step": step, "allowed_version": self.rollouts.allowed_version,
+                "extractor": self.extractor.state_dict(), "totals": self.totals}
+
+    def restore(self, checkpoint: Path) -> int:
+        """Load our state of `checkpoint` and drop what later steps wrote (they are replayed)."""
+        state = json.loads((checkpoint / STATE_FILE).read_text())
+        step = state["step"]
+        self.rollouts.allowed_version = state["allowed_version"]
+        self.extractor.load_state_dict(state["extractor"])
+        self.totals = state["totals"]
+        if self.is_main:
+            write_jsonl_atomic(self.out_dir / "metrics.jsonl",
+                               [r for r in read_jsonl(self.out_dir / "metrics.jsonl") if r["step"] <= step])
+            for folder in ("rollouts", "signals"):
+                for path in (self.out_dir / folder).glob("step_*.jsonl"):
+                    if int(path.stem.split("_")[1]) > step:
+                        path.unlink()
+        return step
+
+    # -- evaluation --------------------------------------------------------------------------------------------
+    def evaluate(self, step: int, model, tokenizer) -> dict:
+        """Greedy success on the val split (the paper's metric) and on a fixed sample of D_0 tasks (cached per step:
+        a resumed run does not evaluate the same checkpoint twice)."""
+        path = self.out_dir / "eval" / f"step_{step:05d}.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        start = time.perf_counter()
+        policy = HFChatModel.from_loaded(model, tokenizer, name=f"{self.run.model}@step{step}")
+        eval_cfg = replace(self.run.evaluation, model=policy.name, profile=self.run.profile,
+                           limit=self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit)
+        val = evaluate(eval_cfg, self.out_dir / "eval" / f"val_step_{step:05d}.json", model=policy,
+                       progress=False, experiment="coevolve_train") if eval_cfg.limit != 0 else {"value": None, "n": 0}
+        pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
+        greedy = replace(rollout_config(self.cfg), generation=GenerationConfig(
+            max_new_tokens=self.cfg.max_new_tokens, temperature=0.0))
+        records = run_rollouts(policy, [pool_task_to_bfcl(pool_tasks[i]) for i in self.eval_pool_ids], greedy,
+                               progress=False)
+        prefix = [prefix_reward(r, pool_tasks[i]["reference_actions"]) for r, i in zip(records, self.eval_pool_ids)]
+        result = {"step": step, "eval/val_success": val["value"], "eval/val_n": val["n"],
+                  "eval/d0_greedy_success": round(100.0 * sum(r["success"] for r in records) / max(len(records), 1), 2),
+                  "eval/d0_greedy_prefix_reward": round(sum(prefix) / max(len(prefix), 1), 4),
+                  "eval/d0_n": len(records)}
+        write_json_atomic(path, result)
+        self.totals["eval_s"] += time.perf_counter() - start
+        return result
+
+    def on_train_begin(self, step: int) -> None:
+        if step == 0 and self.is_main and self.cfg.launch.num_processes == 1:
+            trainer = self.trainer
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            self.evaluate(0, model, trainer.processing_class)
+        self.mark = time.perf_counter()
+
+    # -- after each optimizer step -----------------------------------------------------------------------------
+    def after_step(self, step: int) -> None:
+        from accelerate.utils import gather_object
+
+        train_s = time.perf_counter() - self.mark
+        self.totals["train_s"] += train_s
+        records = gather_object(self.rollouts.pending) if self.cfg.launch.num_processes > 1 else self.rollouts.pending
+        rollout_s, self.rollouts.pending, self.rollouts.seconds = self.rollouts.seconds, [], 0.0
+        row = {"step": step, "time/train_s": round(train_s, 3), "time/rollout_s": round(rollout_s, 3)}
+        if self.is_main:
+            row.update(self._record_step(step, records))
+        if self.cfg.feedback and step % self.cfg.feedback_every == 0:
+            row.update(self._feedback_round(step))
+        last = step == self.cfg.max_steps
+        if self.is_main and self.cfg.launch.num_processes == 1 and (
+                last or (self.cfg.eval_every and step % self.cfg.eval_every == 0)):
+            trainer = self.trainer
+            row.update(self.evaluate(step, trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class))
+        total = sum(self.totals.values())
+        row.update({"time/feedback_s_total": round(self.totals["feedback_s"], 2),
+                    "time/train_s_total": round(self.totals["train_s"], 2),
+                    "time/eval_s_total": round(self.totals["eval_s"], 2),
+                    "time/feedback_ratio": round(self.totals["feedback_s"] / total, 4) if total else 0.0})
+        self.row = row
+        self.mark = time.perf_counter()
+
+    def _record_step(self, step: int, records: list[dict]) -> dict:
+        write_jsonl_atomic(self.out_dir / "rollouts" / f"step_{step:05d}.jsonl", records)
+        signals = self.extractor.observe(step, records)
+        write_jsonl_atomic(self.out_dir / "signals" / f"step_{step:05d}.jsonl", signals)
+        groups: dict[str, list[float]] = {}
+        for r in records:
+            groups.setdefault(r["group_id"], []).append(r["score"])
+        counts = Counter(s["type"] for s in signals)
+        return {
+            "train/reward": round(sum(r["score"] for r in records) / max(len(records), 1), 4),
+            "train/success": round(sum(r["success"] for r in records) / max(len(records), 1), 4),
+            "train/episodes": len(records),
+            "train/groups_mixed": sum(0 < sum(g) < len(g) for g in groups.values()),
+            "train/groups_all_solved": sum(sum(g) == len(g) for g in groups.values()),
+            "train/groups": len(groups),
+            "train/model_tokens_mean": round(sum(r["model_tokens"] for r in records) / max(len(records), 1), 1),
+            "train/calls_mean": round(sum(len(r["steps"]) for r in records) / max(len(records), 1), 2),
+            "train/model_tokens": sum(r["model_tokens"] for r in records),
+            **{f"signals/{name}": counts.get(name, 0) for name in self.extractor.signals},
+            "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.engine.pool.tasks),
+            "pool/version": self.rollouts.allowed_version,
+        }
+
+    def _feedback_round(self, step: int) -> dict:
+        round_index = step // self.cfg.feedback_every
+        start = time.perf_counter()
+        out = {}
+        if self.is_main:
+            window = range(step - self.cfg.feedback_every + 1, step + 1)
+            signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
+            rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
+            report = self.engine.signal_round(round_index, signals, rollouts, progress=self.progress)
+            out = {"feedback/round": round_index, "feedback/targets": report["targets"],
+                   "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
+                   "feedback/tasks_added": report["added_to_pool"],
+                   "feedback/rejected": sum(report["rejection_reasons"].values()),
+                   "feedback/rejection_reasons": report["rejection_reasons"]}
+        if self.cfg.launch.num_processes > 1:
+            from accelerate import PartialState
+
+            PartialState().wait_for_everyone()
+            if not self.is_main:
+                self.engine.pool.__init__(self.engine.pool.path)  # re-read the grown pool
+        self.rollouts.allowed_version = round_index
+        seconds = time.perf_counter() - start
+        self.totals["feedback_s"] += seconds
+        out["feedback/seconds"] = round(seconds, 2)
+        if self.is_main:
+            out["pool/size_after_round"] = len(self.engine.pool)
+        return out
+
+    def on_log(self, step: int, logs: dict) -> None:
+        """TRL's logs of the step join our row, which is then appended to metrics.jsonl."""
+        if self.row is None or self.row["step"] != step or "loss" not in logs:
+            return
+        self.row.update({f"trl/{k}": v for k, v in logs.items()})
+        if self.is_main:
+            rows = read_jsonl(self.out_dir / "metrics.jsonl")
+            write_jsonl_atomic(self.out_dir / "metrics.jsonl", [r for r in rows if r["step"] < step] + [self.row])
+        self.row = None
+
+    def on_save(self, checkpoint: Path, step: int) -> None:
+        if self.is_main:
+            write_json_atomic(checkpoint / STATE_FILE, self.state_dict(step))
+
+
+def _callback(loop: CoEvolveLoop):
+    from transformers import TrainerCallback
+
+    class CoEvolveCallback(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            loop.on_train_begin(state.global_step)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            loop.after_step(state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            loop.on_log(state.global_step, logs or {})
+
+        def on_save(self, args, state, control, **kwargs):
+            loop.on_save(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+
+    return CoEvolveCallback()
+
+
+def train(run: config_lib.RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True) -> dict:
+    """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json)."""
+    import torch
+    from accelerate import PartialState
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    cfg = run.training
+    torch.set_num_threads(cfg.torch_threads or int(os.environ.get("COEVOLVE_TORCH_THREADS", "1")))
+    out_dir = Path(out_dir)
+    trainer_dir = out_dir / "trainer"
+    checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
+    if checkpoint is not None and not resume:
+        raise FileExistsError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
+                              "choose another --out")
+    state = PartialState()
+    engine = DataEngine(run.data_engine, out_dir)
+    timings = {}
+    if state.is_main_process:  # D_0 and the warm start are cached in the run folder; other processes wait
+        start = time.perf_counter()
+        engine.initial_pool(progress=progress)
+        timings["d0_s"] = round(time.perf_counter() - start, 2)
+        start = time.perf_counter()
+        policy_path = engine.policy()
+        timings["warm_start_s"] = round(time.perf_counter() - start, 2)
+        write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
+                                                        "training": asdict(cfg), "policy": policy_path,
+                                                        "timings_before_training": timings})
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        engine.pool.__init__(engine.pool.path)
+    policy_path = engine.policy()
+
+    rollouts = PoolRollouts(engine.pool, cfg, process_index=state.process_index)
+    loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress)
+    if checkpoint is not None:
+        loop.restore(checkpoint)
+    args = GRPOConfig(**grpo_kwargs(cfg, str(trainer_dir), cuda=torch.cuda.is_available()), disable_tqdm=not progress)
+    slots = Dataset.from_dict({"prompt": [f"pool slot {i}" for i in range(cfg.max_steps * cfg.tasks_per_step)]})
+    trainer = GRPOTrainer(model=policy_path, reward_funcs=[environment_reward], args=args, train_dataset=slots,
+                          rollout_func=rollouts, peft_config=lora_config(cfg), callbacks=[_callback(loop)])
+    loop.trainer = trainer
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    trainer.save_model(str(out_dir / "final"))  # on every rank: ZeRO-3 / FSDP gather the weights collectively
+    summary = {}
+    if state.is_main_process:
+        trainer.processing_class.save_pretrained(str(out_dir / "final"))
+        summary = summarize(out_dir)
+    state.wait_for_everyone()
+    return summary
+
+
+def summarize(out_dir: str | Path) -> dict:
+    """The run's headline numbers from its folder: reward curve, signals per round, pool growth, times, evals."""
+    out_dir = Path(out_dir)
+    rows = read_jsonl(out_dir / "metrics.jsonl")
+    run_info = json.loads((out_dir / "run_config.json").read_text())
+    cfg = run_info["training"]
+    signal_types = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith("signals/")})
+    per_round = []
+    for r in rows:
+        if "feedback/round" in r:
+            window = [x for x in rows if r["step"] - cfg["feedback_every"] < x["step"] <= r["step"]]
+            per_round.append({"round": r["feedback/round"], "step": r["step"],
+                              "signals": {t: sum(x.get(f"signals/{t}", 0) for x in window) for t in signal_types},
+                              "targets": r["feedback/targets"], "tasks_added": r["feedback/tasks_added"],
+                              "rejected": r["feedback/rejected"], "pool_size_after": r.get("pool/size_after_round"),
+                              "seconds": r["feedback/seconds"]})
+    evals = sorted((json.loads(p.read_text()) for p in (out_dir / "eval").glob("step_*.json")),
+                   key=lambda e: e["step"])
+    last = rows[-1] if rows else {}
+    summary = {
+        "profile": run_info["profile"], "model": run_info["model"], "seed": cfg["seed"],
+        "steps": last.get("step", 0), "max_steps": cfg["max_steps"],
+        "tasks_per_step": cfg["tasks_per_step"], "group_size": cfg["group_size"],
+        "feedback_every": cfg["feedback_every"], "feedback": cfg["feedback"],
+        "reward_curve": [r.get("train/reward") for r in rows],
+        "mixed_groups_curve": [r.get("train/groups_mixed") for r in rows],
+        "signals_total": {t: sum(r.get(f"signals/{t}", 0) for r in rows) for t in signal_types},
+        "rounds": per_round,
+        "pool_size_start": rows[0].get("pool/size") if rows else None,
+        "pool_size_end": per_round[-1]["pool_size_after"] if per_round else (rows[-1].get("pool/size") if rows else None),
+        "time": {"train_s": last.get("time/train_s_total"), "feedback_s": last.get("time/feedback_s_total"),
+                 "eval_s": last.get("time/eval_s_total"), "feedback_ratio": last.get("time/feedback_ratio"),
+                 **run_info.get("timings_before_training", {})},
+        "eval_before": evals[0] if evals and evals[0]["step"] == 0 else None,
+        "eval_after": evals[-1] if evals and evals[-1]["step"] > 0 else None,
+    }
+    write_json_atomic(out_dir / "summary.json", summary)
+    return summary
+
+
+# -- planning, launching and the command line ------------------------------------------------------------------
+
+def plan(run: config_lib.RunConfig, out_dir: str | Path) -> dict:
+    """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
+    cfg, launch = run.training, run.training.launch
+    command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", str(out_dir)]
+    if launch.num_processes > 1 or launch.accelerate_config:
+        accelerate = ["accelerate", "launch", "--config_file", launch.accelerate_config or "default",
+                      "--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
+        if launch.num_machines > 1:
+            accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR",
+                           "--main_process_port", "29500"]
+        command = accelerate + ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", str(out_dir)]
+    commands = {"train": " ".join(command)}
+    explorer = run.data_engine.explorer_model
+    notes = []
+    if explorer and explorer.startswith("openai:"):
+        commands["explorer_env"] = (f"export OPENAI_BASE_URL=<OpenAI-compatible endpoint serving "
+                                    f"{explorer.removeprefix('openai:')}> OPENAI_API_KEY=<its key>")
+    if explorer and explorer.startswith("openai:") and not os.environ.get("OPENAI_BASE_URL"):
+        notes.append("OPENAI_BASE_URL is not set: the explorer LLM needs an OpenAI-compatible endpoint")
+    if launch.accelerate_config and not (REPO_ROOT / launch.accelerate_config).exists():
+        notes.append(f"accelerate config {launch.accelerate_config} does not exist (paths are relative to the repo)")
+    if launch.num_machines > 1:
+        notes.append(f"run the train command on each of the {launch.num_machines} nodes, with NODE_RANK=0.."
+                     f"{launch.num_machines - 1} and MASTER_ADDR=<node 0's address>; --out must be on a filesystem "
+                     "all nodes share")
+    if launch.num_processes > 1:
+        notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
+                     f"--profile {run.profile} --model {out_dir}/final --all-tasks --out <results.json>")
+    completions = cfg.tasks_per_step * cfg.group_size
+    return {
+        "profile": run.profile, "policy_model": run.model, "explorer_model": explorer,
+        "warm_start": run.data_engine.warm_start.enabled,
+        "schedule": {"max_steps": cfg.max_steps, "feedback_every": cfg.feedback_every if cfg.feedback else None,
+                     "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.feedback else 0,
+                     "d0_size": run.data_engine.d0_size},
+        "batch": {"tasks_per_step": cfg.tasks_per_step, "group_size": cfg.group_size,
+                  "completions_per_step": completions, "processes": launch.num_processes,
+                  "machines": launch.num_machines, "per_device_train_batch_size": cfg.per_device_batch_size,
+                  "gradient_accumulation_steps": cfg.gradient_accumulation_steps},
+        "grpo_config": grpo_kwargs(cfg, str(Path(out_dir) / "trainer"), cuda=True),
+        "rollout": {k: v for k, v in asdict(rollout_config(cfg)).items()},
+        "lora": asdict(cfg.lora) if cfg.lora.enabled else None,
+        "launch": asdict(launch), "commands": commands, "notes": notes,
+    }
+
+
+def run_training(profile: str = "tiny", overrides: dict | list[str] | None = None, out_dir: str | Path | None = None,
+                 resume: bool = True, progress: bool = True) -> dict:
+    """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones."""
+    run = config_lib.run_config(profile, overrides)
+    out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
+    if run.training.launch.num_processes == 1:
+        return train(run, out_dir, resume=resume, progress=progress)
+    command = plan(run, out_dir)["commands"]["train"]
+    extra = [f"--set={k}" for k in _flatten(overrides)] if isinstance(overrides, dict) else \
+        [f"--set={o}" for o in overrides or []]
+    subprocess.run(shlex.split(command) + extra, check=True, cwd=REPO_ROOT)
+    return summarize(out_dir)
+
+
+def _flatten(mapping: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out += _flatten(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={json.dumps(value)}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coevolve_lib train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a profile value, e.g. --set training.max_steps=20 (repeatable)")
+    parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
+    parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    try:
+        run = config_lib.run_config(args.profile, args.set)
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
+    if args.dry_run:
+        print(json.dumps(plan(run, out_dir), indent=2, default=str))
+        return 0
+    summary = train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
+    if summary:
+        print(json.dumps({k: summary[k] for k in ("profile", "steps", "signals_total", "pool_size_start",
+                                                  "pool_size_end", "time")}, default=str))
+    return 0

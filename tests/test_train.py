@@ -1,0 +1,162 @@
+"""The training loop on TRL's GRPOTrainer with the tiny model: parameters move, rounds grow the pool, a run killed
+mid-round resumes to the same end, configs reject bad values. Small sizes: a few seconds per run."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import coevolve_lib.feedback as feedback
+import coevolve_lib.train as train_lib
+from coevolve_lib.config import parse_overrides, run_config
+from coevolve_lib.models import MODELS_DIR
+from coevolve_lib.pool import TaskPool
+from coevolve_lib.records import read_jsonl
+from coevolve_lib.signals import Signal, register
+
+SMALL = {
+    "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
+                    "explore": {"runs": 1, "steps": 4}},
+    "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "max_new_tokens": 12,
+                 "max_steps_per_episode": 2, "max_completion_tokens": 64, "eval_limit": 1, "tool_docs": "none",
+                 "learning_rate": 1e-3},
+}
+
+
+@register
+class EveryFailure(Signal):
+    """Test-only signal type: every failed rollout (so that rounds have targets with a random-init policy)."""
+
+    type = "every_failure"
+
+    def observe(self, step, rollouts):
+        return [self.fire(r, step, {"score": r["score"]}) for r in rollouts if r["score"] < 0.5]
+
+
+class Killed(Exception):
+    """Stands for the process dying (nothing in the loop catches it)."""
+
+
+def _run(tmp_path, name, **extra):
+    overrides = parse_overrides([f"{k}={json.dumps(v)}" for k, v in extra.items()])
+    merged = json.loads(json.dumps(SMALL))
+    for section, values in overrides.items():
+        for key, value in values.items():
+            if isinstance(value, dict):
+                merged[section].setdefault(key, {}).update(value)
+            else:
+                merged[section][key] = value
+    return run_config("tiny", merged), tmp_path / name
+
+
+def test_grpo_steps_change_the_parameters(tmp_path, monkeypatch):
+    # A random-init policy never succeeds, so every real reward is 0 and GRPO has no advantage to follow. This
+    # test swaps in a reward that differs within every group (the second sample scores 1) to check the wiring:
+    # rollouts -> TRL loss on the generated tokens only -> optimizer. The tiny profile's run uses the real reward.
+    monkeypatch.setattr(train_lib, "environment_reward",
+                        lambda completions, **kw: [float(i % 2) for i in range(len(completions))])
+    run, out = _run(tmp_path, "run", **{"training.feedback": False, "training.max_steps": 2})
+    train_lib.train(run, out, progress=False)
+    before = load_file(MODELS_DIR / "tiny" / "model.safetensors")
+    after = load_file(out / "final" / "model.safetensors")
+    changed = [name for name in before if not torch.equal(before[name], after[name])]
+    assert len(changed) > len(before) // 2, f"only {len(changed)} of {len(before)} tensors changed"
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["train/episodes"] == 4 and "trl/loss" in r for r in rows)
+
+
+def test_rollouts_hand_trl_the_generated_tokens_with_environment_tokens_masked(tmp_path):
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 1, "training.feedback": False})
+    train_lib.train(run, out, progress=False)
+    [record] = read_jsonl(out / "rollouts" / "step_00001.jsonl")[:1]
+    assert record["step"] == 1 and record["group_id"].startswith("1/") and record["model_tokens"] > 0
+    assert "completion_ids" not in record  # token ids go to TRL, not to disk
+
+
+def test_feedback_rounds_grow_the_pool_and_metrics_cover_every_step(tmp_path):
+    run, out = _run(tmp_path, "run", **{"data_engine.signals.enabled": ["every_failure"]})
+    summary = train_lib.train(run, out, progress=False)
+    pool = TaskPool(out / "pool.jsonl")
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["feedback/round"] for r in rows if "feedback/round" in r] == [1, 2]
+    assert len(pool) > 8 and pool.version == 2
+    assert summary["pool_size_end"] == len(pool) and summary["signals_total"]["every_failure"] == 16
+    assert summary["rounds"][0]["tasks_added"] > 0 and 0 < summary["time"]["feedback_ratio"] < 1
+    # tasks added by round 1 are sampled from step 3 on, never before
+    new_ids = {t["task_id"] for t in pool.tasks if t["pool_version"] == 1}
+    sampled = [(r["step"], r["task_id"]) for k in (1, 2) for r in read_jsonl(out / "rollouts" / f"step_{k:05d}.jsonl")]
+    assert not any(task_id in new_ids for _, task_id in sampled)
+    assert summary["eval_before"]["step"] == 0 and summary["eval_after"]["step"] == 4
+
+
+def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monkeypatch):
+    extra = {"data_engine.signals.enabled": ["every_failure"]}
+    run, reference_dir = _run(tmp_path, "reference", **extra)
+    train_lib.train(run, reference_dir, progress=False)
+    reference = TaskPool(reference_dir / "pool.jsonl")
+
+    run, out = _run(tmp_path, "killed", **extra)
+    real_validate = feedback.validate
+
+    def validate_then_die(spec, *args, **kwargs):
+        if (out / "round_002").exists():  # round 2 has chosen and explored its targets: die at its first verdict
+            raise Killed
+        return real_validate(spec, *args, **kwargs)
+
+    monkeypatch.setattr(feedback, "validate", validate_then_die)
+    with pytest.raises(Killed):
+        train_lib.train(run, out, progress=False)
+    monkeypatch.setattr(feedback, "validate", real_validate)
+    assert train_lib.latest_checkpoint(out / "trainer").name == "checkpoint-2"
+    assert not (out / "round_002" / "report.json").exists()
+
+    summary = train_lib.train(run, out, progress=False)
+    resumed = TaskPool(out / "pool.jsonl")
+    assert summary["steps"] == 4 and [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert [t["task_id"] for t in resumed.tasks] == [t["task_id"] for t in reference.tasks]
+    assert len(resumed.ids) == len(resumed.tasks) and resumed.version == reference.version == 2
+
+
+def test_a_finished_run_is_not_overwritten_without_resume(tmp_path):
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 2, "training.feedback": False})
+    train_lib.train(run, out, progress=False)
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        train_lib.train(run, out, resume=False, progress=False)
+
+
+def test_run_config_rejects_unknown_fields_and_bad_batches():
+    with pytest.raises(ValueError, match="unknown TrainConfig field"):
+        run_config("tiny", ["training.max_stepz=3"])
+    with pytest.raises(ValueError, match="unknown profile section"):
+        run_config("tiny", ["trainin.max_steps=3"])
+    with pytest.raises(ValueError, match="whole groups"):
+        run_config("tiny", ["training.tasks_per_step=3", "training.launch.num_processes=2"])
+    with pytest.raises(ValueError, match="not of the form"):
+        parse_overrides(["training.max_steps"])
+    assert run_config("tiny", ["training.max_steps=7"]).training.max_steps == 7
+
+
+def test_cli_dry_run_prints_the_plan_and_rejects_bad_overrides(capsys, tmp_path):
+    assert train_lib.main(["--profile", "tiny", "--dry-run", "--out", str(tmp_path)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["grpo_config"]["num_generations"] == plan["batch"]["group_size"]
+    assert train_lib.main(["--profile", "tiny", "--dry-run", "--set", "training.nope=1"]) == 2
+    assert "unknown TrainConfig field" in capsys.readouterr().err
+
+
+def test_prefix_reward_counts_reference_calls_reproduced_in_order():
+    reference = ["cd(folder='a')", "mkdir(dir_name='b')", "ls()"]
+    steps = lambda *calls: [{"calls": [c]} for c in calls]  # noqa: E731
+    assert train_lib.prefix_reward({"success": True, "steps": []}, reference) == 1.0
+    assert train_lib.prefix_reward({"success": False, "steps": steps("cd(folder='a')", "ls()")}, reference) == 1 / 4
+    same_call_other_order = "mkdir(dir_name='b')"
+    assert train_lib.prefix_reward({"success": False, "steps": steps("cd(folder='a')", same_call_other_order)},
+                                   reference) == 2 / 4
+    too_many = steps("cd(folder='a')", "mkdir(dir_name='b')", "ls()", "ls()", "pwd()", "pwd()")
+    assert train_lib.prefix_reward({"success": False, "steps": too_many}, reference) == 3 / 7
+    assert train_lib.prefix_reward({"success": False, "steps": steps("not a call")}, reference) == 0.0
+    assert train_lib.prefix_reward({"success": False, "steps": steps("cd(a='x', b=1)")},
+                                   ["cd(b=1, a='x')"]) == 1 / 2  # argument order does not matter
