@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import shlex
 import subprocess
@@ -48,10 +47,8 @@ from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.synthesize import pool_task_to_bfcl
 from coevolve_lib.train_config import grpo_kwargs, lora_config
 
-log = logging.getLogger(__name__)
 
 STATE_FILE = "coevolve_state.json"
-TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
 
 
 def prefix_reward(record: dict, reference_actions: list[str]) -> float:
@@ -248,7 +245,7 @@ class CoEvolveLoop:
             "train/reward": round(sum(r["score"] for r in records) / max(len(records), 1), 4),
             "train/success": round(sum(r["success"] for r in records) / max(len(records), 1), 4),
             "train/episodes": len(records),
-            "train/groups_mixed": sum(0 < sum(g) < len(g) for g in groups.values()),
+            "train/groups_mixed": sum(len(set(g)) > 1 for g in groups.values()),  # the groups with an advantage
             "train/groups_all_solved": sum(sum(g) == len(g) for g in groups.values()),
             "train/groups": len(groups),
             "train/model_tokens_mean": round(sum(r["model_tokens"] for r in records) / max(len(records), 1), 1),
