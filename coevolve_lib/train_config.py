@@ -38,8 +38,6 @@ class LaunchConfig:
     """Training processes in total, one per GPU (the paper: 8 or 16)."""
     accelerate_config: str | None = None
     """accelerate config file (relative to the repo), e.g. configs/accelerate/zero3_1x8.yaml; None: in-process."""
-    vllm_server_gpus: int = 0
-    """Reserved (vLLM rollouts, not implemented): GPUs for a `trl vllm-serve` server (not counted in num_processes)."""
 
 
 @dataclass
@@ -115,14 +113,10 @@ class TrainConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
     use_vllm: bool = False
     """Must stay False: vLLM generation inside the multi-turn rollouts is not implemented yet (they generate with
-    transformers `generate` on the training model; docs/training.md, "Open gaps"). True is rejected. The vllm_*
-    fields below are reserved for that path and currently unused in training."""
-    vllm_mode: str = "colocate"
-    """Reserved (vLLM rollouts): `colocate` (vLLM in the training processes) or `server` (`trl vllm-serve`)."""
+    transformers `generate` on the training model; docs/training.md, "Open gaps"). True is rejected."""
     vllm_tensor_parallel_size: int = 1
-    """Reserved (vLLM rollouts): vLLM tensor parallel size (the paper's rollout TP: 1 for 4B/7B, 2 for 30B-A3B)."""
-    vllm_gpu_memory_utilization: float = 0.3
-    """Reserved (vLLM rollouts): GPU memory share vLLM may take in colocate mode."""
+    """The paper's rollout tensor parallel size (1 for 4B/7B, 2 for 30B-A3B), recorded for when vLLM rollouts
+    exist; unused in training until then."""
     report_to: str = "none"
     """Extra metric sinks for TRL's logs: `none`, `tensorboard`, `wandb` (metrics.jsonl is always written)."""
     seed: int = 0
@@ -152,8 +146,6 @@ class TrainConfig:
                 "\"Open gaps\", vLLM rollouts). Set training.use_vllm=false.")
         if self.reward not in ("binary", "prefix"):
             raise ValueError(f"reward must be binary or prefix, not {self.reward!r}")
-        if self.vllm_mode not in ("colocate", "server"):
-            raise ValueError(f"vllm_mode must be colocate or server, not {self.vllm_mode!r}")
         if self.feedback_every < 1:
             raise ValueError("feedback_every must be >= 1")
 
