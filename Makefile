@@ -19,10 +19,11 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 setup: $(STAMP)
 	$(PY) -m coevolve_lib setup
 
-# The notebooks run under nbval with results and figures sent to a scratch folder (the committed ones stay).
+# The notebooks run under nbval at the smoke scale (configs/scales/smoke.yaml: the same profile, smaller sizes), with
+# results, figures and runs sent to a scratch folder (the committed ones stay).
 test: setup
 	$(PY) -m pytest tests
-	rm -rf runs/nbval && COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
+	rm -rf runs/nbval && COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
 # Runs the numbered notebooks with papermill on the embedded default profile; results/ and figures/ are rewritten.

@@ -7,11 +7,13 @@ Unknown keys are errors that name the valid ones, so a mistyped papermill parame
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field, fields
 
 import yaml
 
 from coevolve_lib.explore import ExploreConfig
+from coevolve_lib.heldout import HeldoutConfig
 from coevolve_lib.paths import REPO_ROOT
 from coevolve_lib.signals import SignalConfig
 from coevolve_lib.synthesize import SynthesisConfig
@@ -62,12 +64,26 @@ class EvalConfig:
 
 
 def load_profile(name: str) -> dict:
-    """The raw mapping of `configs/<name>.yaml`."""
+    """The raw mapping of `configs/<name>.yaml` (at the scale $COEVOLVE_SCALE asks for, see `at_scale`)."""
     path = CONFIGS_DIR / f"{name}.yaml"
     if not path.exists():
         choices = sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
         raise ValueError(f"unknown profile {name!r}; choose from {choices}")
-    return yaml.safe_load(path.read_text()) or {}
+    return at_scale(yaml.safe_load(path.read_text()) or {})
+
+
+def at_scale(raw: dict) -> dict:
+    """`raw` with `configs/scales/<scale>.yaml` merged on top when $COEVOLVE_SCALE names a scale. `make test` sets
+    COEVOLVE_SCALE=smoke, so the notebooks run under nbval in seconds to minutes: fewer steps, tasks and samples,
+    never a different model or warm start. Its values win over a notebook's own overrides."""
+    scale = os.environ.get("COEVOLVE_SCALE")
+    if not scale:
+        return raw
+    path = CONFIGS_DIR / "scales" / f"{scale}.yaml"
+    if not path.exists():
+        choices = sorted(p.stem for p in (CONFIGS_DIR / "scales").glob("*.yaml"))
+        raise ValueError(f"unknown COEVOLVE_SCALE {scale!r}; choose from {choices} or leave it unset")
+    return merge(raw, yaml.safe_load(path.read_text()) or {})
 
 
 def build(config_class, values: dict):
@@ -130,6 +146,10 @@ class DataEngineConfig:
     every stage runs offline (heuristic context, schema explorer, deterministic abstraction)."""
     data_version: str = "v3"
     """BFCL data version whose environments are explored."""
+    classes: list[str] | None = None
+    """BFCL classes of the profile's world (None: all eight). The training pool, the held-out set and the warm
+    start are built from benchmark environments restricted to these classes (`envs.bfcl.restrict_classes`); the
+    BFCL val split is always evaluated as it is."""
     d0_size: int = 100
     """N, the initial synthetic task set size (the paper: 100)."""
     d0_source_split: str = "train"
@@ -141,10 +161,11 @@ class DataEngineConfig:
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
 
 
 _SECTIONS = {"signals": SignalConfig, "explore": ExploreConfig, "synthesis": SynthesisConfig,
-             "warm_start": WarmStartConfig, "probe": ProbeConfig}
+             "warm_start": WarmStartConfig, "probe": ProbeConfig, "heldout": HeldoutConfig}
 
 
 def data_engine_config(profile: str = "tiny", raw: dict | None = None, **overrides) -> DataEngineConfig:
@@ -216,7 +237,7 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
     Unknown sections or fields raise a ValueError that lists the valid ones."""
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
-    raw = merge(load_profile(profile), overrides or {})
+    raw = at_scale(merge(load_profile(profile), overrides or {}))
     unknown = sorted(set(raw) - {"model", "evaluation", "data_engine", "training"})
     if unknown:
         raise ValueError(f"unknown profile section(s) {unknown}; valid: data_engine, evaluation, model, training")

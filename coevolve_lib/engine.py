@@ -2,7 +2,7 @@
 run) pick up where the last one stopped:
 
     D_0 (unguided exploration of benchmark *train* environments)  ->  pool version 0
-    policy (the profile's model; the tiny profile adds a supervised warm start on D_0, a kit addition)
+    policy (the profile's model; the tiny profile starts from a supervised warm start, a kit addition)
     rollouts of the policy on pool tasks (K per task, T=0.9; in training they come from GRPO steps)
     signals (forgetting / boundary / rare) from those rollouts
     a signal-guided round: contexts, re-exploration, abstraction, validation  ->  pool version 1, 2, ...
@@ -14,24 +14,29 @@ signals.jsonl, round_001/, ...
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from coevolve_lib.agent import RolloutConfig, run_rollouts
 from coevolve_lib.config import DataEngineConfig
-from coevolve_lib.envs.bfcl import load_tasks, split_tasks
+from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.explore import ExplorationTarget
 from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
+from coevolve_lib.heldout import heldout_tasks
+from coevolve_lib.model_artifacts import TinyConfig
 from coevolve_lib.models import GenerationConfig, load_chat_model
 from coevolve_lib.paths import CACHE_DIR, MODELS_DIR
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.synthesize import pool_task_to_bfcl
-from coevolve_lib.warmstart import warm_start
+from coevolve_lib.warmstart import RECIPE_VERSION, partition_environments, shipped_warm_start, warm_start
+
+log = logging.getLogger(__name__)
 
 
 def stamp_rollouts(records: list[dict], step: int, pool_tasks: dict[str, dict]) -> list[dict]:
@@ -61,37 +66,66 @@ class DataEngine:
         return FeedbackConfig(explore=self.config.explore, synthesis=self.config.synthesis,
                               max_targets=self.config.max_targets, seed=self.config.explore.seed)
 
+    def environments(self, part: str) -> list:
+        """The benchmark environments (BFCL tasks of the `d0_source_split`, restricted to the profile's classes) that
+        D_0 and the rounds explore (`pool`) or that the warm start's tasks come from (`warm_start`): with a warm start,
+        a disjoint share of them each; without one, the pool has them all."""
+        cfg = self.config
+        sources = restrict_classes(split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), cfg.d0_source_split),
+                                   cfg.classes)
+        if not cfg.warm_start.enabled:
+            return sources if part == "pool" else []
+        warm, pool = partition_environments(sources, cfg.warm_start.environment_share, cfg.warm_start.seed)
+        return {"pool": pool, "warm_start": warm}[part]
+
     def initial_pool(self, progress: bool = True) -> dict:
         """D_0: the round-0 report (the pool then holds `d0_size` validated tasks)."""
+        return synthesize_initial(self.environments("pool"), self.pool, self.run_dir / "round_000",
+                                  self.feedback_config(), size=self.config.d0_size, model=self.explorer_model,
+                                  progress=progress)
+
+    def warm_start_recipe(self) -> dict:
+        """Everything that decides the warm start's weights (its key names the cache folder and the shipped copy)."""
         cfg = self.config
-        sources = split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), cfg.d0_source_split)
-        return synthesize_initial(sources, self.pool, self.run_dir / "round_000", self.feedback_config(),
-                                  size=cfg.d0_size, model=self.explorer_model, progress=progress)
+        settings = {k: v for k, v in asdict(cfg.warm_start).items() if k != "enabled"}
+        base = asdict(TinyConfig()) if cfg.model == "tiny" else None  # the kit builds `tiny` itself, from TinyConfig
+        return {"recipe_version": RECIPE_VERSION, "model": cfg.model, "tiny_config": base, "warm_start": settings,
+                "data_version": cfg.data_version, "classes": cfg.classes, "source_split": cfg.d0_source_split,
+                "query": {"abstraction": cfg.synthesis.abstraction, "description_words": cfg.synthesis.description_words},
+                "tool_docs": cfg.probe.tool_docs}
 
-    def policy(self) -> str:
-        """The policy's model path: the profile's model, warm-started on the D_0 tasks when the profile asks.
+    def policy(self, progress: bool = True, use_shipped: bool = True) -> str:
+        """The policy's model path: the profile's model, or its warm start when the profile asks for one.
 
-        Warm starts are cached under `.cache/warm_start/<key>`, the key hashing the base model, the warm-start
-        settings and the D_0 task ids: runs with the same D_0 (notebooks 03 and 06) train it once. A warm start cut
-        short leaves only a `.partial` folder, which the next call starts afresh."""
+        A warm start is taken from `coevolve_lib/data/warm_start/<profile>` when that copy was built from the same
+        recipe (its files' hashes are checked), else from `.cache/warm_start/<key>`, building it there first (the tiny
+        recipe: ~35 minutes on 2 cores). A build cut short leaves only a `.partial` folder, started afresh next time."""
         cfg = self.config
         base = MODELS_DIR / cfg.model if (MODELS_DIR / cfg.model).exists() else cfg.model
         if not cfg.warm_start.enabled:
             return str(base)
-        d0_tasks = [pool_task_to_bfcl(t) for t in self.pool.tasks if t["pool_version"] == 0]
-        if not d0_tasks:
-            raise RuntimeError("the pool has no D_0 tasks yet: run initial_pool() first")
-        key = config_hash({"model": str(base), "warm_start": asdict(cfg.warm_start), "tool_docs": cfg.probe.tool_docs,
-                           "d0": sorted(t.id for t in d0_tasks)})
+        recipe = self.warm_start_recipe()
+        key = config_hash(recipe)
+        shipped = shipped_warm_start(cfg.profile, key) if use_shipped else None
+        if shipped is not None:
+            return str(shipped)
         out = CACHE_DIR / "warm_start" / key
         if not (out / "warm_start.json").exists():
+            log.warning("building the %s warm start (recipe %s; no shipped copy matches it): this takes a while",
+                        cfg.profile, key)
             partial = out.with_name(key + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
-            summary = warm_start(base, d0_tasks, partial, cfg.warm_start, tool_docs=cfg.probe.tool_docs)
-            write_json_atomic(partial / "warm_start.json", {**summary, "path": str(out)})
+            summary = warm_start(base, self.environments("warm_start"), partial, cfg.warm_start, cfg.synthesis,
+                                 tool_docs=cfg.probe.tool_docs, progress=progress)
+            write_json_atomic(partial / "warm_start.json", {**summary, "recipe_key": key, "recipe": recipe})
             shutil.rmtree(out, ignore_errors=True)
             os.replace(partial, out)
         return str(out)
+
+    def heldout(self) -> tuple[str, list[dict]]:
+        """(key, tasks) of the profile's held-out set (val-split environments; see `coevolve_lib.heldout`)."""
+        cfg = self.config
+        return heldout_tasks(cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis, cfg.heldout)
 
     def probe_rollouts(self, progress: bool = True) -> list[dict]:
         """K rollouts per sampled pool task for each probe step; each finished step is one file, written atomically."""
@@ -147,3 +181,22 @@ class DataEngine:
         targets = [ExplorationTarget.from_pool_task(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
         return run_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.explorer_model,
                          progress=progress)
+
+    def random_round(self, round_index: int, progress: bool = True) -> dict:
+        """One round of the paper's "+ Random Exploration" baseline (Table 3; its details are not given): as many
+        targets as a signal round may have (`max_targets`), drawn uniformly from the pool instead of from weakness
+        signals, each re-explored unguided (no context), then abstracted and validated the same way. The drawn
+        task ids are written before exploring, so a resumed round finishes the same targets."""
+        round_dir = self.run_dir / f"round_{round_index:03d}"
+        targets_path = round_dir / "targets.json"
+        pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
+        if targets_path.exists():
+            chosen = json.loads(targets_path.read_text())
+        else:
+            count = len(pool_tasks) if self.config.max_targets is None else self.config.max_targets
+            rng = random.Random(self.config.explore.seed + round_index)
+            chosen = rng.sample(sorted(pool_tasks), min(count, len(pool_tasks)))
+            write_json_atomic(targets_path, chosen)
+        targets = [ExplorationTarget.from_pool_task(pool_tasks[task_id]) for task_id in chosen]
+        unguided = replace(self.feedback_config(), explore=replace(self.config.explore, guided=False))
+        return run_round(round_index, round_dir, targets, self.pool, unguided, self.explorer_model, progress=progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,27 @@ def evaluation_tasks(cfg: config_lib.EvalConfig) -> list:
         raise ValueError(f"benchmark {cfg.benchmark!r} is not available offline; only 'bfcl' is")
     tasks = split_tasks(load_tasks(cfg.data_version, normalize_category(cfg.category)), cfg.split, seed=cfg.split_seed)
     return tasks[: cfg.limit] if cfg.limit is not None else tasks
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimate from n samples of which c succeeded (Chen et al., 2021): the chance that at least
+    one of k samples drawn without replacement from the n succeeds."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, samples: int = 1,
+                  progress: bool = False) -> dict[str, list[int]]:
+    """Success (1/0) of each of `samples` episodes per pool task (task/v1 records), by task id."""
+    from coevolve_lib.synthesize import pool_task_to_bfcl
+
+    records = run_rollouts(model, [pool_task_to_bfcl(t) for t in tasks], rollout, samples_per_task=samples,
+                           progress=progress)
+    outcomes: dict[str, list[int]] = {t["task_id"]: [] for t in tasks}
+    for record in records:
+        outcomes[record["task_id"]].append(int(record["success"]))
+    return outcomes
 
 
 def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: bool = True,

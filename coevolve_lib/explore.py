@@ -388,8 +388,17 @@ _SYNONYMS = {"folder": "dir", "directory": "dir", "stock": "symbol", "username":
              "source": "name"}
 _FILE_LIKE = re.compile(r"^[\w\-. ]{1,60}\.[A-Za-z][A-Za-z0-9]{0,4}$")
 _CREATORS = ("mkdir", "touch", "create", "register", "add", "post", "echo")
-_PHRASES = ("Quarterly budget review", "Meeting notes for Monday", "Status update: all tasks on track",
-            "Please check the latest report", "Exploration test entry")
+_WORDS = ("alpha", "annual", "archive", "audit", "backup", "beta", "budget", "build", "campaign", "chapter", "client",
+          "config", "contract", "course", "daily", "data", "design", "draft", "event", "expense", "experiment", "field",
+          "final", "garden", "grant", "guide", "harbor", "index", "invoice", "journal", "lab", "launch", "lecture",
+          "ledger", "lesson", "market", "meeting", "memo", "metrics", "model", "monthly", "notes", "orbit", "outline",
+          "paper", "plan", "poster", "project", "proposal", "quarter", "recipe", "release", "report", "research",
+          "review", "roadmap", "sales", "sample", "schedule", "script", "season", "sketch", "spring", "study",
+          "summary", "survey", "team", "test", "thesis", "travel", "trial", "update", "vendor", "weekly", "winter",
+          "workshop")
+"""Words that new file, folder and item names and new text are made of (a made-up value must be copied from the query:
+names the policy could guess from the environment would not test that)."""
+_EXTENSIONS = ("txt", "md", "csv", "json", "log", "pdf")
 
 
 def name_tags(name: str) -> frozenset[str]:
@@ -549,7 +558,6 @@ class ArgumentSampler:
     def __init__(self, rng: random.Random, pool: ValuePool, description: str):
         self.rng, self.pool = rng, pool
         self.words = [w for w in re.findall(r"[A-Za-z]{4,}", description) if w.lower() not in _STOPWORDS] or ["test"]
-        self.fresh = 0
 
     def call(self, doc: dict) -> Call:
         parameters = (doc.get("parameters") or {}).get("properties", {})
@@ -589,12 +597,15 @@ class ArgumentSampler:
         return self.default(tags, kind)
 
     def fresh_name(self, tags: frozenset) -> str:
-        self.fresh += 1
+        """A new name made of two random words: a file name with an extension, a folder or an item name."""
+        stem = "_".join(self.rng.sample(_WORDS, 2))
         if "file" in tags:
-            return f"notes_{self.fresh}.txt"
-        if "dir" in tags or "destination" in tags:
-            return f"folder_{self.fresh}"
-        return f"item_{self.fresh}"
+            return f"{stem}.{self.rng.choice(_EXTENSIONS)}"
+        return stem
+
+    def fresh_text(self) -> str:
+        """A short new text of three random words, e.g. "Budget review trial"."""
+        return " ".join(self.rng.sample(_WORDS, 3)).capitalize()
 
     def default(self, tags: frozenset, kind: str):
         if kind == "integer":
@@ -608,7 +619,7 @@ class ArgumentSampler:
         if tags & {"file", "dir", "name", "destination"}:
             return self.fresh_name(tags)
         if tags & {"content", "message", "comment", "description", "resolution", "title", "text"}:
-            return self.rng.choice(_PHRASES)
+            return self.fresh_text()
         return self.rng.choice(self.words)
 
 

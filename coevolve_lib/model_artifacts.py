@@ -31,8 +31,6 @@ ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_respon
 QWEN_SPLIT_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
-BFCL_CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot", "TravelAPI",
-                "VehicleControlAPI")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -82,11 +80,11 @@ def _tokenizer_corpus(version: str) -> list[str]:
     from transformers.utils.chat_template_utils import render_jinja_template
     from trl.chat_template_utils import qwen3_chat_template
 
-    from coevolve_lib.envs.bfcl_backend import read_entries
+    from coevolve_lib.envs.bfcl_backend import CLASSES, read_entries
 
     texts = []
     # Each class's tool docs, rendered the way the Qwen3 template shows them in the system prompt.
-    for class_name in BFCL_CLASSES:
+    for class_name in CLASSES:
         tools = bfcl_openai_tools(version, class_name)
         texts.append(render_jinja_template([[{"role": "user", "content": "hi"}]], tools=tools,
                                            chat_template=qwen3_chat_template, add_generation_prompt=True)[0])

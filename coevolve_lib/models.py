@@ -121,6 +121,19 @@ def _missing_model_message(spec: str, local_only: bool, exc: Exception) -> str:
     return f"cannot load model {spec!r}: {hint} ({exc.__class__.__name__}: {detail})"
 
 
+def set_torch_threads(threads: int | None = None) -> int:
+    """Set torch's CPU threads: `threads`, else $COEVOLVE_TORCH_THREADS, else 1 (more threads are often slower on a
+    shared machine). A given number is also written to $COEVOLVE_TORCH_THREADS, so that models loaded later in the
+    process (evaluation inside a training run) keep it. Returns the number set."""
+    import torch
+
+    if threads:
+        os.environ["COEVOLVE_TORCH_THREADS"] = str(threads)
+    threads = int(os.environ.get("COEVOLVE_TORCH_THREADS", "1"))
+    torch.set_num_threads(threads)
+    return threads
+
+
 class HFChatModel(ChatModel):
     """A local transformers causal LM with a chat template; generates one left-padded batch at a time."""
 
@@ -132,7 +145,7 @@ class HFChatModel(ChatModel):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch.set_num_threads(num_threads or int(os.environ.get("COEVOLVE_TORCH_THREADS", "1")))
+        set_torch_threads(num_threads)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if dtype is None:

@@ -12,3 +12,9 @@ MODELS_DIR = CACHE_DIR / "models"
 RESULTS_DIR = Path(os.environ.get("COEVOLVE_RESULTS_DIR", REPO_ROOT / "results"))
 FIGURES_DIR = Path(os.environ.get("COEVOLVE_FIGURES_DIR", REPO_ROOT / "figures"))
 RUNS_DIR = Path(os.environ.get("COEVOLVE_RUNS_DIR", REPO_ROOT / "runs"))
+
+
+def repo_relative(path: str | Path) -> str:
+    """`path` relative to the repository root when it lies inside it (results must not name a machine's folders)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)

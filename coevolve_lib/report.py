@@ -156,3 +156,101 @@ def feedback_cost_table(summary: dict) -> pd.DataFrame:
                           f"F={summary['feedback_every']}, {summary['tasks_per_step']} tasks x K={summary['group_size']},"
                           f" seed={summary['seed']}"})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------- Tables 2-3 at small scale
+
+VARIANT_ORDER = ("zero_shot", "static", "random", "coevolve")
+
+
+def bootstrap_ci(rows: list[list[float]], resamples: int = 2000, seed: int = 0, level: float = 0.95) -> tuple:
+    """(mean, low, high) of the mean of a seeds x tasks matrix, with a two-level bootstrap: seeds, then tasks (the
+    same task draw for every seed, so paired differences keep their pairing)."""
+    import numpy as np
+
+    matrix = np.asarray(rows, dtype=float)
+    rng = np.random.default_rng(seed)
+    seeds, tasks = matrix.shape
+    means = np.empty(resamples)
+    for b in range(resamples):
+        means[b] = matrix[rng.integers(0, seeds, seeds)][:, rng.integers(0, tasks, tasks)].mean()
+    tail = (1 - level) / 2
+    return float(matrix.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def _matrix(results: list[dict], variant: str, metric: str, eval_set: str) -> tuple[list[int], list[str], list]:
+    picked = sorted((r for r in results if (r["variant"], r["metric"], r["eval_set"]) == (variant, metric, eval_set)),
+                    key=lambda r: r["seed"])
+    tasks = sorted(picked[0]["per_task"]) if picked else []
+    return [r["seed"] for r in picked], tasks, [[r["per_task"][t] for t in tasks] for r in picked]
+
+
+def comparison_table(results: list[dict], metric: str = "greedy_success") -> pd.DataFrame:
+    """One row per variant: held-out `metric` (mean over seeds, bootstrap 95% CI, each seed), its paired difference
+    to the starting policy, pass@k, BFCL val success, the paper's Table 3 number, and the scale."""
+    heldout = next(r["eval_set"] for r in results if r["eval_set"].startswith("heldout/"))
+    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
+    pass_metric = next(r["metric"] for r in results if r["metric"].startswith("pass@"))
+    paper_bfcl = {row[0]: row[2] for row in paper.tables()["table3"]["rows"]}
+    _, _, zero = _matrix(results, "zero_shot", metric, heldout)
+    rows = []
+    for variant in VARIANT_ORDER:
+        seeds, _, matrix = _matrix(results, variant, metric, heldout)
+        if not matrix:
+            continue
+        first = next(r for r in results if r["variant"] == variant)
+        mean, low, high = bootstrap_ci(matrix)
+        diff = bootstrap_ci([[a - b for a, b in zip(row, zero_row)] for row, zero_row in zip(matrix, zero)])
+        _, _, passed = _matrix(results, variant, pass_metric, heldout)
+        pass_mean, pass_low, pass_high = bootstrap_ci(passed)
+        val = _matrix(results, variant, "greedy_success", bfcl)[2] if bfcl else []
+        rows.append({
+            "variant": variant, "paper row (Table 3)": first["paper_row"],
+            f"held-out {metric} %": f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]",
+            "vs zero-shot (points)": "-" if variant == "zero_shot" else
+            f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]",
+            "per seed": " / ".join(f"{100 * sum(row) / len(row):.1f}" for row in matrix),
+            f"held-out {pass_metric} %": f"{100 * pass_mean:.1f} [{100 * pass_low:.1f}, {100 * pass_high:.1f}]",
+            "BFCL val %": f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-",
+            "paper BFCL-v3 (Qwen3-4B)": paper_bfcl.get(first["paper_row"], "-"),
+            "scale": f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
+                     f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {seeds}, "
+                     f"held-out n={len(matrix[0])} ({heldout})",
+        })
+    return pd.DataFrame(rows).set_index("variant")
+
+
+def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
+    """Signals fired and tasks added per feedback round, for every run that has rounds (`summaries`: variant -> the
+    runs' summary.json contents)."""
+    rows = [{"variant": variant, "seed": run["seed"], "round": r["round"], "at step": r["step"],
+             **{f"signals: {k}": v for k, v in r["signals"].items()}, "targets": r["targets"],
+             "tasks added": r["tasks_added"], "pool after": r["pool_size_after"]}
+            for variant, runs in summaries.items() for run in runs for r in run["rounds"]]
+    return pd.DataFrame(rows).set_index(["variant", "seed", "round"]) if rows else pd.DataFrame()
+
+
+def plot_learning_curves(summaries: dict[str, list[dict]], path: str | Path | None = None):
+    """Held-out greedy success over training steps, one line per variant (mean over its seeds, each seed faint), with
+    the pool size the trainer samples from beside it. `summaries`: variant -> the runs' summary.json contents."""
+    import matplotlib.pyplot as plt
+
+    fig, (success_ax, pool_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for (variant, runs), color in zip(summaries.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        curves = [pd.DataFrame(run["eval_curve"]).set_index("step") for run in runs]
+        for curve in curves:
+            success_ax.plot(curve.index, curve["eval/heldout_greedy_success"], color=color, alpha=0.25, lw=1)
+            pool_ax.plot(curve.index, curve["pool/size"], color=color, alpha=0.25, lw=1, drawstyle="steps-post")
+        mean = pd.concat([c["eval/heldout_greedy_success"] for c in curves], axis=1).mean(axis=1)
+        success_ax.plot(mean.index, mean.values, color=color, marker="o", label=f"{variant} ({len(runs)} seeds)")
+        pool = pd.concat([c["pool/size"] for c in curves], axis=1).mean(axis=1)
+        pool_ax.plot(pool.index, pool.values, color=color, marker=".", drawstyle="steps-post", label=variant)
+    success_ax.set_xlabel("GRPO step")
+    success_ax.set_ylabel("held-out greedy success (%)")
+    success_ax.set_title("Learning curve on the held-out set")
+    success_ax.legend(fontsize=8)
+    pool_ax.set_xlabel("GRPO step")
+    pool_ax.set_ylabel("tasks in the pool")
+    pool_ax.set_title("Pool size D_t (rounds every F steps)")
+    fig.tight_layout()
+    return _save(fig, path)

@@ -66,6 +66,10 @@ class SynthesisConfig:
     """Shortest action sequence a task may have (the paper's Fig. 12 rule: at least 3 steps)."""
     max_steps: int = 6
     """Longest action sequence the deterministic abstraction writes."""
+    description_words: int | None = None
+    """Deterministic abstraction: words of each function's description that name its step in the query (None: the
+    description's whole first sentence). 4 gives short clauses that still tell every function of a BFCL class apart
+    ("Create a new directory (dir_name: 'x'), then copy a file or (source: ...)"); the tiny profile uses it."""
     judge: bool = False
     """Also ask the LLM judge (Fig. 13) whether the validated execution answers the query (needs a model)."""
     max_new_tokens: int = 768
@@ -229,7 +233,7 @@ def _abstract_deterministic(triplets, source, config, skipped: Counter) -> list[
         if window is None:
             skipped["no_clean_window"] += 1
             continue
-        drafts.append({"intent": _intent(window, docs), "query": _query(window, docs),
+        drafts.append({"intent": _intent(window, docs), "query": _query(window, docs, config.description_words),
                        "action_sequence": window, "completion_criterion": COMPLETION_CRITERION,
                        "run_ids": [run_id]})
     return drafts
@@ -272,8 +276,8 @@ def _arguments(action: str, docs: dict) -> list[tuple[str, object]]:
     return positional + list(call.kwargs)
 
 
-def _description(name: str, docs: dict) -> str:
-    """The function's own description, first sentence, without BFCL's class preamble."""
+def _description(name: str, docs: dict, words: int | None = None) -> str:
+    """The function's own description, first sentence (or its first `words` words), without BFCL's class preamble."""
     text = docs.get(name, (None, {}))[1].get("description", "") or name
     text = text.split("Tool description:", 1)[-1].strip()
     sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0].strip().rstrip(".")
@@ -285,14 +289,15 @@ def _description(name: str, docs: dict) -> str:
         verb = verb[:-2]
     elif re.fullmatch(r"[A-Za-z]+[^su]s", verb):
         verb = verb[:-1]
-    return f"{verb} {rest}".strip()
+    text = f"{verb} {rest}".strip()
+    return text if words is None else " ".join(text.split()[:words])
 
 
-def _query(actions: list[str], docs: dict) -> str:
+def _query(actions: list[str], docs: dict, words: int | None = None) -> str:
     """A readable instruction with every argument value written as a literal (the agent must copy them)."""
     parts = []
     for index, action in enumerate(actions):
-        text = _description(parse_call(action).name, docs)
+        text = _description(parse_call(action).name, docs, words)
         if index:
             text = text[:1].lower() + text[1:]
         arguments = _arguments(action, docs)

@@ -39,8 +39,8 @@ from coevolve_lib import config as config_lib
 from coevolve_lib.agent import RolloutConfig, run_rollouts
 from coevolve_lib.engine import DataEngine, stamp_rollouts
 from coevolve_lib.envs.safe_calls import CallParseError, parse_call
-from coevolve_lib.evaluate import evaluate
-from coevolve_lib.models import GenerationConfig, HFChatModel
+from coevolve_lib.evaluate import evaluate, task_outcomes
+from coevolve_lib.models import GenerationConfig, HFChatModel, set_torch_threads
 from coevolve_lib.paths import REPO_ROOT, RUNS_DIR
 from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
@@ -69,6 +69,12 @@ def prefix_reward(record: dict, reference_actions: list[str]) -> float:
             break
         matched += 1
     return matched / (max(len(reference_actions), len(executed)) + 1)
+
+
+def percent(outcomes: dict[str, list[int]]) -> float | None:
+    """Success rate (%) over every episode of `outcomes` (task id -> 1/0 per episode)."""
+    episodes = [o for per_task in outcomes.values() for o in per_task]
+    return round(100.0 * sum(episodes) / len(episodes), 2) if episodes else None
 
 
 def environment_reward(completions, score, **kwargs) -> list[float]:
@@ -151,6 +157,7 @@ class CoEvolveLoop:
         self.row: dict | None = None
         self.trainer = None
         self.eval_pool_ids = [t["task_id"] for t in engine.pool.tasks if t["pool_version"] == 0][:run.training.eval_pool_tasks]
+        self.heldout_key, self.heldout_tasks = engine.heldout() if run.data_engine.heldout.size else (None, [])
 
     # -- state -------------------------------------------------------------------------------------------------
     def state_dict(self, step: int) -> dict:
@@ -174,28 +181,31 @@ class CoEvolveLoop:
         return step
 
     # -- evaluation --------------------------------------------------------------------------------------------
-    def evaluate(self, step: int, model, tokenizer) -> dict:
-        """Greedy success on the val split (the paper's metric) and on a fixed sample of D_0 tasks (cached per step:
-        a resumed run does not evaluate the same checkpoint twice)."""
+    def evaluate(self, step: int, model, tokenizer, val: bool) -> dict:
+        """Greedy success on the held-out set and on a fixed sample of D_0, plus the BFCL val split (the paper's
+        metric) when `val`; cached per step, so a resumed run does not evaluate the same checkpoint twice. Per-task
+        outcomes are kept in the file for paired comparisons."""
         path = self.out_dir / "eval" / f"step_{step:05d}.json"
         if path.exists():
             return json.loads(path.read_text())
         start = time.perf_counter()
         policy = HFChatModel.from_loaded(model, tokenizer, name=f"{self.run.model}@step{step}")
-        eval_cfg = replace(self.run.evaluation, model=policy.name, profile=self.run.profile,
-                           limit=self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit)
-        val = evaluate(eval_cfg, self.out_dir / "eval" / f"val_step_{step:05d}.json", model=policy,
-                       progress=False, experiment="coevolve_train") if eval_cfg.limit != 0 else {"value": None, "n": 0}
-        pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
         greedy = replace(rollout_config(self.cfg), generation=GenerationConfig(
             max_new_tokens=self.cfg.max_new_tokens, temperature=0.0))
-        records = run_rollouts(policy, [pool_task_to_bfcl(pool_tasks[i]) for i in self.eval_pool_ids], greedy,
-                               progress=False)
-        prefix = [prefix_reward(r, pool_tasks[i]["reference_actions"]) for r, i in zip(records, self.eval_pool_ids)]
-        result = {"step": step, "eval/val_success": val["value"], "eval/val_n": val["n"],
-                  "eval/d0_greedy_success": round(100.0 * sum(r["success"] for r in records) / max(len(records), 1), 2),
-                  "eval/d0_greedy_prefix_reward": round(sum(prefix) / max(len(prefix), 1), 4),
-                  "eval/d0_n": len(records)}
+        result = {"step": step}
+        if self.heldout_tasks:
+            heldout = task_outcomes(policy, self.heldout_tasks, greedy)
+            result.update({"eval/heldout_greedy_success": percent(heldout), "eval/heldout_n": len(heldout),
+                           "eval/heldout_set": self.heldout_key, "heldout_outcomes": heldout})
+        pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
+        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.eval_pool_ids], greedy)
+        result.update({"eval/d0_greedy_success": percent(d0), "eval/d0_n": len(d0)})
+        limit = self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit
+        if val and limit != 0:
+            eval_cfg = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
+            bfcl = evaluate(eval_cfg, self.out_dir / "eval" / f"val_step_{step:05d}.json", model=policy,
+                            progress=False, experiment="coevolve_train")
+            result.update({"eval/val_success": bfcl["value"], "eval/val_n": bfcl["n"]})
         write_json_atomic(path, result)
         self.totals["eval_s"] += time.perf_counter() - start
         return result
@@ -203,8 +213,7 @@ class CoEvolveLoop:
     def on_train_begin(self, step: int) -> None:
         if step == 0 and self.is_main and self.cfg.launch.num_processes == 1:
             trainer = self.trainer
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            self.evaluate(0, model, trainer.processing_class)
+            self.evaluate(0, trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, val=True)
         self.mark = time.perf_counter()
 
     # -- after each optimizer step -----------------------------------------------------------------------------
@@ -218,13 +227,15 @@ class CoEvolveLoop:
         row = {"step": step, "time/train_s": round(train_s, 3), "time/rollout_s": round(rollout_s, 3)}
         if self.is_main:
             row.update(self._record_step(step, records))
-        if self.cfg.feedback and step % self.cfg.feedback_every == 0:
+        if self.cfg.pool_updates != "none" and step % self.cfg.feedback_every == 0:
             row.update(self._feedback_round(step))
         last = step == self.cfg.max_steps
-        if self.is_main and self.cfg.launch.num_processes == 1 and (
-                last or (self.cfg.eval_every and step % self.cfg.eval_every == 0)):
+        every = self.cfg.evaluation_every
+        if self.is_main and self.cfg.launch.num_processes == 1 and (last or (every and step % every == 0)):
             trainer = self.trainer
-            row.update(self.evaluate(step, trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class))
+            result = self.evaluate(step, trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class,
+                                   val=last)
+            row.update({k: v for k, v in result.items() if k.startswith("eval/")})
         total = sum(self.totals.values())
         row.update({"time/feedback_s_total": round(self.totals["feedback_s"], 2),
                     "time/train_s_total": round(self.totals["train_s"], 2),
@@ -264,7 +275,8 @@ class CoEvolveLoop:
             window = range(step - self.cfg.feedback_every + 1, step + 1)
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
-            report = self.engine.signal_round(round_index, signals, rollouts, progress=self.progress)
+            report = self.engine.signal_round(round_index, signals, rollouts, progress=self.progress) \
+                if self.cfg.pool_updates == "signals" else self.engine.random_round(round_index, progress=self.progress)
             out = {"feedback/round": round_index, "feedback/targets": report["targets"],
                    "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
                    "feedback/tasks_added": report["added_to_pool"],
@@ -327,7 +339,7 @@ def train(run: config_lib.RunConfig, out_dir: str | Path, resume: bool = True, p
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg = run.training
-    torch.set_num_threads(cfg.torch_threads or int(os.environ.get("COEVOLVE_TORCH_THREADS", "1")))
+    set_torch_threads(cfg.torch_threads)
     out_dir = Path(out_dir)
     trainer_dir = out_dir / "trainer"
     checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
@@ -387,14 +399,15 @@ def summarize(out_dir: str | Path) -> dict:
                               "targets": r["feedback/targets"], "tasks_added": r["feedback/tasks_added"],
                               "rejected": r["feedback/rejected"], "pool_size_after": r.get("pool/size_after_round"),
                               "seconds": r["feedback/seconds"]})
-    evals = sorted((json.loads(p.read_text()) for p in (out_dir / "eval").glob("step_*.json")),
-                   key=lambda e: e["step"])
+    evals = sorted(({k: v for k, v in json.loads(p.read_text()).items() if k == "step" or k.startswith("eval/")}
+                    for p in (out_dir / "eval").glob("step_*.json")), key=lambda e: e["step"])
+    pool_size = {r["step"]: r.get("pool/size") for r in rows}
     last = rows[-1] if rows else {}
     summary = {
         "profile": run_info["profile"], "model": run_info["model"], "seed": cfg["seed"],
         "steps": last.get("step", 0), "max_steps": cfg["max_steps"],
         "tasks_per_step": cfg["tasks_per_step"], "group_size": cfg["group_size"],
-        "feedback_every": cfg["feedback_every"], "feedback": cfg["feedback"],
+        "feedback_every": cfg["feedback_every"], "pool_updates": cfg["pool_updates"],
         "reward_curve": [r.get("train/reward") for r in rows],
         "mixed_groups_curve": [r.get("train/groups_mixed") for r in rows],
         "signals_total": {t: sum(r.get(f"signals/{t}", 0) for r in rows) for t in signal_types},
@@ -406,6 +419,8 @@ def summarize(out_dir: str | Path) -> dict:
                  **run_info.get("timings_before_training", {})},
         "eval_before": evals[0] if evals and evals[0]["step"] == 0 else None,
         "eval_after": evals[-1] if evals and evals[-1]["step"] > 0 else None,
+        "eval_curve": [{**e, "pool/size": pool_size.get(e["step"], rows[0].get("pool/size") if rows else None)}
+                       for e in evals],
     }
     write_json_atomic(out_dir / "summary.json", summary)
     return summary
@@ -445,8 +460,9 @@ def plan(run: config_lib.RunConfig, out_dir: str | Path) -> dict:
     return {
         "profile": run.profile, "policy_model": run.model, "explorer_model": explorer,
         "warm_start": run.data_engine.warm_start.enabled,
-        "schedule": {"max_steps": cfg.max_steps, "feedback_every": cfg.feedback_every if cfg.feedback else None,
-                     "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.feedback else 0,
+        "schedule": {"max_steps": cfg.max_steps, "pool_updates": cfg.pool_updates,
+                     "feedback_every": cfg.feedback_every if cfg.pool_updates != "none" else None,
+                     "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.pool_updates != "none" else 0,
                      "d0_size": run.data_engine.d0_size},
         "batch": {"tasks_per_step": cfg.tasks_per_step, "group_size": cfg.group_size,
                   "completions_per_step": completions, "processes": launch.num_processes,
@@ -467,17 +483,17 @@ def run_training(profile: str = "tiny", overrides: dict | list[str] | None = Non
     if run.training.launch.num_processes == 1:
         return train(run, out_dir, resume=resume, progress=progress)
     command = plan(run, out_dir)["commands"]["train"]
-    extra = [f"--set={k}" for k in _flatten(overrides)] if isinstance(overrides, dict) else \
+    extra = [f"--set={k}" for k in flatten_overrides(overrides)] if isinstance(overrides, dict) else \
         [f"--set={o}" for o in overrides or []]
     subprocess.run(shlex.split(command) + extra, check=True, cwd=REPO_ROOT)
     return summarize(out_dir)
 
 
-def _flatten(mapping: dict, prefix: str = "") -> list[str]:
+def flatten_overrides(mapping: dict, prefix: str = "") -> list[str]:
     out = []
     for key, value in mapping.items():
         if isinstance(value, dict):
-            out += _flatten(value, f"{prefix}{key}.")
+            out += flatten_overrides(value, f"{prefix}{key}.")
         else:
             out.append(f"{prefix}{key}={json.dumps(value)}")
     return out

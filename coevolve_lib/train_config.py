@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
+POOL_UPDATES = ("signals", "random", "none")
+
+
 @dataclass
 class LoraSettings:
     """Optional LoRA adapters through peft (off in the paper, which trains all weights)."""
@@ -90,14 +93,18 @@ class TrainConfig:
     the larger of the reference and executed call counts). Success is logged either way; signals read the reward."""
     rollout_batch_size: int = 64
     """Live episodes batched per generate call."""
-    feedback: bool = True
-    """Run the CoEvolve feedback rounds; False = GRPO on the fixed D_0 (the paper's GRPO baseline)."""
+    pool_updates: str = "signals"
+    """How the pool grows every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
+    trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
+    re-explored unguided, no signals) or `none` (GRPO on the fixed D_0, the paper's GRPO baseline). Signals are
+    extracted and logged in every mode."""
     feedback_every: int = 10
     """F: a feedback round after every F steps (the paper: 10)."""
-    eval_every: int = 0
-    """Evaluate on the val split every E steps (0: only before training and at the end)."""
+    eval_every: int | None = None
+    """Greedy success on the held-out set (and a fixed sample of D_0) every E steps, before training and at the end
+    (None: every F steps; 0: only before and after)."""
     eval_limit: int | None = None
-    """Val tasks per evaluation (None: the evaluation section's limit; 0: skip the val split)."""
+    """BFCL val tasks evaluated before training and at the end (None: the evaluation section's limit; 0: skip)."""
     eval_pool_tasks: int = 32
     """D_0 tasks solved greedily at each evaluation (a fixed sample: progress on the training distribution)."""
     save_every: int | None = None
@@ -148,6 +155,8 @@ class TrainConfig:
             raise ValueError(f"reward must be binary or prefix, not {self.reward!r}")
         if self.feedback_every < 1:
             raise ValueError("feedback_every must be >= 1")
+        if self.pool_updates not in POOL_UPDATES:
+            raise ValueError(f"pool_updates must be one of {POOL_UPDATES}, not {self.pool_updates!r}")
 
     @property
     def per_device_batch_size(self) -> int:
@@ -157,6 +166,11 @@ class TrainConfig:
     @property
     def checkpoint_every(self) -> int:
         return self.save_every or self.feedback_every
+
+    @property
+    def evaluation_every(self) -> int:
+        """Steps between held-out evaluations (0: only before and after training)."""
+        return self.feedback_every if self.eval_every is None else self.eval_every
 
 
 def grpo_kwargs(cfg: TrainConfig, output_dir: str, cuda: bool) -> dict:

@@ -1,81 +1,86 @@
-"""Supervised warm start (a kit addition, off in the paper profiles): a few minutes of SFT with TRL's
-`SFTTrainer` on reference solutions, so that a random-init tiny model starts RL with rewards that can move.
+"""Supervised warm start (a kit addition, off in the paper profiles): supervised fine-tuning of a random-init model
+on reference solutions of synthetic tasks, so that RL starts from a policy whose rollouts sometimes succeed.
 
-A GRPO group of a model that never succeeds has zero advantage everywhere: nothing is learned and no boundary or
+A GRPO group of a policy that never succeeds has zero advantage everywhere: nothing is learned and no boundary or
 forgetting signal can fire. The paper starts from instruct models that already score 13-43% on BFCL; the tiny
-profile gets a comparable starting point from SFT on validated D_0 tasks (never on evaluation tasks).
+profile gets a comparable start from this warm start.
 
-Measured on the prototype (shared/reference/tiny-model-feasibility.md): loss on all tokens (the query and the
-observations hold the names to copy) beats assistant-only loss about 2.5x; the learning-rate schedule must
-finish within the budget.
+The data are the warm start's own: validated synthetic tasks of 1-4 calls from unguided schema exploration of half of
+the profile's *train-split* environments (`partition_environments`), one exploration per data seed
+(`warm_start_tasks`), built by the same exploration, abstraction and validation code as D_0. D_0 and the rounds use
+the other half, and the held-out set the val split: the policy meets every RL and evaluation task in an environment
+it has never seen, so it must read names from the query instead of recalling them (measured: after a 30-minute warm
+start on all train environments, 96% greedy success on D_0 there against 34% on the held-out set; docs/log.md).
 
-Measured on the kit's tiny model (1.6M params, 4k BPE; D_0 tasks of 3-6 calls, ~420 tokens per conversation;
-one loaded core, ~0.9-1.1 s per batch-8 step): 120-600 steps on D_0 alone or with 1,000-6,000 extra synthetic tasks
-gave 0% greedy success on D_0 and on held-out synthetic tasks (600 steps, ~9 min: loss 0.37, first-call name
-accuracy 30% on held-out 1-3 call tasks). The defaults fit ~5 minutes; they do not yet give mixed outcomes.
+Training is a plain PyTorch loop (`train_sft`), stated up front because TRL is used elsewhere: on the tiny model it
+ran at ~4,400 tokens/s on 2 cores against ~2,000 for TRL's `SFTTrainer` with the same threads (docs/log.md,
+2026-11-30). Loss on all tokens (the query and the observations hold the names to copy: ~2.5x the success of
+assistant-only loss in the prototype, shared/reference/tiny-model-feasibility.md), batches of similar length, AdamW,
+linear warm-up, then a cosine decay that ends exactly at the last step (mid-schedule models are far worse).
 
-Re-measured 2026-11-29 (docs/log.md) with D_0 tasks of 3-4 calls, ~2,950 extra 1-3 call tasks + 5 copies of D_0,
-a fresh run dir, K=4 at T=0.9 on all 100 D_0 tasks: still 0% greedy, 0% sampled, 0 mixed tasks, after 230-380
-steps (~5 min) and after 900 steps. lr 6e-3 with AdamW beta2 0.95 lowers the final loss (0.54 vs 0.78) but the
-model hardly conditions on the query: its first call name is right for only ~7-10% of D_0 tasks, and under teacher
-forcing its first name token is mostly one of a few frequent names (get/mkdir/ls; 9% right over 118 calls). A
-wider model (hidden 192, 6 heads, 2.4M) did no better within the budget; 900 steps (~10 min) reached first-call
-accuracy 31% (54% right name) but 2% on the fourth call. A shortest-first curriculum (`curriculum`) raised
-first-call name accuracy from 7% to 17% at 380 steps.
+The tiny profile's warm start takes ~35 minutes on 2 cores, so the kit ships it (`coevolve_lib/data/warm_start/`,
+see `shipped_warm_start`), with the command that regenerates it: `python -m coevolve_lib warm-start --profile tiny
+--ship`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from coevolve_lib import toolcalls
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.envs.safe_calls import parse_call
+from coevolve_lib.records import config_hash
 
 
 @dataclass
 class WarmStartConfig:
-    """Supervised fine-tuning before RL."""
+    """Supervised fine-tuning before RL, and the synthetic tasks it trains on."""
 
     enabled: bool = False
     """Run the warm start (tiny profile: on; paper profiles: off)."""
-    max_steps: int = 340
-    """Optimizer steps; the cosine schedule ends exactly here (340 x batch 8 ~ 5 min on one core)."""
-    batch_size: int = 8
+    steps: int = 600
+    """Optimizer steps; the cosine schedule ends exactly here."""
+    batch_size: int = 16
     """Conversations per step."""
     learning_rate: float = 3e-3
     """Peak learning rate (a random-init 2M-parameter model needs a large one)."""
-    warmup_steps: int = 10
+    final_lr_ratio: float = 0.1
+    """The cosine decay ends at this fraction of the peak learning rate."""
+    warmup_steps: int = 30
     """Linear warm-up steps before the cosine decay."""
-    adam_beta2: float = 0.999
-    """AdamW's second-moment decay (0.95 adapts faster in a short run)."""
+    adam_beta2: float = 0.95
+    """AdamW's second-moment decay (0.95 adapts faster than 0.999 in a short run)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
     max_length: int = 512
     """Tokens per conversation (longer ones are cut)."""
     seed: int = 0
-    """Seed of data order and initialisation of new weights."""
-    group_by_length: bool = True
-    """Batch conversations of similar length together (less padding)."""
-    curriculum: bool = False
-    """Train on the conversations in order of their number of calls, shortest first (shuffled within one length;
-    batches are then of similar length too, so `group_by_length` is not used)."""
-    extra_seeds: list[int] = field(default_factory=list)
-    """Also train on synthetic tasks from unguided schema exploration of the given tasks' initial states, one
-    exploration per seed (seeds should differ from the D_0 exploration seed). These are warm-start data only:
-    they never enter the RL pool. Empty: train on the given (D_0) tasks only."""
-    extra_long_seeds: list[int] = field(default_factory=list)
-    """Like `extra_seeds`, but D_0-shaped tasks (exploration S=8, 3-6 reference calls), ~9-10 per state and seed."""
-    extra_runs: int = 10
-    """Exploration runs R per initial state for the extra tasks (about 9-10 accepted tasks per state and seed)."""
-    extra_explore_steps: int = 4
-    """Exploration steps S per run for the extra tasks (4: short runs, so mostly 1-3 call tasks)."""
-    extra_max_calls: int = 3
-    """Longest reference of an extra task (short tasks are cheaper per example and easier to learn first)."""
-    task_repeats: int = 3
-    """Copies of each given (D_0) task in the training set when extra tasks are used."""
+    """Seed of the data order."""
+    data_seeds: int = 12
+    """Unguided schema explorations of every source environment, one per seed (`first_data_seed` + i), each
+    giving ~10 tasks per environment. More seeds: more distinct call sequences and argument values."""
+    first_data_seed: int = 100
+    """Seed of the first exploration (D_0 uses the profile's exploration seed; keep them apart)."""
+    data_runs: int = 10
+    """Exploration runs R per environment and seed."""
+    data_explore_steps: int = 5
+    """Exploration steps S per run (short runs give short tasks)."""
+    data_min_calls: int = 1
+    """Shortest reference of a warm-start task (1-call tasks teach the format; the RL pool keeps >= 3)."""
+    data_max_calls: int = 4
+    """Longest reference of a warm-start task."""
+    environment_share: float = 0.5
+    """Share of the train-split environments the warm start's tasks come from; D_0 and every round use only the
+    others, so the RL pool, like the held-out set, is in environments the warm start never saw (a policy that has
+    memorized an environment's names solves its tasks without reading the query)."""
 
 
 def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
@@ -91,8 +96,7 @@ def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
         for call_text in task.ground_truth[turn]:
             call = parse_call(call_text)
             [observation] = env.execute([call])
-            # Arguments as a JSON string (the template renders it verbatim, as `tojson` would render the dict):
-            # a column of datasets needs one type, and argument dicts differ from call to call.
+            # Arguments as a JSON string (the template renders it verbatim, as `tojson` would render the dict).
             arguments = json.dumps(call.kwargs_dict, ensure_ascii=False)
             messages.append({"role": "assistant", "content": "", "tool_calls": [
                 {"type": "function", "function": {"name": call.name, "arguments": arguments}}]})
@@ -107,80 +111,251 @@ def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
     return {"messages": messages, "tools": tools}
 
 
-def warm_start(model_path: str | Path, tasks: list[BFCLTask], out_dir: str | Path, config: WarmStartConfig,
-               tool_docs: str = "none") -> dict:
-    """Fine-tune the model at `model_path` on the tasks' reference solutions; save it to `out_dir`.
-
-    Tasks whose reference uses positional arguments are skipped (native tool calls carry keyword arguments).
-    With `config.extra_seeds` / `extra_long_seeds`, the training set is `task_repeats` copies of `tasks` plus
-    synthetic warm-start tasks explored from the same initial states (see `extra_tasks`; warm-start data only).
-    Returns `{"path", "examples", "extra_tasks", "skipped", "steps", "seconds", "final_loss"}` (`seconds`: training
-    only; making the extra tasks takes ~10 s per short seed and ~30 s per long seed on one core).
-    """
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
-    extra = extra_tasks(tasks, Path(out_dir) / "extra_tasks", config) if config.extra_seeds or config.extra_long_seeds \
-        else []
-    if extra:
-        tasks = list(tasks) * config.task_repeats + extra
-    examples, calls, skipped = [], [], 0
-    for task in tasks:
-        if any(parse_call(c).args for turn in task.ground_truth for c in turn):
-            skipped += 1
-            continue
-        examples.append(sft_conversation(task, tool_docs))
-        calls.append(sum(len(turn) for turn in task.ground_truth))
-    if config.curriculum:
-        rng = random.Random(config.seed)
-        keys = [(n, rng.random()) for n in calls]
-        examples = [examples[i] for i in sorted(range(len(examples)), key=keys.__getitem__)]
-    if tool_docs == "none":
-        examples = [{"messages": e["messages"]} for e in examples]
-    args = SFTConfig(
-        output_dir=str(out_dir), max_steps=config.max_steps, per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate, adam_beta2=config.adam_beta2, lr_scheduler_type="cosine",
-        warmup_steps=config.warmup_steps,
-        max_length=config.max_length, assistant_only_loss=False, seed=config.seed, logging_steps=10,
-        save_strategy="no", report_to="none", use_cpu=_use_cpu(), bf16=False, gradient_checkpointing=False,
-        disable_tqdm=False,
-        train_sampling_strategy="sequential" if config.curriculum else
-        "group_by_length" if config.group_by_length else "random",
-    )
-    trainer = SFTTrainer(model=str(model_path), args=args, train_dataset=Dataset.from_list(examples))
-    start = time.perf_counter()
-    output = trainer.train()
-    trainer.save_model(str(out_dir))
-    trainer.processing_class.save_pretrained(str(out_dir))
-    return {"path": str(out_dir), "examples": len(examples), "extra_tasks": len(extra), "skipped": skipped,
-            "steps": output.global_step,
-            "seconds": round(time.perf_counter() - start, 1), "final_loss": output.training_loss}
+def partition_environments(sources: list[BFCLTask], share: float, seed: int = 0) -> tuple[list, list]:
+    """(warm-start environments, the rest): a seeded shuffle of the sources' ids, the first `share` of them."""
+    ids = sorted(task.id for task in sources)
+    random.Random(seed).shuffle(ids)
+    chosen = set(ids[:round(len(ids) * share)])
+    return [t for t in sources if t.id in chosen], [t for t in sources if t.id not in chosen]
 
 
-def extra_tasks(tasks: list[BFCLTask], work_dir: str | Path, config: WarmStartConfig) -> list[BFCLTask]:
-    """Validated synthetic warm-start tasks: unguided schema exploration of the initial states of `tasks`, one
-    D_0-style synthesis per seed in `config.extra_seeds` (deterministic, seconds per seed)."""
+def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: WarmStartConfig, synthesis) -> list[dict]:
+    """The warm start's validated synthetic tasks (task/v1 records): `config.data_seeds` unguided schema explorations
+    of the `sources` environments, abstracted with `synthesis` (query style) but `data_min_calls`..`data_max_calls`
+    calls long. Each seed's tasks are cached under `work_dir/seed_<n>/` (seconds per seed)."""
     from coevolve_lib.explore import ExploreConfig
     from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
     from coevolve_lib.pool import TaskPool
-    from coevolve_lib.synthesize import SynthesisConfig, pool_task_to_bfcl
 
-    short = SynthesisConfig(min_steps=1, max_steps=config.extra_max_calls)
-    plans = [(f"short_{s}", s, config.extra_explore_steps, short) for s in config.extra_seeds]
-    plans += [(f"long_{s}", s, 8, SynthesisConfig()) for s in config.extra_long_seeds]
-    out = []
-    for name, seed, steps, synthesis in plans:
-        seed_dir = Path(work_dir) / name
+    lengths = replace(synthesis, min_steps=config.data_min_calls, max_steps=config.data_max_calls)
+    tasks = []
+    for seed in range(config.first_data_seed, config.first_data_seed + config.data_seeds):
+        seed_dir = Path(work_dir) / f"seed_{seed}"
         pool = TaskPool(seed_dir / "pool.jsonl")
-        if not len(pool):
-            feedback = FeedbackConfig(explore=ExploreConfig(runs=config.extra_runs, steps=steps, seed=seed),
-                                      synthesis=synthesis)
-            synthesize_initial(tasks, pool, seed_dir / "round", feedback, size=10**9, progress=False)
-        out += [pool_task_to_bfcl(t) for t in pool.tasks]
-    return out
+        if not (seed_dir / "round" / "report.json").exists():
+            explore = ExploreConfig(runs=config.data_runs, steps=config.data_explore_steps, seed=seed)
+            synthesize_initial(sources, pool, seed_dir / "round", FeedbackConfig(explore=explore, synthesis=lengths),
+                               size=10**9, progress=False)
+        tasks += pool.tasks
+    return tasks
 
 
-def _use_cpu() -> bool:
+def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random, window: int = 50):
+    """Endless batches of indices: shuffle, sort each window of `window` batches by length, cut into batches,
+    shuffle the batches (little padding, order still random)."""
+    while True:
+        order = list(range(len(lengths)))
+        rng.shuffle(order)
+        batches = []
+        for start in range(0, len(order), batch_size * window):
+            chunk = sorted(order[start:start + batch_size * window], key=lengths.__getitem__)
+            batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+        rng.shuffle(batches)
+        yield from batches
+
+
+def learning_rate_at(step: int, config: WarmStartConfig) -> float:
+    """Linear warm-up to the peak, then cosine decay to `final_lr_ratio` of it, reached at step `config.steps`."""
+    if step < config.warmup_steps:
+        return config.learning_rate * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return config.learning_rate * (config.final_lr_ratio + (1 - config.final_lr_ratio) * cosine)
+
+
+def train_sft(model_path: str | Path, conversations: list[dict], out_dir: str | Path, config: WarmStartConfig,
+              progress: bool = True) -> dict:
+    """Fine-tune the model at `model_path` on `conversations` ({"messages", "tools"}), loss on all tokens; save it
+    (with its tokenizer) to `out_dir`. Returns {"examples", "steps", "tokens", "seconds", "tokens_per_s", "loss"}
+    (`loss`: the mean training loss of every 50 steps)."""
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return not torch.cuda.is_available()
+    torch.manual_seed(config.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
+    examples = []
+    for conversation in conversations:
+        ids = tokenizer.apply_chat_template(conversation["messages"], tools=conversation.get("tools"), tokenize=True,
+                                            return_dict=True)["input_ids"]
+        examples.append(list(ids)[:config.max_length])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, betas=(0.9, config.adam_beta2),
+                                  weight_decay=0.0)
+    batches = length_grouped_batches([len(e) for e in examples], config.batch_size, random.Random(config.seed))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    model.train()
+    losses, window, tokens = [], [], 0
+    start = time.perf_counter()
+    for step in tqdm(range(config.steps), desc="warm start", unit="step", disable=not progress):
+        batch = [examples[i] for i in next(batches)]
+        width = max(map(len, batch))
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids in batch], device=device)
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in batch], device=device)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate_at(step, config)
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=input_ids.masked_fill(mask == 0, -100)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens += int(mask.sum())
+        window.append(loss.item())
+        if len(window) == 50 or step == config.steps - 1:
+            losses.append(round(sum(window) / len(window), 4))
+            window = []
+    seconds = time.perf_counter() - start
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return {"examples": len(examples), "steps": config.steps, "tokens": tokens, "seconds": round(seconds, 1),
+            "tokens_per_s": round(tokens / seconds) if seconds else None, "loss": losses}
+
+
+def warm_start(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, config: WarmStartConfig,
+               synthesis, tool_docs: str = "none", progress: bool = True) -> dict:
+    """Build the warm start's tasks from the `sources` environments and fine-tune `model_path` on their reference
+    solutions into `out_dir`. Returns the `train_sft` summary plus {"tasks", "skipped", "data_seconds"} (tasks whose
+    reference uses positional arguments are skipped: native tool calls carry keyword arguments)."""
+    from coevolve_lib.synthesize import pool_task_to_bfcl
+
+    start = time.perf_counter()
+    tasks = warm_start_tasks(sources, Path(out_dir) / "data", config, synthesis)
+    usable = [t for t in tasks if not any(parse_call(c).args for c in t["reference_actions"])]
+    conversations = [sft_conversation(pool_task_to_bfcl(t), tool_docs) for t in usable]
+    data_seconds = time.perf_counter() - start
+    summary = train_sft(model_path, conversations, out_dir, config, progress=progress)
+    return {**summary, "tasks": len(usable), "skipped": len(tasks) - len(usable),
+            "data_seconds": round(data_seconds, 1)}
+
+
+# ------------------------------------------------------------------------------------------- shipped warm starts
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "data" / "warm_start"
+"""Warm starts the kit ships, one folder per profile: the model files and `manifest.json` (recipe, its key, the
+sha256 of every file, the build summary and the command that regenerates it)."""
+RECIPE_VERSION = 1
+"""Part of every recipe: bump it when a code change alters what a recipe builds (data or training loop)."""
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+               "chat_template.jinja")
+
+
+def file_sha256(path: str | Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shipped_warm_start(profile: str, recipe_key: str) -> Path | None:
+    """The shipped warm start of `profile` when it was built from the recipe `recipe_key`; None when there is none or
+    its recipe differs (the caller then builds one). A file whose hash differs from the manifest is an error."""
+    folder = SHIPPED_DIR / profile
+    if not (folder / "manifest.json").exists():
+        return None
+    manifest = json.loads((folder / "manifest.json").read_text())
+    if manifest["recipe_key"] != recipe_key:
+        return None
+    for name, digest in manifest["files"].items():
+        if not (folder / name).exists() or file_sha256(folder / name) != digest:
+            raise RuntimeError(
+                f"{folder / name} is missing or its sha256 differs from {folder / 'manifest.json'}: the shipped warm "
+                f"start is damaged (a Git LFS pointer or a hand edit?). Restore it with `git checkout -- {folder}` or "
+                f"rebuild it with `{manifest['command']}`.")
+    return folder
+
+
+def ship_warm_start(built: str | Path, profile: str, recipe: dict, recipe_key: str, summary: dict,
+                    command: str) -> Path:
+    """Copy the model files of a built warm start to SHIPPED_DIR/<profile> with their manifest."""
+    import shutil
+
+    folder = SHIPPED_DIR / profile
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    files = {}
+    for name in MODEL_FILES:
+        if (Path(built) / name).exists():
+            shutil.copy2(Path(built) / name, folder / name)
+            files[name] = file_sha256(folder / name)
+    manifest = {"recipe_key": recipe_key, "recipe": recipe, "files": files, "summary": summary, "command": command}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return folder
+
+
+def check_policy(engine, policy_path: str, samples: int = 8, temperature: float = 0.9, seed: int = 0) -> dict:
+    """What a starting policy gives GRPO on the run's pool: `samples` episodes per D_0 task at `temperature` (mean
+    success and the share of tasks with mixed outcomes, i.e. the groups that carry an advantage), and greedy success
+    on the held-out set."""
+    from coevolve_lib.agent import RolloutConfig
+    from coevolve_lib.evaluate import task_outcomes
+    from coevolve_lib.models import GenerationConfig, HFChatModel
+
+    probe = engine.config.probe
+    rollout = RolloutConfig(tool_docs=probe.tool_docs, max_steps_per_episode=probe.max_steps_per_episode,
+                            max_batch_size=probe.batch_size, generation=GenerationConfig(
+                                max_new_tokens=probe.max_new_tokens, temperature=temperature, seed=seed))
+    model = HFChatModel(policy_path)
+    d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
+    sampled = task_outcomes(model, d0, rollout, samples=samples, progress=True)
+    episodes = [o for per_task in sampled.values() for o in per_task]
+    key, heldout = engine.heldout()
+    greedy = task_outcomes(model, heldout, replace(rollout, generation=GenerationConfig(
+        max_new_tokens=probe.max_new_tokens, temperature=0.0)), progress=True)
+    return {"d0_tasks": len(d0), "samples": samples, "temperature": temperature,
+            "d0_sampled_success_%": round(100 * sum(episodes) / len(episodes), 2),
+            "d0_tasks_mixed_%": round(100 * sum(0 < sum(o) < len(o) for o in sampled.values()) / len(sampled), 2),
+            "d0_tasks_all_failed_%": round(100 * sum(sum(o) == 0 for o in sampled.values()) / len(sampled), 2),
+            "heldout_set": key, "heldout_greedy_success_%": round(100 * sum(o[0] for o in greedy.values())
+                                                                  / len(greedy), 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m coevolve_lib warm-start`: build (or find) a profile's warm start and check what it gives GRPO."""
+    import argparse
+    import sys
+
+    from coevolve_lib import config as config_lib
+    from coevolve_lib.engine import DataEngine
+    from coevolve_lib.models import set_torch_threads
+    from coevolve_lib.paths import RUNS_DIR
+
+    parser = argparse.ArgumentParser(prog="python -m coevolve_lib warm-start", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a profile value, e.g. --set data_engine.warm_start.steps=600 (repeatable)")
+    parser.add_argument("--ship", action="store_true",
+                        help="build it here (not from the shipped copy) and ship it: copy it to "
+                             "coevolve_lib/data/warm_start/<profile> with its manifest")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    try:
+        run = config_lib.run_config(args.profile, args.set)
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not run.data_engine.warm_start.enabled:
+        print(f"error: profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)",
+              file=sys.stderr)
+        return 2
+    set_torch_threads(run.training.torch_threads)
+    engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{args.profile}")
+    engine.initial_pool(progress=not args.quiet)
+    path = engine.policy(progress=not args.quiet, use_shipped=not args.ship)
+    check = check_policy(engine, path)
+    built = json.loads((Path(path) / "warm_start.json").read_text()) if (Path(path) / "warm_start.json").exists() \
+        else json.loads((Path(path) / "manifest.json").read_text())["summary"]
+    print(json.dumps({"policy": path, "check": check, "build": {k: v for k, v in built.items() if k != "recipe"}},
+                     indent=1))
+    if args.ship:
+        command = " ".join(["python -m coevolve_lib warm-start", f"--profile {args.profile}",
+                            *[f"--set {s}" for s in args.set], "--ship"])
+        recipe = engine.warm_start_recipe()
+        folder = ship_warm_start(path, args.profile, recipe, config_hash(recipe),
+                                 {**{k: v for k, v in built.items() if k not in ("recipe", "recipe_key")},
+                                  "check": check}, command)
+        print(f"shipped to {folder}")
+    return 0

@@ -9,6 +9,7 @@ from coevolve_lib.envs.bfcl import (
     EMPTY_TURN,
     GORILLA_TO_OPENAPI,
     BFCLEnv,
+    restrict_classes,
     load_tasks,
     split_tasks,
     tools_to_openai,
@@ -178,3 +179,21 @@ def test_state_of_every_class_is_json_friendly():
 def test_official_names_reused():
     checker = bfcl_backend.checker_module("v3")
     assert EMPTY_TURN in checker.multi_turn_checker.__code__.co_consts
+
+
+def test_restrict_classes_keeps_only_the_chosen_classes_state():
+    tasks = load_tasks("v3", "base")
+    kept = restrict_classes(tasks, ["GorillaFileSystem"])
+    with_fs = [t for t in tasks if "GorillaFileSystem" in t.involved_classes]
+    assert [t.id for t in kept] == [t.id for t in with_fs]
+    assert all(t.involved_classes == ["GorillaFileSystem"] and set(t.initial_config) <= {"GorillaFileSystem"}
+               and t.ground_truth is None for t in kept)
+    mixed = next(t for t in with_fs if len(t.involved_classes) > 1)
+    restricted = next(t for t in kept if t.id == mixed.id)
+    assert restricted.initial_config["GorillaFileSystem"] == mixed.initial_config["GorillaFileSystem"]
+    env = BFCLEnv(restricted)  # runs with the one class
+    assert not any("Error" in o for o in env.execute(["pwd()"]))
+    env.close()
+    assert restrict_classes(tasks, None) == tasks
+    with pytest.raises(ValueError, match="unknown BFCL class"):
+        restrict_classes(tasks, ["FileSystem"])

@@ -78,3 +78,13 @@ def test_cli_writes_a_valid_results_json(tmp_path):
     result = json.loads(out.read_text())
     assert summary == {k: result[k] for k in summary} and result["n"] == 2 and result["split"] == "val"
     assert result["model"] == "tiny" and result["data_version"] == "v3" and result["category"] == "multi_turn_base"
+
+
+def test_pass_at_k_is_the_unbiased_estimate():
+    from coevolve_lib.evaluate import pass_at_k
+
+    assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 1, 8) == 1.0
+    assert pass_at_k(8, 1, 1) == pytest.approx(1 / 8)
+    assert pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)  # both draws fail in 1 of C(4, 2) = 6 pairs
+    with pytest.raises(ValueError, match="at least 8 samples"):
+        pass_at_k(4, 1, 8)

@@ -171,9 +171,9 @@ def test_schema_explorer_shape_and_validity(tasks, failed_target):
 
 
 def test_schema_explorer_reuses_observed_names(tasks):
-    """After ls() lists a folder, a later cd (cat, ...) mostly uses a listed folder (file) when there is one."""
+    """After ls() lists a folder, a later cd (cat, ...) mostly uses a listed (or since created) folder (file)."""
     listed = other = 0
-    for task in [t for t in tasks.values() if "GorillaFileSystem" in t.involved_classes][:12]:
+    for task in [t for t in tasks.values() if "GorillaFileSystem" in t.involved_classes][:24]:
         _, triplets, _ = explore(ExplorationTarget.from_bfcl_task(task), ExploreConfig(runs=4, steps=10, guided=False))
         listing = []
         for t in triplets:
@@ -187,6 +187,8 @@ def test_schema_explorer_reuses_observed_names(tasks):
                 other += argument not in listing
             if name == "ls" and t["valid"]:
                 listing = json.loads(t["observation"])["current_directory_content"]
+            elif name in ("mkdir", "touch") and t["valid"] and listing:
+                listing.append(re.search(r"=\s*'([^']*)'", t["action"]).group(1))
             elif name == "cd":
                 listing = []  # another folder: the listing no longer applies
     assert listed >= 5 and listed > 2 * other, (listed, other)

@@ -133,3 +133,18 @@ def test_unseeded_sampling_differs_between_calls():
     conversation = [{"role": "user", "content": "List the files."}]
     texts = {model.generate([conversation], config=config)[0].text for _ in range(3)}
     assert len(texts) > 1
+
+
+def test_a_run_thread_count_survives_models_loaded_later(tiny, monkeypatch):
+    import torch
+
+    from coevolve_lib.models import set_torch_threads
+
+    monkeypatch.setenv("COEVOLVE_TORCH_THREADS", "1")  # restored afterwards, whatever set_torch_threads writes
+    before = torch.get_num_threads()
+    try:
+        assert set_torch_threads(2) == 2
+        HFChatModel(MODELS_DIR / "tiny")  # evaluation inside a training run loads a model: it must not reset threads
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -107,6 +107,21 @@ def test_deterministic_abstraction_on_real_executions(task):
     assert [s["spec_id"] for s in again] == [s["spec_id"] for s in specs]
 
 
+def test_short_queries_name_each_step_by_the_first_words_of_its_description(task):
+    short = SynthesisConfig(description_words=4)
+    runs = {"u/run0": FILE_RUN}
+    [spec], _ = abstract((task.id, None), make_triplets(task, runs), source_of(task), short)
+    [full], _ = abstract((task.id, None), make_triplets(task, runs), source_of(task), CONFIG)
+    assert spec["action_sequence"] == full["action_sequence"] and len(spec["query"]) < len(full["query"])
+    assert "create a new directory (dir_name: 'temp')" in spec["query"]
+    assert "create a new directory in the current directory (dir_name: 'temp')" in full["query"]
+    # four words still tell the functions of a class apart
+    docs = {d["name"]: ("GorillaFileSystem", d) for d in bfcl_backend.func_docs("v3", "GorillaFileSystem")}
+    from coevolve_lib.synthesize import _description
+    phrases = [_description(name, docs, 4) for name in docs]
+    assert len(set(phrases)) == len(phrases)
+
+
 def test_window_skips_calls_that_fail_without_their_prefix(task):
     # `cat` works only after `cd(folder='document')`; a max_steps=3 window must keep the cd with it.
     run = ["ls()", "pwd()", "ls()", "cd(folder='document')", "cat(file_name='final_report.pdf')",

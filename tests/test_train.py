@@ -17,7 +17,7 @@ from coevolve_lib.signals import Signal, register
 
 SMALL = {
     "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
-                    "explore": {"runs": 1, "steps": 4}},
+                    "explore": {"runs": 1, "steps": 4}, "heldout": {"size": 6, "runs": 1}},
     "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "max_new_tokens": 12,
                  "max_steps_per_episode": 2, "max_completion_tokens": 64, "eval_limit": 1, "tool_docs": "none",
                  "learning_rate": 1e-3},
@@ -56,7 +56,7 @@ def test_grpo_steps_change_the_parameters(tmp_path, monkeypatch):
     # rollouts -> TRL loss on the generated tokens only -> optimizer. The tiny profile's run uses the real reward.
     monkeypatch.setattr(train_lib, "environment_reward",
                         lambda completions, **kw: [float(i % 2) for i in range(len(completions))])
-    run, out = _run(tmp_path, "run", **{"training.feedback": False, "training.max_steps": 2})
+    run, out = _run(tmp_path, "run", **{"training.pool_updates": "none", "training.max_steps": 2})
     train_lib.train(run, out, progress=False)
     before = load_file(MODELS_DIR / "tiny" / "model.safetensors")
     after = load_file(out / "final" / "model.safetensors")
@@ -68,7 +68,7 @@ def test_grpo_steps_change_the_parameters(tmp_path, monkeypatch):
 
 
 def test_rollouts_hand_trl_the_generated_tokens_with_environment_tokens_masked(tmp_path):
-    run, out = _run(tmp_path, "run", **{"training.max_steps": 1, "training.feedback": False})
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 1, "training.pool_updates": "none"})
     train_lib.train(run, out, progress=False)
     [record] = read_jsonl(out / "rollouts" / "step_00001.jsonl")[:1]
     assert record["step"] == 1 and record["group_id"].startswith("1/") and record["model_tokens"] > 0
@@ -90,6 +90,34 @@ def test_feedback_rounds_grow_the_pool_and_metrics_cover_every_step(tmp_path):
     sampled = [(r["step"], r["task_id"]) for k in (1, 2) for r in read_jsonl(out / "rollouts" / f"step_{k:05d}.jsonl")]
     assert not any(task_id in new_ids for _, task_id in sampled)
     assert summary["eval_before"]["step"] == 0 and summary["eval_after"]["step"] == 4
+    # held-out success every F = 2 steps, the BFCL val split only before and after training
+    assert [e["step"] for e in summary["eval_curve"]] == [0, 2, 4]
+    assert all(e["eval/heldout_n"] == 6 and e["eval/heldout_set"] for e in summary["eval_curve"])
+    assert [e["step"] for e in summary["eval_curve"] if "eval/val_success" in e] == [0, 4]
+    assert [e["pool/size"] for e in summary["eval_curve"]][0] == 8
+
+
+def test_random_exploration_rounds_draw_pool_tasks_and_explore_unguided(tmp_path):
+    run, out = _run(tmp_path, "run", **{"training.pool_updates": "random"})
+    summary = train_lib.train(run, out, progress=False)
+    pool = TaskPool(out / "pool.jsonl")
+    d0 = {t["task_id"] for t in pool.tasks if t["pool_version"] == 0}
+    for round_index in (1, 2):
+        targets = json.loads((out / f"round_{round_index:03d}" / "targets.json").read_text())
+        assert len(targets) == 2 and set(targets) <= {t["task_id"] for t in pool.tasks}
+        report = json.loads((out / f"round_{round_index:03d}" / "report.json").read_text())
+        assert report["signal_types"] == {"unguided": 2}
+    assert set(json.loads((out / "round_001" / "targets.json").read_text())) <= d0
+    assert [r["round"] for r in summary["rounds"]] == [1, 2] and summary["pool_updates"] == "random"
+    added = [t for t in pool.tasks if t["pool_version"] > 0]
+    assert added and all(t["provenance"]["signal"] is None for t in added)
+
+
+def test_static_runs_have_no_rounds(tmp_path):
+    run, out = _run(tmp_path, "run", **{"training.pool_updates": "none"})
+    summary = train_lib.train(run, out, progress=False)
+    assert summary["rounds"] == [] and not list(out.glob("round_00[1-9]"))
+    assert summary["pool_size_start"] == summary["pool_size_end"] == 8
 
 
 def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monkeypatch):
@@ -121,7 +149,7 @@ def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monk
 
 
 def test_a_finished_run_is_not_overwritten_without_resume(tmp_path):
-    run, out = _run(tmp_path, "run", **{"training.max_steps": 2, "training.feedback": False})
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 2, "training.pool_updates": "none"})
     train_lib.train(run, out, progress=False)
     with pytest.raises(FileExistsError, match="already holds a run"):
         train_lib.train(run, out, resume=False, progress=False)
@@ -134,6 +162,8 @@ def test_run_config_rejects_unknown_fields_and_bad_batches():
         run_config("tiny", ["trainin.max_steps=3"])
     with pytest.raises(ValueError, match="whole groups"):
         run_config("tiny", ["training.tasks_per_step=3", "training.launch.num_processes=2"])
+    with pytest.raises(ValueError, match="pool_updates must be one of"):
+        run_config("tiny", ["training.pool_updates=sometimes"])
     with pytest.raises(ValueError, match="not of the form"):
         parse_overrides(["training.max_steps"])
     assert run_config("tiny", ["training.max_steps=7"]).training.max_steps == 7
@@ -160,3 +190,19 @@ def test_prefix_reward_counts_reference_calls_reproduced_in_order():
     assert train_lib.prefix_reward({"success": False, "steps": steps("not a call")}, reference) == 0.0
     assert train_lib.prefix_reward({"success": False, "steps": steps("cd(a='x', b=1)")},
                                    ["cd(b=1, a='x')"]) == 1 / 2  # argument order does not matter
+
+
+def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(monkeypatch, tmp_path):
+    from coevolve_lib.engine import DataEngine
+
+    normal = run_config("tiny", ["training.max_steps=20"])
+    monkeypatch.setenv("COEVOLVE_SCALE", "smoke")
+    smoke = run_config("tiny", ["training.max_steps=20"])
+    assert normal.training.max_steps == 20 and smoke.training.max_steps == 2
+    assert smoke.data_engine.heldout.size < normal.data_engine.heldout.size and smoke.model == normal.model
+    recipes = [DataEngine(run.data_engine, tmp_path / name).warm_start_recipe()
+               for run, name in ((normal, "a"), (smoke, "b"))]
+    assert recipes[0] == recipes[1]
+    monkeypatch.setenv("COEVOLVE_SCALE", "huge")
+    with pytest.raises(ValueError, match="unknown COEVOLVE_SCALE"):
+        run_config("tiny")

@@ -39,7 +39,8 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     assert plan["policy_model"] == want["model"]
     assert plan["explorer_model"] == "openai:qwen3-max"
     assert plan["warm_start"] is False
-    assert plan["schedule"] == {"max_steps": 120, "feedback_every": 10, "feedback_rounds": 12, "d0_size": 100}
+    assert plan["schedule"] == {"max_steps": 120, "pool_updates": "signals", "feedback_every": 10, "feedback_rounds": 12,
+                                "d0_size": 100}
 
     batch = plan["batch"]
     assert (batch["tasks_per_step"], batch["group_size"], batch["completions_per_step"]) == (32, 8, 256)
@@ -103,7 +104,7 @@ def test_paper_profile_sections(profile):
     assert de.signals.enabled == ("forgetting", "boundary", "rare")
     assert de.signals.success_threshold == 0.5 and de.signals.rare_theta == 5.0
     tr = run.training
-    assert tr.max_steps_per_episode == 30 and tr.feedback and not tr.lora.enabled and tr.dtype == "bfloat16"
+    assert tr.max_steps_per_episode == 30 and tr.pool_updates == "signals" and not tr.lora.enabled and tr.dtype == "bfloat16"
     # vLLM rollouts are off; the paper's rollout TP stays in the reserved field for when they exist
     assert tr.use_vllm is False
     assert tr.vllm_tensor_parallel_size == EXPECTED[profile]["tp"]

@@ -1,14 +1,25 @@
-"""The supervised warm start: conversations built from real executions, and a short TRL SFT run that changes
-the model's parameters."""
+"""The supervised warm start: its own synthetic tasks, conversations from real executions, a short SFT run that
+changes the parameters, the learning-rate schedule, and the shipped copy (recipe key and file hashes)."""
 
 import json
+import random
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
-from coevolve_lib.envs.bfcl import load_tasks, split_tasks
+from coevolve_lib import warmstart
+from coevolve_lib.config import data_engine_config
+from coevolve_lib.engine import DataEngine
+from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.paths import MODELS_DIR
-from coevolve_lib.warmstart import WarmStartConfig, sft_conversation, warm_start
+from coevolve_lib.synthesize import SynthesisConfig
+from coevolve_lib.warmstart import (WarmStartConfig, learning_rate_at, length_grouped_batches, sft_conversation,
+                                    warm_start, warm_start_tasks)
+
+
+def _file_system_sources(count=3):
+    return restrict_classes(split_tasks(load_tasks("v3", "base"), "train"), ["GorillaFileSystem"])[:count]
 
 
 def test_conversation_holds_one_call_per_assistant_message_and_real_observations():
@@ -25,39 +36,96 @@ def test_conversation_holds_one_call_per_assistant_message_and_real_observations
     assert conversation["tools"] is None and sft_conversation(task, "compact")["tools"]
 
 
-def test_a_short_sft_run_changes_the_parameters(tmp_path):
-    tasks = split_tasks(load_tasks("v3", "base"), "train")[:6]
-    summary = warm_start(MODELS_DIR / "tiny", tasks, tmp_path / "sft",
-                         WarmStartConfig(enabled=True, max_steps=3, batch_size=2, warmup_steps=0, max_length=256))
-    assert summary["steps"] == 3 and summary["examples"] + summary["skipped"] == 6
+def test_warm_start_tasks_are_short_validated_tasks_of_the_given_environments(tmp_path):
+    sources = _file_system_sources()
+    config = WarmStartConfig(data_seeds=2, data_runs=3, data_min_calls=1, data_max_calls=2)
+    tasks = warm_start_tasks(sources, tmp_path, config, SynthesisConfig(description_words=4))
+    assert tasks and all(1 <= len(t["reference_actions"]) <= 2 for t in tasks)
+    assert {t["provenance"]["origin_task"] for t in tasks} <= {s.id for s in sources}
+    assert all(t["involved_classes"] == ["GorillaFileSystem"] for t in tasks)
+    assert (tmp_path / "seed_100").exists() and (tmp_path / "seed_101").exists()
+    again = warm_start_tasks(sources, tmp_path, config, SynthesisConfig(description_words=4))  # cached per seed
+    assert [t["task_id"] for t in again] == [t["task_id"] for t in tasks]
+
+
+def test_learning_rate_warms_up_then_ends_at_the_final_ratio_on_the_last_step():
+    config = WarmStartConfig(steps=100, warmup_steps=10, learning_rate=1e-3, final_lr_ratio=0.1)
+    assert learning_rate_at(0, config) == pytest.approx(1e-4)
+    assert learning_rate_at(9, config) == pytest.approx(1e-3)
+    assert learning_rate_at(100, config) == pytest.approx(1e-4)
+    rates = [learning_rate_at(step, config) for step in range(10, 101)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+
+
+def test_length_grouped_batches_cover_every_example_once_per_epoch_in_similar_lengths():
+    lengths = [random.Random(i).randint(10, 500) for i in range(200)]
+    batches = length_grouped_batches(lengths, 8, random.Random(0), window=5)
+    epoch = [next(batches) for _ in range(25)]
+    assert sorted(i for batch in epoch for i in batch) == list(range(200))
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in epoch) / len(epoch)
+    assert spread < 150  # a random batch of 8 spans ~380 on average
+
+
+def test_a_short_warm_start_changes_the_parameters(tmp_path):
+    config = WarmStartConfig(enabled=True, steps=3, batch_size=2, warmup_steps=1, data_seeds=1, data_runs=2)
+    summary = warm_start(MODELS_DIR / "tiny", _file_system_sources(2), tmp_path / "sft", config,
+                         SynthesisConfig(), progress=False)
+    assert summary["steps"] == 3 and summary["tasks"] > 0 and summary["tokens"] > 0 and len(summary["loss"]) == 1
     before = load_file(MODELS_DIR / "tiny" / "model.safetensors")
     after = load_file(tmp_path / "sft" / "model.safetensors")
     changed = [name for name in before if not torch.equal(before[name], after[name])]
     assert len(changed) > len(before) // 2
+    assert (tmp_path / "sft" / "tokenizer.json").exists()
 
 
-def test_tiny_profile_warm_start_settings_reach_the_trainer(tmp_path, monkeypatch):
-    """The tiny profile keeps the paper's >= 3-action tasks, and its optimizer settings are what TRL receives."""
-    import trl
+def test_the_tiny_warm_start_is_shipped_for_the_tiny_recipe_and_its_files_are_checked(tmp_path, monkeypatch):
+    engine = DataEngine(data_engine_config("tiny"), tmp_path / "run")
+    key = warmstart.config_hash(engine.warm_start_recipe())
+    shipped = warmstart.shipped_warm_start("tiny", key)
+    assert shipped is not None, "the shipped tiny warm start was built from another recipe: rebuild and ship it"
+    assert engine.policy() == str(shipped)
+    manifest = json.loads((shipped / "manifest.json").read_text())
+    assert set(manifest["files"]) >= {"model.safetensors", "tokenizer.json", "config.json"}
+    assert manifest["command"].startswith("python -m coevolve_lib warm-start --profile tiny")
+    # another recipe is not served the shipped copy
+    assert warmstart.shipped_warm_start("tiny", "another-key") is None
+    # a damaged file is an error, not a silent load
+    copy = tmp_path / "shipped" / "tiny"
+    copy.mkdir(parents=True)
+    for name in manifest["files"]:
+        (copy / name).write_bytes((shipped / name).read_bytes())
+    (copy / "manifest.json").write_text((shipped / "manifest.json").read_text())
+    (copy / "config.json").write_text("{}")
+    monkeypatch.setattr(warmstart, "SHIPPED_DIR", tmp_path / "shipped")
+    with pytest.raises(RuntimeError, match="sha256 differs"):
+        warmstart.shipped_warm_start("tiny", key)
 
-    from coevolve_lib.config import data_engine_config
 
-    config = data_engine_config("tiny")
-    assert config.synthesis.min_steps >= 3 and config.warm_start.enabled
-    seen = {}
+def test_ship_writes_the_model_files_and_a_manifest_that_verifies(tmp_path, monkeypatch):
+    monkeypatch.setattr(warmstart, "SHIPPED_DIR", tmp_path / "shipped")
+    folder = warmstart.ship_warm_start(MODELS_DIR / "tiny", "demo", {"a": 1}, "k1", {"steps": 0}, "cmd")
+    assert (folder / "model.safetensors").exists() and warmstart.shipped_warm_start("demo", "k1") == folder
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["recipe"] == {"a": 1} and manifest["command"] == "cmd"
 
-    class Stop(Exception):
-        pass
 
-    def fake_trainer(model, args, train_dataset):
-        seen.update(lr=args.learning_rate, beta2=args.adam_beta2, steps=args.max_steps, rows=len(train_dataset))
-        raise Stop
+def test_the_recipe_names_what_decides_the_weights_and_ignores_run_sizes(tmp_path):
+    base = DataEngine(data_engine_config("tiny"), tmp_path / "a").warm_start_recipe()
+    bigger_pool = DataEngine(data_engine_config("tiny", d0_size=50, max_targets=4), tmp_path / "b")
+    assert bigger_pool.warm_start_recipe() == base
+    other_steps = DataEngine(data_engine_config("tiny", warm_start={"steps": 10}), tmp_path / "c")
+    assert other_steps.warm_start_recipe() != base
+    other_world = DataEngine(data_engine_config("tiny", classes=["MathAPI"]), tmp_path / "d")
+    assert other_world.warm_start_recipe() != base
 
-    monkeypatch.setattr(trl, "SFTTrainer", fake_trainer)
-    tasks = split_tasks(load_tasks("v3", "base"), "train")[:2]
-    try:
-        warm_start(MODELS_DIR / "tiny", tasks, tmp_path / "sft", config.warm_start)
-    except Stop:
-        pass
-    assert seen["lr"] == config.warm_start.learning_rate and seen["beta2"] == config.warm_start.adam_beta2
-    assert seen["steps"] == config.warm_start.max_steps and seen["rows"] > len(tasks) * config.warm_start.task_repeats
+
+def test_the_warm_start_and_the_pool_use_disjoint_train_environments(tmp_path):
+    engine = DataEngine(data_engine_config("tiny", d0_size=20), tmp_path / "run")
+    warm, pool = engine.environments("warm_start"), engine.environments("pool")
+    train = {t.id for t in split_tasks(load_tasks("v3", "base"), "train")}
+    assert warm and pool and not {t.id for t in warm} & {t.id for t in pool}
+    assert {t.id for t in warm} | {t.id for t in pool} <= train
+    engine.initial_pool(progress=False)
+    assert {t["provenance"]["origin_task"] for t in engine.pool.tasks} <= {t.id for t in pool}
+    without = DataEngine(data_engine_config("tiny", warm_start={"enabled": False}), tmp_path / "other")
+    assert without.environments("warm_start") == [] and len(without.environments("pool")) == len(warm) + len(pool)

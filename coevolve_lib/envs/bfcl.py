@@ -133,6 +133,26 @@ def split_tasks(tasks: list[BFCLTask], split: str, seed: int = 42, val_fraction:
     return [task for task in tasks if (_task_index(task.id) in val) == (split == "val")]
 
 
+def restrict_classes(tasks: list[BFCLTask], classes: Sequence[str] | None) -> list[BFCLTask]:
+    """A smaller world: each task's environment with only the given BFCL classes (their initial state kept, the
+    other classes dropped); tasks that involve none of them are left out. The ground truth is dropped, since it may
+    call the removed classes: the results are environments to explore (their queries stay, as context), not tasks
+    to solve. None keeps every task as it is."""
+    if classes is None:
+        return list(tasks)
+    unknown = sorted(set(classes) - set(bfcl_backend.CLASSES))
+    if unknown:
+        raise ValueError(f"unknown BFCL class(es) {unknown}; choose from {sorted(bfcl_backend.CLASSES)}")
+    out = []
+    for task in tasks:
+        kept = [name for name in task.involved_classes if name in classes]
+        if kept:
+            out.append(BFCLTask(id=task.id, category=task.category, data_version=task.data_version,
+                                turns=task.turns, involved_classes=kept,
+                                initial_config={k: v for k, v in task.initial_config.items() if k in kept}))
+    return out
+
+
 def _task_index(task_id: str) -> int:
     return int(task_id.rsplit("_", 1)[1])
 

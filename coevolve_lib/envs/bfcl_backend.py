@@ -22,6 +22,9 @@ BFCL_RELEASES = {"v3": "2025.6.8", "v4": "2026.3.23"}
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 CATEGORY_ALIASES = {c.removeprefix("multi_turn_"): c for c in CATEGORIES}
+CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot", "TravelAPI",
+           "VehicleControlAPI")
+"""The stateful backend classes of BFCL multi-turn (v3 and v4)."""
 
 _loaded_version: str | None = None
 

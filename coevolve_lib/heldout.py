@@ -1,0 +1,114 @@
+"""The held-out set of a profile: validated synthetic tasks built exactly as the training pool is (unguided schema
+exploration, the profile's abstraction and validation), but only from *val-split* environments. The policy never
+trains on them and no round explores from them, so success there measures what a small model learned, at a scale
+where the BFCL val split itself stays at 0. The BFCL val split remains the headline metric; every result says which
+set it was measured on (`eval_set`).
+
+Frozen: a set is derived deterministically from its settings (`heldout_key`), cached under `.cache/heldout/<key>/`,
+and the task ids of the sets the kit's results use are committed in `coevolve_lib/data/heldout_sets.json`. A code
+change that alters a committed set is an error, never a silent change of the benchmark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
+from coevolve_lib.explore import ExploreConfig
+from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
+from coevolve_lib.paths import CACHE_DIR
+from coevolve_lib.pool import TaskPool
+from coevolve_lib.records import config_hash
+from coevolve_lib.synthesize import SynthesisConfig
+
+COMMITTED_SETS = Path(__file__).resolve().parent / "data" / "heldout_sets.json"
+"""Task ids of the held-out sets behind the committed results, by key."""
+
+
+@dataclass
+class HeldoutConfig:
+    """The held-out evaluation set of a profile."""
+
+    size: int = 200
+    """Tasks in the set (capped round-robin over the source environments, as D_0 is)."""
+    runs: int = 10
+    """Exploration runs R per val-split environment (enough runs to fill `size`)."""
+    seed: int = 1000
+    """Exploration seed (apart from D_0's and the warm start's)."""
+
+
+def heldout_key(data_version: str, classes: list[str] | None, explore: ExploreConfig, synthesis: SynthesisConfig,
+                heldout: HeldoutConfig) -> str:
+    """The set's identity: everything that decides which tasks it holds."""
+    return config_hash({"data_version": data_version, "classes": classes, "explorer": explore.explorer,
+                        "explore_steps": explore.steps,
+                        "synthesis": asdict(synthesis), "heldout": asdict(heldout)})
+
+
+def ids_digest(task_ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(task_ids)).encode()).hexdigest()
+
+
+def heldout_tasks(data_version: str, classes: list[str] | None, explore: ExploreConfig, synthesis: SynthesisConfig,
+                  heldout: HeldoutConfig, progress: bool = False) -> tuple[str, list[dict]]:
+    """(key, tasks) of the held-out set: built once (seconds) and cached; checked against the committed ids."""
+    key = heldout_key(data_version, classes, explore, synthesis, heldout)
+    folder = CACHE_DIR / "heldout" / key
+    pool = TaskPool(folder / "pool.jsonl")
+    if not (folder / "round_000" / "report.json").exists():
+        sources = restrict_classes(split_tasks(load_tasks(data_version, "multi_turn_base"), "val"), classes)
+        unguided = FeedbackConfig(explore=replace(explore, runs=heldout.runs, seed=heldout.seed, guided=False),
+                                  synthesis=synthesis)
+        synthesize_initial(sources, pool, folder / "round_000", unguided, size=heldout.size, progress=progress)
+    tasks = pool.tasks
+    committed = json.loads(COMMITTED_SETS.read_text()) if COMMITTED_SETS.exists() else {}
+    if key in committed and committed[key]["ids_sha256"] != ids_digest([t["task_id"] for t in tasks]):
+        raise RuntimeError(
+            f"the held-out set {key} built here differs from the one committed in {COMMITTED_SETS.name} (a code change "
+            "altered exploration, abstraction or validation): committed results were measured on the old set. Restore "
+            f"the old behaviour, or rebuild the set and every result measured on it, then re-commit its ids with "
+            f"`python -m coevolve_lib heldout --commit`.")
+    return key, tasks
+
+
+def commit_set(key: str, tasks: list[dict], profile: str) -> None:
+    """Record a set's task ids in `heldout_sets.json` (the results measured on it then stay comparable)."""
+    committed = json.loads(COMMITTED_SETS.read_text()) if COMMITTED_SETS.exists() else {}
+    ids = sorted(t["task_id"] for t in tasks)
+    committed[key] = {"profile": profile, "size": len(ids), "ids_sha256": ids_digest(ids), "task_ids": ids}
+    COMMITTED_SETS.write_text(json.dumps(committed, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m coevolve_lib heldout`: build a profile's held-out set, print what it holds; --commit records its ids."""
+    import argparse
+    import sys
+    from collections import Counter
+
+    from coevolve_lib.config import run_config
+
+    parser = argparse.ArgumentParser(prog="python -m coevolve_lib heldout", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a profile value, e.g. --set data_engine.heldout.size=50 (repeatable)")
+    parser.add_argument("--commit", action="store_true",
+                        help=f"record the set's task ids in coevolve_lib/data/{COMMITTED_SETS.name}")
+    args = parser.parse_args(argv)
+    try:
+        cfg = run_config(args.profile, args.set).data_engine
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    key, tasks = heldout_tasks(cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis, cfg.heldout, progress=True)
+    calls = Counter(len(t["reference_actions"]) for t in tasks)
+    print(json.dumps({"key": key, "tasks": len(tasks),
+                      "environments": len({t["provenance"]["origin_task"] for t in tasks}),
+                      "reference_calls": dict(sorted(calls.items()))}, indent=1))
+    if args.commit:
+        commit_set(key, tasks, args.profile)
+        print(f"committed to {COMMITTED_SETS}")
+    return 0
