@@ -18,9 +18,7 @@ result/v1 records (`eval_set` names the set), written to `results/comparison/<pr
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -154,21 +152,14 @@ def _measure(run: config_lib.RunConfig, variant: str, seed: int, folder: Path, p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coevolve_lib compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser = config_lib.profile_parser("python -m coevolve_lib compare", __doc__, "training.max_steps=20")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (default: 0 1 2)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a profile value for every run, e.g. --set training.max_steps=20 (repeatable)")
     parser.add_argument("--pass-k", type=int, default=4, help="k of pass@k on the held-out set (default: 4)")
     parser.add_argument("--out", help="folder of the runs (default: runs/compare_<profile>)")
     parser.add_argument("--results", help="results JSON (default: results/comparison/<profile>_seeds<..>_steps<n>.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    try:
-        config_lib.run_config(args.profile, args.set)
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    if config_lib.run_config_from_args(args) is None:
         return 2
     from coevolve_lib.report import comparison_table, plot_learning_curves, rounds_table
 

@@ -6,8 +6,10 @@ Unknown keys are errors that name the valid ones, so a mistyped papermill parame
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field, fields
 
 import yaml
@@ -246,3 +248,23 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
     training["launch"] = build(LaunchConfig, training.get("launch") or {})
     return RunConfig(profile=profile, model=raw["model"], evaluation=eval_config(profile, raw=raw),
                      data_engine=data_engine_config(profile, raw=raw), training=build(TrainConfig, training))
+
+
+def profile_parser(prog: str, description: str | None, example: str) -> argparse.ArgumentParser:
+    """An argument parser with the options every profile-driven command shares: --profile and --set (`example`: a
+    typical override for the help text)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help=f"override a profile value, e.g. --set {example} (repeatable)")
+    return parser
+
+
+def run_config_from_args(args: argparse.Namespace) -> RunConfig | None:
+    """The run config of parsed --profile/--set options; None, after one line on stderr, when they are invalid."""
+    try:
+        return run_config(args.profile, args.set)
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None

@@ -84,25 +84,18 @@ def commit_set(key: str, tasks: list[dict], profile: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m coevolve_lib heldout`: build a profile's held-out set, print what it holds; --commit records its ids."""
-    import argparse
-    import sys
     from collections import Counter
 
-    from coevolve_lib.config import run_config
+    from coevolve_lib.config import profile_parser, run_config_from_args
 
-    parser = argparse.ArgumentParser(prog="python -m coevolve_lib heldout", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a profile value, e.g. --set data_engine.heldout.size=50 (repeatable)")
+    parser = profile_parser("python -m coevolve_lib heldout", __doc__, "data_engine.heldout.size=50")
     parser.add_argument("--commit", action="store_true",
                         help=f"record the set's task ids in coevolve_lib/data/{COMMITTED_SETS.name}")
     args = parser.parse_args(argv)
-    try:
-        cfg = run_config(args.profile, args.set).data_engine
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    run = run_config_from_args(args)
+    if run is None:
         return 2
+    cfg = run.data_engine
     key, tasks = heldout_tasks(cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis, cfg.heldout, progress=True)
     calls = Counter(len(t["reference_actions"]) for t in tasks)
     print(json.dumps({"key": key, "tasks": len(tasks),

@@ -24,12 +24,10 @@ summary.json, final/ (the trained model).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import asdict, replace
@@ -500,20 +498,14 @@ def flatten_overrides(mapping: dict, prefix: str = "") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coevolve_lib train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser = config_lib.profile_parser("python -m coevolve_lib train", __doc__, "training.max_steps=20")
     parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a profile value, e.g. --set training.max_steps=20 (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
     parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    try:
-        run = config_lib.run_config(args.profile, args.set)
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    run = config_lib.run_config_from_args(args)
+    if run is None:
         return 2
     out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
     if args.dry_run:

@@ -314,28 +314,21 @@ def check_policy(engine, policy_path: str, samples: int = 8, temperature: float 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m coevolve_lib warm-start`: build (or find) a profile's warm start and check what it gives GRPO."""
-    import argparse
     import sys
 
-    from coevolve_lib import config as config_lib
+    from coevolve_lib.config import profile_parser, run_config_from_args
     from coevolve_lib.engine import DataEngine
     from coevolve_lib.models import set_torch_threads
     from coevolve_lib.paths import RUNS_DIR
 
-    parser = argparse.ArgumentParser(prog="python -m coevolve_lib warm-start", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a profile value, e.g. --set data_engine.warm_start.steps=600 (repeatable)")
+    parser = profile_parser("python -m coevolve_lib warm-start", __doc__, "data_engine.warm_start.steps=600")
     parser.add_argument("--ship", action="store_true",
                         help="build it here (not from the shipped copy) and ship it: copy it to "
                              "coevolve_lib/data/warm_start/<profile> with its manifest")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    try:
-        run = config_lib.run_config(args.profile, args.set)
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    run = run_config_from_args(args)
+    if run is None:
         return 2
     if not run.data_engine.warm_start.enabled:
         print(f"error: profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)",
