@@ -77,9 +77,11 @@ def load_profile(name: str) -> dict:
 def at_scale(raw: dict) -> dict:
     """`raw` with `configs/scales/<scale>.yaml` merged on top when $COEVOLVE_SCALE names a scale. `make test` sets
     COEVOLVE_SCALE=smoke, so the notebooks run under nbval in seconds to minutes: fewer steps, tasks and samples,
-    never a different model or warm start. Its values win over a notebook's own overrides."""
+    never a different model or warm start. Its values win over a notebook's own overrides. Multi-process profiles
+    (the paper's GPU runs) stay as they are: they are only planned here, and their batch must divide over their
+    processes."""
     scale = os.environ.get("COEVOLVE_SCALE")
-    if not scale:
+    if not scale or raw.get("training", {}).get("launch", {}).get("num_processes", 1) > 1:
         return raw
     path = CONFIGS_DIR / "scales" / f"{scale}.yaml"
     if not path.exists():

@@ -203,6 +203,8 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     recipes = [DataEngine(run.data_engine, tmp_path / name).warm_start_recipe()
                for run, name in ((normal, "a"), (smoke, "b"))]
     assert recipes[0] == recipes[1]
+    # a multi-process (GPU) profile keeps its batch, which must divide over its processes
+    assert run_config("paper-qwen3-4b").training.tasks_per_step == 32
     monkeypatch.setenv("COEVOLVE_SCALE", "huge")
     with pytest.raises(ValueError, match="unknown COEVOLVE_SCALE"):
         run_config("tiny")
