@@ -168,35 +168,35 @@ class DataEngine:
         The chosen (signal, trajectory) pairs are written to the round's `targets.json` before any exploration, and
         a restarted round reuses them: a run resumed from an earlier checkpoint (whose replayed steps may sample
         differently) finishes the round it was in, instead of mixing two target sets."""
-        round_dir = self.run_dir / f"round_{round_index:03d}"
-        targets_path = round_dir / "targets.json"
         pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-        if targets_path.exists():
-            pairs = json.loads(targets_path.read_text())
-        else:
-            pairs = select_targets([s for s in signals if s["task_id"] in pool_tasks],
-                                   {r["rollout_id"]: r for r in rollouts}, self.config.max_targets,
-                                   seed=self.config.explore.seed + round_index)
-            write_json_atomic(targets_path, pairs)
+        round_dir, pairs = self._frozen_targets(round_index, lambda: select_targets(
+            [s for s in signals if s["task_id"] in pool_tasks], {r["rollout_id"]: r for r in rollouts},
+            self.config.max_targets, seed=self.config.explore.seed + round_index))
         targets = [ExplorationTarget.from_pool_task(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
         return run_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.explorer_model,
                          progress=progress)
+
+    def _frozen_targets(self, round_index: int, choose) -> tuple[Path, list]:
+        """(round folder, targets) of a round: `choose()` once, written to targets.json before any exploration; a
+        restarted round reads them back, so it finishes the targets it started with."""
+        round_dir = self.run_dir / f"round_{round_index:03d}"
+        path = round_dir / "targets.json"
+        if path.exists():
+            return round_dir, json.loads(path.read_text())
+        targets = choose()
+        write_json_atomic(path, targets)
+        return round_dir, targets
 
     def random_round(self, round_index: int, progress: bool = True) -> dict:
         """One round of the paper's "+ Random Exploration" baseline (Table 3; its details are not given): as many
         targets as a signal round may have (`max_targets`), drawn uniformly from the pool instead of from weakness
         signals, each re-explored unguided (no context), then abstracted and validated the same way. The drawn
         task ids are written before exploring, so a resumed round finishes the same targets."""
-        round_dir = self.run_dir / f"round_{round_index:03d}"
-        targets_path = round_dir / "targets.json"
         pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-        if targets_path.exists():
-            chosen = json.loads(targets_path.read_text())
-        else:
-            count = len(pool_tasks) if self.config.max_targets is None else self.config.max_targets
-            rng = random.Random(self.config.explore.seed + round_index)
-            chosen = rng.sample(sorted(pool_tasks), min(count, len(pool_tasks)))
-            write_json_atomic(targets_path, chosen)
+        count = len(pool_tasks) if self.config.max_targets is None else self.config.max_targets
+        rng = random.Random(self.config.explore.seed + round_index)
+        round_dir, chosen = self._frozen_targets(
+            round_index, lambda: rng.sample(sorted(pool_tasks), min(count, len(pool_tasks))))
         targets = [ExplorationTarget.from_pool_task(pool_tasks[task_id]) for task_id in chosen]
         unguided = replace(self.feedback_config(), explore=replace(self.config.explore, guided=False))
         return run_round(round_index, round_dir, targets, self.pool, unguided, self.explorer_model, progress=progress)
