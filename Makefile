@@ -27,14 +27,16 @@ test: setup
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
 # Runs the numbered notebooks with papermill on the embedded default profile; results/ and figures/ are rewritten.
+# `python -m coevolve_lib notebook` refuses a parameter the notebook does not define before running it.
 reproduce: setup
-	mkdir -p $(NOTEBOOK_OUT)
 	for nb in notebooks/[0-9][0-9]_*.ipynb; do \
-	  $(VENV)/bin/papermill $$nb $(NOTEBOOK_OUT)/$$(basename $$nb) -p profile $(PROFILE) --cwd notebooks || exit 1; \
+	  echo "== $$nb ($$(date +%H:%M:%S))"; \
+	  $(PY) -m coevolve_lib notebook $$nb $(NOTEBOOK_OUT)/$$(basename $$nb) -p profile $(PROFILE) || exit 1; \
 	done
 
+# Jupyter refuses to run as root without --allow-root (containers often run as root).
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks --no-browser --ip=127.0.0.1
+	$(VENV)/bin/jupyter lab notebooks --no-browser --ip=127.0.0.1 $$(test "$$(id -u)" = 0 && echo --allow-root)
 
 clean:
 	rm -rf $(VENV) .cache runs

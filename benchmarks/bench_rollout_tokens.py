@@ -44,7 +44,7 @@ def load_pool_tasks(pool: str | None, count: int) -> list:
     if pool:
         tasks = [t for t in read_jsonl(pool) if t.get("pool_version", 0) == 0] or read_jsonl(pool)
     else:
-        from coevolve_lib.config import data_engine_config
+        from coevolve_lib.profiles import data_engine_config
         from coevolve_lib.engine import DataEngine
 
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,8 +1,13 @@
-"""`python -m coevolve_lib <command> [options]`: the kit's command line. Each command is a module with `main(argv)`."""
+"""`python -m coevolve_lib <command> [options]`: the kit's command line. Each command is a module with `main(argv)`.
+
+A user error (a bad profile, override or option value) is one line on stderr and exit status 2, never a traceback.
+"""
 
 import importlib
 import sys
 
+PROG = "python -m coevolve_lib"
+USAGE_ERROR = 2
 COMMANDS = {
     "setup": ("coevolve_lib.setup_offline", "install the BFCL data wheels, build the offline models, install the kernel"),
     "bfcl-replay": ("coevolve_lib.envs.bfcl_replay", "replay BFCL ground truth through the kit and the official checker"),
@@ -11,18 +16,40 @@ COMMANDS = {
     "compare": ("coevolve_lib.compare", "zero-shot vs GRPO vs + random exploration vs CoEvolve, several seeds"),
     "heldout": ("coevolve_lib.heldout", "build a profile's held-out evaluation set; --commit records its task ids"),
     "warm-start": ("coevolve_lib.warmstart", "build (or find) a profile's warm start and check it; --ship ships it"),
+    "notebook": ("coevolve_lib.notebook_runner", "run a notebook with papermill after checking its parameters"),
 }
+
+
+def usage() -> str:
+    return f"usage: {PROG} <command> [options]\n\ncommands:\n" + "".join(
+        f"  {name:<12} {help_text}\n" for name, (_, help_text) in COMMANDS.items())
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: python -m coevolve_lib <command> [options]\n\ncommands:")
-        for name, (_, help_text) in COMMANDS.items():
-            print(f"  {name:<12} {help_text}")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return module.main(argv[1:])
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), end="")
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"{PROG}: error: unknown command {argv[0]!r}; choose from {list(COMMANDS)}", file=sys.stderr)
+        return 2
+    # Threads and the offline hub are process-wide settings: the command line sets them, importing the library does not.
+    from coevolve_lib.runtime import configure_process
+
+    configure_process()
+    from coevolve_lib.profiles import ConfigError
+    from coevolve_lib.records import CorruptFileError
+
+    try:
+        return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
+    except ConfigError as exc:
+        print(f"{PROG} {argv[0]}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except CorruptFileError as exc:
+        print(f"{PROG} {argv[0]}: error: {exc}", file=sys.stderr)
+        return 1
+    except SystemExit as exc:  # argparse: --help, or a bad option (one line, status 2)
+        return exc.code if isinstance(exc.code, int) else 1
 
 
 if __name__ == "__main__":

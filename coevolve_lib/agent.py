@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 from tqdm.auto import tqdm
 
 from coevolve_lib import toolcalls
+from coevolve_lib.config import RolloutSettings
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.models import ChatModel, Generation, GenerationConfig
 
@@ -61,6 +62,19 @@ class RolloutConfig:
         if self.tool_format not in toolcalls.TOOL_FORMATS:
             raise ValueError(f"tool_format must be auto or one of {toolcalls.TOOL_FORMATS}, not {self.tool_format!r}")
         return self.tool_format
+
+
+def rollout_config(settings: RolloutSettings, temperature: float | None = None, seed: int = 0,
+                   token_level: bool = False, max_completion_tokens: int | None = None) -> RolloutConfig:
+    """The RolloutConfig of a profile's rollout section, at `temperature` (None: the section's sampling
+    temperature; 0: greedy, as every evaluation)."""
+    temperature = settings.temperature if temperature is None else temperature
+    return RolloutConfig(
+        tool_format=settings.tool_format, tool_docs=settings.tool_docs, max_steps_per_turn=settings.max_steps_per_turn,
+        max_steps_per_episode=settings.max_steps_per_episode, max_batch_size=settings.batch_size,
+        generation=GenerationConfig(max_new_tokens=settings.max_new_tokens, temperature=temperature,
+                                    top_p=settings.top_p, seed=seed),
+        token_level=token_level, max_completion_tokens=max_completion_tokens)
 
 
 class Episode:

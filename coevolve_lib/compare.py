@@ -22,14 +22,16 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from coevolve_lib import config as config_lib
+from coevolve_lib import profiles
+from coevolve_lib.config import RunConfig
 from coevolve_lib.agent import RolloutConfig
 from coevolve_lib.engine import DataEngine
 from coevolve_lib.evaluate import RESULT_SCHEMA, pass_at_k, task_outcomes
-from coevolve_lib.models import GenerationConfig, HFChatModel
+from coevolve_lib.models import HFChatModel
 from coevolve_lib.paths import FIGURES_DIR, RESULTS_DIR, RUNS_DIR, repo_relative
 from coevolve_lib.records import config_hash, git_commit, write_json_atomic
-from coevolve_lib.train import flatten_overrides, rollout_config, train
+from coevolve_lib.agent import rollout_config
+from coevolve_lib.train import flatten_overrides, train
 
 VARIANTS = {"static": "none", "random": "random", "coevolve": "signals"}
 """Variant name -> `training.pool_updates`."""
@@ -47,9 +49,9 @@ def results_file(results_dir: str | Path, profile: str, seeds: list[int], steps:
     return Path(results_dir) / "comparison" / f"{profile}_seeds{'-'.join(map(str, seeds))}_steps{steps}.json"
 
 
-def variant_run(profile: str, overrides: list[str], variant: str, seed: int) -> config_lib.RunConfig:
+def variant_run(profile: str, overrides: list[str], variant: str, seed: int) -> RunConfig:
     """The run config of one variant and seed: the profile with the overrides, the seed and the variant's pool updates."""
-    return config_lib.run_config(profile, list(overrides) + [f"training.seed={seed}",
+    return profiles.run_config(profile, list(overrides) + [f"training.seed={seed}",
                                                             f"training.pool_updates={VARIANTS[variant]}"])
 
 
@@ -81,7 +83,7 @@ def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout:
     return outcomes
 
 
-def _result(run: config_lib.RunConfig, variant: str, seed: int, metric: str, eval_set: str, k: int,
+def _result(run: RunConfig, variant: str, seed: int, metric: str, eval_set: str, k: int,
             temperature: float, per_task: dict[str, float], run_dir: Path, model: str) -> dict:
     values = list(per_task.values())
     return {"schema": RESULT_SCHEMA, "experiment": "comparison", "table": "table2-3", "variant": variant,
@@ -120,7 +122,7 @@ def compare(profile: str = "tiny", seeds: list[int] = (0,), overrides: list[str]
     return results
 
 
-def _measure(run: config_lib.RunConfig, variant: str, seed: int, folder: Path, pass_k: int,
+def _measure(run: RunConfig, variant: str, seed: int, folder: Path, pass_k: int,
              sampled_dir: Path | None = None) -> list[dict]:
     """Greedy and pass@k on the held-out set, and BFCL val success, of a run's final policy (or, for `zero_shot`,
     of the policy it started from: the run's step-0 evaluation). The starting policy is the same for every seed, so
@@ -132,13 +134,12 @@ def _measure(run: config_lib.RunConfig, variant: str, seed: int, folder: Path, p
     model_path = DataEngine(engine_config, folder).policy() if variant == "zero_shot" else str(folder / "final")
     eval_set = f"heldout/{key}"
     greedy = {t: float(o[0]) for t, o in evaluation["heldout_outcomes"].items()}
-    rollout = replace(rollout_config(run.training), generation=GenerationConfig(
-        max_new_tokens=run.training.max_new_tokens, temperature=run.training.temperature))
+    rollout = rollout_config(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
     sampled = _sampled_outcomes(sampled_dir or folder / "eval", model_path, tasks, rollout, pass_k,
                                 0 if variant == "zero_shot" else seed)
     passed = {t: pass_at_k(len(o), sum(o), pass_k) for t, o in sampled.items()}
     mean = {t: sum(o) / len(o) for t, o in sampled.items()}
-    temperature = run.training.temperature
+    temperature = run.rollout.temperature
     out = [_result(run, variant, seed, "greedy_success", eval_set, 1, 0.0, greedy, folder, model_path),
            _result(run, variant, seed, f"pass@{pass_k}", eval_set, pass_k, temperature, passed, folder, model_path),
            _result(run, variant, seed, "sampled_success", eval_set, 1, temperature, mean, folder, model_path)]
@@ -152,15 +153,16 @@ def _measure(run: config_lib.RunConfig, variant: str, seed: int, folder: Path, p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = config_lib.profile_parser("python -m coevolve_lib compare", __doc__, "training.max_steps=20")
+    parser = profiles.profile_parser("python -m coevolve_lib compare", __doc__, "training.max_steps=20")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (default: 0 1 2)")
     parser.add_argument("--pass-k", type=int, default=4, help="k of pass@k on the held-out set (default: 4)")
     parser.add_argument("--out", help="folder of the runs (default: runs/compare_<profile>)")
     parser.add_argument("--results", help="results JSON (default: results/comparison/<profile>_seeds<..>_steps<n>.json)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    if config_lib.run_config_from_args(args) is None:
-        return 2
+    profiles.run_config_from_args(args)  # every value checked before anything runs
+    if any(seed < 0 for seed in args.seeds) or args.pass_k < 1:
+        raise profiles.ConfigError(f"--seeds must be >= 0 and --pass-k >= 1 (got {args.seeds}, {args.pass_k})")
     from coevolve_lib.report import comparison_table, plot_learning_curves, rounds_table
 
     results = compare(args.profile, args.seeds, args.set, args.out, args.pass_k, args.results, not args.quiet)

@@ -1,31 +1,72 @@
-"""Profiles (`configs/<name>.yaml`) and the evaluation configuration they fill in.
+"""Every setting a profile can hold: one validated dataclass per section of `configs/<profile>.yaml`.
 
-A profile is a complete, documented parameter set; notebooks and the CLI start from one and override fields.
-Unknown keys are errors that name the valid ones, so a mistyped papermill parameter never passes silently.
+A profile has five sections, each settable from the CLI (`--set section.field=value`) and from papermill
+(`overrides`): `model`, `rollout` (how every episode runs: evaluation, probes and training share it), `evaluation`,
+`data_engine` (D_0, warm start, probes, signals, exploration, synthesis, held-out set) and `training` (GRPO).
+Loading, inheritance and overrides are in `profiles.py`.
+
+The classes are pydantic dataclasses, chosen over TRL's `HfArgumentParser` (flat, untyped beyond argparse, no
+nesting, no ranges) and over pydantic models (their API replaces the dataclass one the kit uses everywhere):
+- each value is checked for type and range when the config is built (`"abc"` for an int, `-5` steps, `fast` for a
+  learning rate), and a number written as a string (`2e-4`) is read as the number;
+- unknown fields are errors, so a misspelt override or papermill parameter never passes silently;
+- registry names (signal types, explorers, rewards, schedulers) are checked at load, before any model loads;
+- `dataclasses.replace` re-validates, `dataclasses.asdict` still works, and the docstring under each field is its
+  help text (`use_attribute_docstrings`).
+
+One name per meaning: `max_steps` counts optimizer steps (training and warm start); an action sequence has
+`min_calls`..`max_calls` calls; an exploration run has up to `calls_per_run` calls; a probe runs `batches`.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import os
-import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import field
+from typing import Annotated, Literal
 
-import yaml
+from pydantic import ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+from pydantic.dataclasses import dataclass
 
-from coevolve_lib.explore import ExploreConfig
-from coevolve_lib.heldout import HeldoutConfig
-from coevolve_lib.paths import REPO_ROOT
-from coevolve_lib.signals import SignalConfig
-from coevolve_lib.synthesize import SynthesisConfig
-from coevolve_lib.train_config import LaunchConfig, LoraSettings, TrainConfig
-from coevolve_lib.warmstart import WarmStartConfig
+STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+"""Unknown fields are errors; a field's docstring is its description."""
 
-CONFIGS_DIR = REPO_ROOT / "configs"
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+Temperature = Annotated[float, Field(ge=0.0, le=10.0)]
+ToolDocs = Literal["full", "compact", "none"]
+POOL_UPDATES = ("signals", "random", "none")
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+FORGETTING_KEYS = ("task", "task_type")
+RARE_PATTERNS = ("bigram", "sequence", "set")
 
 
-@dataclass
+# ------------------------------------------------------------------------------------------------ rollout
+
+@dataclass(config=STRICT)
+class RolloutSettings:
+    """How an episode runs, wherever it runs (evaluation, probes, held-out checks, GRPO rollouts)."""
+
+    tool_format: Literal["auto", "native", "prompt"] = "auto"
+    """`native` (chat-template tools, `<tool_call>` JSON), `prompt` (BFCL's `[f(a=1)]`), or `auto`: native when the
+    model's template supports tools."""
+    tool_docs: ToolDocs = "full"
+    """`full` BFCL function docs, `compact` (names, parameter types, one-sentence descriptions) for small models, or
+    `none` (no docs in the prompt: a model trained on the tools, such as the warm-started tiny profile)."""
+    max_new_tokens: PositiveInt = 1024
+    """Most tokens per model reply."""
+    max_steps_per_turn: PositiveInt = 20
+    """Model steps with tool calls allowed in one user turn (BFCL's MAXIMUM_STEP_LIMIT); more fails the episode."""
+    max_steps_per_episode: PositiveInt = 30
+    """Model steps with tool calls allowed in one episode (the paper's max interaction steps: 30); more fails it."""
+    batch_size: PositiveInt = 32
+    """Live episodes whose model calls are batched together."""
+    temperature: Temperature = 0.9
+    """Sampling temperature of training and probe rollouts (the paper: 0.9); evaluation has its own (0)."""
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    """Nucleus sampling mass of training and probe rollouts."""
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+@dataclass(config=STRICT)
 class EvalConfig:
     """Zero-shot (or checkpoint) evaluation on BFCL multi-turn."""
 
@@ -33,111 +74,222 @@ class EvalConfig:
     """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible endpoint."""
     profile: str = "tiny"
     """Profile the values came from (recorded in results)."""
-    benchmark: str = "bfcl"
+    benchmark: Literal["bfcl"] = "bfcl"
     """Benchmark; only BFCL multi-turn runs offline (AppWorld's task data cannot be downloaded here)."""
-    data_version: str = "v3"
+    data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version: `v3` (the paper's) or `v4`."""
     category: str = "multi_turn_base"
     """BFCL multi-turn category: base, miss_func, miss_param or long_context (with or without `multi_turn_`)."""
-    split: str = "val"
+    split: Literal["val", "train", "all"] = "val"
     """`val` (the kit's evaluation split), `train`, or `all`; see envs.bfcl.split_tasks."""
     split_seed: int = 42
     """Seed of the train/val split (fixed so every run evaluates the same tasks)."""
-    limit: int | None = None
+    limit: PositiveInt | None = None
     """Evaluate only the first `limit` tasks of the split (None = all)."""
     seed: int = 0
     """Seed of model sampling (irrelevant at temperature 0)."""
-    temperature: float = 0.0
-    """Sampling temperature; the paper evaluates at 0."""
-    max_new_tokens: int = 512
-    """Tokens per model reply."""
-    tool_format: str = "auto"
-    """`native`, `prompt` or `auto` (native when the chat template supports tools)."""
-    tool_docs: str = "full"
-    """`full` BFCL function docs or `compact` ones for small models."""
-    max_steps_per_turn: int = 20
-    """BFCL's per-turn step limit."""
-    max_steps_per_episode: int = 30
-    """The paper's per-episode interaction cap."""
-    batch_size: int = 16
-    """Episodes whose model calls are batched together."""
+    temperature: Temperature = 0.0
+    """Evaluation sampling temperature; the paper evaluates at 0 (greedy)."""
     base_url: str | None = None
     """OpenAI-compatible endpoint for `openai:` models (default: $OPENAI_BASE_URL)."""
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """The profile's rollout section."""
+
+    @field_validator("model")
+    @classmethod
+    def _model_named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a model name, hub id, local path or openai:<model> is required")
+        return value
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, value: str) -> str:
+        from coevolve_lib.envs.bfcl_backend import normalize_category
+
+        return normalize_category(value)
 
 
-def load_profile(name: str) -> dict:
-    """The raw mapping of `configs/<name>.yaml` (at the scale $COEVOLVE_SCALE asks for, see `at_scale`)."""
-    path = CONFIGS_DIR / f"{name}.yaml"
-    if not path.exists():
-        choices = sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
-        raise ValueError(f"unknown profile {name!r}; choose from {choices}")
-    return at_scale(yaml.safe_load(path.read_text()) or {})
+# ------------------------------------------------------------------------------------------------ data engine
 
-
-def at_scale(raw: dict) -> dict:
-    """`raw` with `configs/scales/<scale>.yaml` merged on top when $COEVOLVE_SCALE names a scale. `make test` sets
-    COEVOLVE_SCALE=smoke, so the notebooks run under nbval in seconds to minutes: fewer steps, tasks and samples,
-    never a different model or warm start. Its values win over a notebook's own overrides. Multi-process profiles
-    (the paper's GPU runs) stay as they are: they are only planned here, and their batch must divide over their
-    processes."""
-    scale = os.environ.get("COEVOLVE_SCALE")
-    if not scale or raw.get("training", {}).get("launch", {}).get("num_processes", 1) > 1:
-        return raw
-    path = CONFIGS_DIR / "scales" / f"{scale}.yaml"
-    if not path.exists():
-        choices = sorted(p.stem for p in (CONFIGS_DIR / "scales").glob("*.yaml"))
-        raise ValueError(f"unknown COEVOLVE_SCALE {scale!r}; choose from {choices} or leave it unset")
-    return merge(raw, yaml.safe_load(path.read_text()) or {})
-
-
-def build(config_class, values: dict):
-    """Instantiate a config dataclass from a mapping, rejecting unknown keys with a clear message."""
-    names = {f.name for f in fields(config_class)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"unknown {config_class.__name__} field(s) {unknown}; valid: {sorted(names)}")
-    return config_class(**values)
-
-
-def eval_config(profile: str = "tiny", raw: dict | None = None, **overrides) -> EvalConfig:
-    """The evaluation config of a profile, with `overrides` (None values mean "keep the profile's");
-    `raw`: an already loaded (and overridden) profile mapping instead of the file."""
-    raw = load_profile(profile) if raw is None else raw
-    values = {"model": raw.get("model"), "profile": profile, **(raw.get("evaluation") or {})}
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return build(EvalConfig, {k: v for k, v in values.items() if v is not None})
-
-
-def as_dict(config) -> dict:
-    return dataclasses.asdict(config)
-
-
-@dataclass
+@dataclass(config=STRICT)
 class ProbeConfig:
     """Rollouts that feed the signal extractor outside training (notebooks 03-05): the current policy samples K
-    trajectories per pool task at the rollout temperature, for a few "steps" without parameter updates."""
+    trajectories per pool task at the rollout temperature, in a few batches without parameter updates."""
 
-    steps: int = 3
-    """Probe steps (each one a batch of groups, as a training step would produce)."""
-    tasks_per_step: int = 32
-    """Pool tasks per step (the paper's batch is 32 tasks)."""
-    samples_per_task: int = 4
+    batches: PositiveInt = 3
+    """Probe batches (each one a batch of groups, as a training step would produce)."""
+    tasks_per_step: PositiveInt = 32
+    """Pool tasks per batch (the paper's batch is 32 tasks)."""
+    samples_per_task: PositiveInt = 4
     """K, the group size (the paper: 8)."""
-    temperature: float = 0.9
-    """Rollout temperature (the paper's Table 9)."""
-    max_new_tokens: int = 64
-    """Tokens per model reply."""
-    tool_docs: str = "none"
-    """Tool docs in the prompt: `full`, `compact`, or `none` (the tiny model learns the tools from data)."""
-    max_steps_per_episode: int = 12
-    """Interaction cap per episode."""
-    batch_size: int = 32
-    """Episodes batched per model call."""
     seed: int = 0
     """Seed of task sampling and generation."""
 
 
-@dataclass
+@dataclass(config=STRICT)
+class SignalConfig:
+    """Which signal types run, and their parameters."""
+
+    enabled: tuple[str, ...] = ("forgetting", "boundary", "rare")
+    """Signal types to run, by registry name (see `signals.SIGNALS`). The default is the paper's three."""
+    success_threshold: Fraction = 0.5
+    """The paper's 0.5 on [0, 1] scores: a score >= it counts as solved, below it as failed, in every signal (a
+    boundary group holds at least one of each)."""
+    forgetting_window: PositiveInt = 16
+    """W, the paper leaves it open. It counts scores, not steps: each visit of a key pushes all K samples of
+    that step. 16 is two visits at the paper's K = 8. With batch 32 drawn from a pool of 100 or more tasks, a
+    task comes back every few steps, so two visits span about one feedback period (F = 10 steps). A task that
+    solved something and then fails two visits in a row is flagged both times. With W = K, one all-failed
+    group would already erase the earlier success."""
+    forgetting_key: Literal["task", "task_type"] = "task"
+    """What a window is kept for: `task` (the task_id) or `task_type` (the sorted involved_classes joined by
+    "+", e.g. "GorillaFileSystem+TwitterAPI"). Many tasks share a task type and so one window: give it a
+    larger W."""
+    rare_pattern: Literal["bigram", "sequence", "set"] = "bigram"
+    """What an action pattern is, over the tool names of the whole trajectory in call order:
+    `bigram`: each pair of consecutive names ("cd>mv"); a trajectory with a single call has the unigram "cd".
+    `sequence`: the whole name sequence ("cd>mkdir>mv"). `set`: the sorted distinct names ("cd,mkdir,mv").
+    Bigram is the default. Whole sequences are almost all unique (194 distinct in BFCL v3 base's 200 ground
+    truths, and sets give 190), so with them "rare" would mean "any trajectory". Sets also drop the order, and
+    that is where tool-use mistakes are (mv before cd). Bigrams are the shortest patterns that keep order.
+    A rollout counts each distinct pattern once, so c_p is the number of trajectories that contain p, and a
+    loop that repeats one pair does not inflate it."""
+    rare_theta: Annotated[float, Field(gt=0.0, lt=100.0)] = 5.0
+    """theta in (0, 100), the paper's "e.g. 5": a pattern is rare when c_p / N < theta / 100. Warning: with
+    many distinct patterns even the most common one is below 5%. On BFCL v3 base ground truth (267 distinct
+    bigrams, N = 952, the most common at 4.6%) theta = 5 flags every trajectory. theta = 0.2 flags 44% there
+    (the patterns seen once), theta = 1 flags 96%."""
+    rare_min_total: NonNegativeInt = 200
+    """N_min: no rare signal until N >= N_min. N counts all pattern occurrences (each rollout's distinct
+    patterns), cumulative over training, so c_p / N is a frequency. It does not count distinct patterns. With
+    N < 100 / theta (20 at theta = 5) no pattern can be rare at all. At N = 200 a 5% frequency has a standard
+    error of 1.5 points. The paper's scale (batch 32 x K = 8 = 256 rollouts per step) reaches it in the first
+    step."""
+    compositional_window: PositiveInt = 10
+    """Training steps of single-class outcomes that the `compositional` signal looks at, including the current
+    step. 10 is one feedback period (the paper's F)."""
+    compositional_min_rate: Fraction = 0.5
+    """The `compositional` signal needs at least this success rate on single-class tasks of every class involved."""
+
+    @field_validator("enabled")
+    @classmethod
+    def _registered(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from coevolve_lib.signals import SIGNALS  # the registry, with any type a user registered
+
+        unknown = [name for name in value if name not in SIGNALS]
+        if unknown:
+            raise ValueError(f"unknown signal type(s) {unknown}; registered: {sorted(SIGNALS)}")
+        return value
+
+
+@dataclass(config=STRICT)
+class ExploreConfig:
+    """How one signal-annotated trajectory (or one D_0 seed task) is re-explored."""
+
+    explorer: Literal["schema", "llm"] = "schema"
+    """`schema` (no LLM: calls drawn from the tool schemas and the observed state) or `llm` (Figs. 9-10)."""
+    context_builder: Literal["heuristic", "llm"] = "heuristic"
+    """`heuristic` (offline, deterministic, read off the trajectory) or `llm` (the Fig. 11 prompt)."""
+    runs: PositiveInt = 3
+    """R: independent exploration runs per context, each from a fresh environment (the paper leaves R open)."""
+    calls_per_run: PositiveInt = 8
+    """S: most calls (one per step) per run (the paper leaves S open)."""
+    temperature: Temperature = 0.9
+    """Sampling temperature of the LLM explorer; > 0 so that the R runs differ."""
+    max_new_tokens: PositiveInt = 256
+    """Tokens per LLM explorer step (the context builder gets twice as many: its JSON is longer)."""
+    guided: bool = True
+    """False: unguided exploration (D_0 and the "random exploration" baseline of Table 3); no context is built.
+    A target without a signal is always explored unguided."""
+    focus_ratio: Fraction = 0.7
+    """Guided schema explorer: share of steps whose tool is drawn from the context's focus_pattern tools."""
+    seed: int = 0
+    """Seed of the schema explorer's draws, combined with the target and the run index."""
+
+
+@dataclass(config=STRICT)
+class SynthesisConfig:
+    """Task abstraction and validation."""
+
+    abstraction: Literal["deterministic", "llm"] = "deterministic"
+    """`deterministic` (offline: windows of successful exploration calls, templated queries) or `llm` (Fig. 12)."""
+    min_calls: PositiveInt = 3
+    """Fewest calls a task's action sequence may have (the paper's Fig. 12 rule: at least 3 steps)."""
+    max_calls: PositiveInt = 6
+    """Most calls in an action sequence the deterministic abstraction writes."""
+    description_words: PositiveInt | None = None
+    """Deterministic abstraction: words of each function's description that name its step in the query (None: the
+    description's whole first sentence). 4 gives short clauses that still tell every function of a BFCL class apart
+    ("Create a new directory (dir_name: 'x'), then copy a file or (source: ...)"); the tiny profile uses it."""
+    judge: bool = False
+    """Also ask the LLM judge (Fig. 13) whether the validated execution answers the query (needs a model)."""
+    max_new_tokens: PositiveInt = 768
+    """Tokens per abstraction or judge reply."""
+    temperature: Temperature = 0.0
+    """Sampling temperature of the abstraction and judge model."""
+
+    def __post_init__(self):
+        if self.max_calls < self.min_calls:
+            raise ValueError(f"max_calls ({self.max_calls}) must be >= min_calls ({self.min_calls})")
+
+
+@dataclass(config=STRICT)
+class WarmStartConfig:
+    """Supervised fine-tuning before RL, and the synthetic tasks it trains on."""
+
+    enabled: bool = False
+    """Run the warm start (tiny profile: on; paper profiles: off)."""
+    max_steps: PositiveInt = 600
+    """Optimizer steps; the cosine schedule ends exactly here."""
+    batch_size: PositiveInt = 16
+    """Conversations per step."""
+    learning_rate: PositiveFloat = 3e-3
+    """Peak learning rate (a random-init 2M-parameter model needs a large one)."""
+    final_lr_ratio: Fraction = 0.1
+    """The cosine decay ends at this fraction of the peak learning rate."""
+    warmup_steps: NonNegativeInt = 30
+    """Linear warm-up steps before the cosine decay."""
+    adam_beta2: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95
+    """AdamW's second-moment decay (0.95 adapts faster than 0.999 in a short run)."""
+    max_grad_norm: PositiveFloat = 1.0
+    """Gradient clipping norm."""
+    max_length: PositiveInt = 512
+    """Tokens per conversation (longer ones are cut)."""
+    seed: int = 0
+    """Seed of the data order."""
+    data_seeds: PositiveInt = 12
+    """Unguided schema explorations of every source environment, one per seed (`first_data_seed` + i), each
+    giving ~10 tasks per environment. More seeds: more distinct call sequences and argument values."""
+    first_data_seed: int = 100
+    """Seed of the first exploration (D_0 uses the profile's exploration seed; keep them apart)."""
+    data_runs: PositiveInt = 10
+    """Exploration runs R per environment and seed."""
+    data_calls_per_run: PositiveInt = 5
+    """Exploration calls S per run (short runs give short tasks)."""
+    data_min_calls: PositiveInt = 1
+    """Shortest reference of a warm-start task (1-call tasks teach the format; the RL pool keeps >= 3)."""
+    data_max_calls: PositiveInt = 4
+    """Longest reference of a warm-start task."""
+    environment_share: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
+    """Share of the train-split environments the warm start's tasks come from; D_0 and every round use only the
+    others, so the RL pool, like the held-out set, is in environments the warm start never saw (a policy that has
+    memorized an environment's names solves its tasks without reading the query)."""
+
+
+@dataclass(config=STRICT)
+class HeldoutConfig:
+    """The held-out evaluation set of a profile."""
+
+    size: NonNegativeInt = 200
+    """Tasks in the set (capped round-robin over the source environments, as D_0 is); 0: no held-out set."""
+    runs: PositiveInt = 10
+    """Exploration runs R per val-split environment (enough runs to fill `size`)."""
+    seed: int = 1000
+    """Exploration seed (apart from D_0's and the warm start's)."""
+
+
+@dataclass(config=STRICT)
 class DataEngineConfig:
     """The data engine of one profile: D_0, warm start, probe rollouts, signals, exploration, synthesis."""
 
@@ -148,125 +300,191 @@ class DataEngineConfig:
     explorer_model: str | None = None
     """Chat model for `llm` contexts, exploration, abstraction and judging (e.g. `openai:qwen3-max`); None when
     every stage runs offline (heuristic context, schema explorer, deterministic abstraction)."""
-    data_version: str = "v3"
+    data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version whose environments are explored."""
     classes: list[str] | None = None
     """BFCL classes of the profile's world (None: all eight). The training pool, the held-out set and the warm
     start are built from benchmark environments restricted to these classes (`envs.bfcl.restrict_classes`); the
     BFCL val split is always evaluated as it is."""
-    d0_size: int = 100
+    d0_size: PositiveInt = 100
     """N, the initial synthetic task set size (the paper: 100)."""
-    d0_source_split: str = "train"
+    d0_source_split: Literal["train", "all"] = "train"
     """Benchmark split whose initial states D_0 explores (never `val`: those are evaluation tasks)."""
-    max_targets: int | None = 32
-    """Signal trajectories re-explored per round."""
+    max_targets: PositiveInt | None = 32
+    """Signal trajectories re-explored per round (None: all)."""
     signals: SignalConfig = field(default_factory=SignalConfig)
     explore: ExploreConfig = field(default_factory=ExploreConfig)
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """The profile's rollout section (probe rollouts, warm-start checks and held-out evaluation use it)."""
+
+    @field_validator("classes")
+    @classmethod
+    def _known_classes(cls, value: list[str] | None) -> list[str] | None:
+        from coevolve_lib.envs.bfcl_backend import CLASSES
+
+        unknown = [name for name in value or [] if name not in CLASSES]
+        if unknown:
+            raise ValueError(f"unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
+        return value
 
 
-_SECTIONS = {"signals": SignalConfig, "explore": ExploreConfig, "synthesis": SynthesisConfig,
-             "warm_start": WarmStartConfig, "probe": ProbeConfig, "heldout": HeldoutConfig}
+# ------------------------------------------------------------------------------------------------ training
+
+@dataclass(config=STRICT)
+class LoraSettings:
+    """Optional LoRA adapters through peft (off in the paper, which trains all weights)."""
+
+    enabled: bool = False
+    """Train LoRA adapters instead of all weights."""
+    r: PositiveInt = 16
+    """Adapter rank."""
+    alpha: PositiveInt = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Dropout on the adapter input."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Modules that get adapters."""
 
 
-def data_engine_config(profile: str = "tiny", raw: dict | None = None, **overrides) -> DataEngineConfig:
-    """The data-engine config of a profile (`model` and the `data_engine:` section of its YAML), with overrides;
-    a section override is a mapping of its fields, e.g. `explore={"runs": 5}`."""
-    raw = load_profile(profile) if raw is None else raw
-    values = {"model": raw.get("model"), "profile": profile, **(raw.get("data_engine") or {})}
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key in _SECTIONS and isinstance(value, dict):
-            values[key] = {**(values.get(key) or {}), **value}
-        else:
-            values[key] = value
-    for key, section in _SECTIONS.items():
-        values[key] = build(section, values.get(key) or {})
-    return build(DataEngineConfig, {k: v for k, v in values.items() if v is not None})
+@dataclass(config=STRICT)
+class LaunchConfig:
+    """Where a run executes (used to compute per-device batches and to print launch commands)."""
+
+    num_machines: PositiveInt = 1
+    """Nodes (the paper: 1 for the 4B/7B models, 2 for Qwen3-30B-A3B)."""
+    num_processes: PositiveInt = 1
+    """Training processes in total, one per GPU (the paper: 8 or 16)."""
+    accelerate_config: str | None = None
+    """accelerate config file (relative to the repo), e.g. configs/accelerate/zero3_1x8.yaml; None: in-process."""
 
 
-@dataclass
+@dataclass(config=STRICT)
+class TrainConfig:
+    """GRPO on the task pool with a feedback round every `feedback_every` steps."""
+
+    max_steps: PositiveInt = 120
+    """Optimizer steps (the paper: 120)."""
+    tasks_per_step: PositiveInt = 32
+    """Pool tasks per step over all processes (the paper's training batch size 32)."""
+    group_size: Annotated[int, Field(ge=2)] = 8
+    """K rollouts per task (GRPO group size; the paper: 8); at least 2, since GRPO compares rollouts in a group."""
+    learning_rate: PositiveFloat = 1e-6
+    """Peak learning rate (the paper: 1e-6)."""
+    lr_scheduler_type: str = "constant"
+    """transformers scheduler name (the paper: constant)."""
+    warmup_steps: NonNegativeInt = 0
+    """Linear warm-up steps."""
+    max_grad_norm: PositiveFloat = 1.0
+    """Gradient clipping norm."""
+    epsilon_low: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """PPO clip range below 1 (the paper: 0.20)."""
+    epsilon_high: PositiveFloat = 0.28
+    """PPO clip range above 1 (the paper: 0.28, "clip-higher")."""
+    beta: NonNegativeFloat = 1e-3
+    """KL coefficient against the initial policy (the paper: 1e-3; 0 skips the reference model)."""
+    loss_type: Literal[LOSS_TYPES] = "dapo"
+    """TRL loss aggregation; `dapo` = token mean over the batch, the paper's 1/sum|tau_k| normalisation."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Advantage normalisation: `group` (std within the group), `batch` or `none`."""
+    max_completion_tokens: PositiveInt = 4096
+    """Most tokens after the first prompt per episode, model and environment tokens (the paper: 4096)."""
+    reward: Literal["binary", "prefix"] = "binary"
+    """`binary` (the paper: 1 when the BFCL checker passes, else 0) or `prefix` (a kit addition: 1 on success, else
+    the reference calls reproduced in order from the start, divided by one more than the larger of the reference and
+    executed call counts). Success is logged either way; signals read the reward."""
+    pool_updates: Literal[POOL_UPDATES] = "signals"
+    """How the pool grows every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
+    trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
+    re-explored unguided, no signals) or `none` (GRPO on the fixed D_0, the paper's GRPO baseline). Signals are
+    extracted and logged in every mode."""
+    feedback_every: PositiveInt = 10
+    """F: a feedback round after every F steps (the paper: 10)."""
+    eval_every: NonNegativeInt | None = None
+    """Greedy success on the held-out set (and a fixed sample of D_0) every E steps, before training and at the end
+    (None: every F steps; 0: only before and after)."""
+    eval_limit: NonNegativeInt | None = None
+    """BFCL val tasks evaluated before training and at the end (None: the evaluation section's limit; 0: skip)."""
+    eval_pool_tasks: NonNegativeInt = 32
+    """D_0 tasks solved greedily at each evaluation (a fixed sample: progress on the training distribution)."""
+    save_every: PositiveInt | None = None
+    """Checkpoint every this many steps (None: every F steps, right after the round)."""
+    save_total_limit: PositiveInt | None = 2
+    """Checkpoints kept on disk (oldest deleted first)."""
+    gradient_accumulation_steps: PositiveInt = 1
+    """Micro-batches per optimizer step (one generation per optimizer step either way)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% slower)."""
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Training dtype: `auto` (bfloat16 on GPU, float32 on CPU), `bfloat16` or `float32`."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    use_vllm: bool = False
+    """Must stay False: vLLM generation inside the multi-turn rollouts is not implemented yet (they generate with
+    transformers `generate` on the training model; docs/training.md, "Open gaps"). True is rejected."""
+    vllm_tensor_parallel_size: PositiveInt = 1
+    """The paper's rollout tensor parallel size (1 for 4B/7B, 2 for 30B-A3B), recorded for when vLLM rollouts
+    exist; unused in training until then."""
+    report_to: str = "none"
+    """Extra metric sinks for TRL's logs: `none`, `tensorboard`, `wandb` (metrics.jsonl is always written)."""
+    seed: int = 0
+    """Seed of task sampling, generation and TRL."""
+    torch_threads: PositiveInt | None = None
+    """CPU threads for torch (None: $COEVOLVE_TORCH_THREADS or 1; more is often slower on a shared machine)."""
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+    @field_validator("lr_scheduler_type")
+    @classmethod
+    def _known_scheduler(cls, value: str) -> str:
+        from transformers.trainer_utils import SchedulerType
+
+        choices = [s.value for s in SchedulerType]
+        if value not in choices:
+            raise ValueError(f"unknown scheduler {value!r}; choose from {choices}")
+        return value
+
+    def __post_init__(self):
+        completions = self.tasks_per_step * self.group_size
+        shards = self.launch.num_processes * self.gradient_accumulation_steps
+        # Each process rolls out whole groups (one generation per optimizer step), then TRL splits them into
+        # `gradient_accumulation_steps` equal micro-batches.
+        if completions % shards or (completions // self.launch.num_processes) % self.group_size:
+            raise ValueError(
+                f"tasks_per_step x group_size = {completions} completions must split into whole groups over "
+                f"{self.launch.num_processes} process(es) and into {self.gradient_accumulation_steps} equal "
+                "accumulation micro-batch(es)")
+        if self.use_vllm:
+            raise ValueError(
+                "use_vllm=true is not supported: vLLM generation inside the kit's multi-turn rollouts is not "
+                "implemented yet (rollouts use transformers generate on the training model; see docs/training.md, "
+                "\"Open gaps\", vLLM rollouts). Set training.use_vllm=false.")
+
+    @property
+    def per_device_batch_size(self) -> int:
+        """Completions per process per micro-batch."""
+        return self.tasks_per_step * self.group_size // (self.launch.num_processes * self.gradient_accumulation_steps)
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.save_every or self.feedback_every
+
+    @property
+    def evaluation_every(self) -> int:
+        """Steps between held-out evaluations (0: only before and after training)."""
+        return self.feedback_every if self.eval_every is None else self.eval_every
+
+
+@dataclass(config=STRICT)
 class RunConfig:
-    """Everything one training run needs: the profile's model and its three sections."""
+    """Everything one training run needs: the profile's model and its sections."""
 
     profile: str
     """Profile name (configs/<profile>.yaml)."""
     model: str
     """The policy's starting model (see EvalConfig.model)."""
+    rollout: RolloutSettings
     evaluation: EvalConfig
     data_engine: DataEngineConfig
     training: TrainConfig
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """`["training.max_steps=20", "data_engine.explore.runs=2"]` -> a nested mapping (values parsed as YAML)."""
-    out: dict = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {item!r} is not of the form section.field=value")
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = _scalar(value)
-    return out
-
-
-def _scalar(text: str):
-    """A YAML value, with numbers such as `2e-4` (a string to YAML 1.1) read as numbers."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def merge(base: dict, overrides: dict) -> dict:
-    """A copy of `base` with `overrides` merged in, mapping by mapping."""
-    out = dict(base)
-    for key, value in overrides.items():
-        out[key] = merge(out.get(key) or {}, value) if isinstance(value, dict) and key != "target_modules" else value
-    return out
-
-
-def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None) -> RunConfig:
-    """The full config of a training run: the profile, with overrides (a nested mapping or `a.b=c` strings).
-    Unknown sections or fields raise a ValueError that lists the valid ones."""
-    if isinstance(overrides, list):
-        overrides = parse_overrides(overrides)
-    raw = at_scale(merge(load_profile(profile), overrides or {}))
-    unknown = sorted(set(raw) - {"model", "evaluation", "data_engine", "training"})
-    if unknown:
-        raise ValueError(f"unknown profile section(s) {unknown}; valid: data_engine, evaluation, model, training")
-    training = dict(raw.get("training") or {})
-    training["lora"] = build(LoraSettings, training.get("lora") or {})
-    training["launch"] = build(LaunchConfig, training.get("launch") or {})
-    return RunConfig(profile=profile, model=raw["model"], evaluation=eval_config(profile, raw=raw),
-                     data_engine=data_engine_config(profile, raw=raw), training=build(TrainConfig, training))
-
-
-def profile_parser(prog: str, description: str | None, example: str) -> argparse.ArgumentParser:
-    """An argument parser with the options every profile-driven command shares: --profile and --set (`example`: a
-    typical override for the help text)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help=f"override a profile value, e.g. --set {example} (repeatable)")
-    return parser
-
-
-def run_config_from_args(args: argparse.Namespace) -> RunConfig | None:
-    """The run config of parsed --profile/--set options; None, after one line on stderr, when they are invalid."""
-    try:
-        return run_config(args.profile, args.set)
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None

@@ -21,14 +21,14 @@ import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib.agent import rollout_config, run_rollouts
 from coevolve_lib.config import DataEngineConfig
 from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.explore import ExplorationTarget
 from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
 from coevolve_lib.heldout import heldout_tasks
 from coevolve_lib.model_artifacts import TinyConfig
-from coevolve_lib.models import GenerationConfig, load_chat_model
+from coevolve_lib.models import load_chat_model
 from coevolve_lib.paths import CACHE_DIR, MODELS_DIR
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
@@ -92,7 +92,7 @@ class DataEngine:
         return {"recipe_version": RECIPE_VERSION, "model": cfg.model, "tiny_config": base, "warm_start": settings,
                 "data_version": cfg.data_version, "classes": cfg.classes, "source_split": cfg.d0_source_split,
                 "query": {"abstraction": cfg.synthesis.abstraction, "description_words": cfg.synthesis.description_words},
-                "tool_docs": cfg.probe.tool_docs}
+                "tool_docs": cfg.rollout.tool_docs}
 
     def policy(self, progress: bool = True, use_shipped: bool = True) -> str:
         """The policy's model path: the profile's model, or its warm start when the profile asks for one.
@@ -116,7 +116,7 @@ class DataEngine:
             partial = out.with_name(key + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
             summary = warm_start(base, self.environments("warm_start"), partial, cfg.warm_start, cfg.synthesis,
-                                 tool_docs=cfg.probe.tool_docs, progress=progress)
+                                 tool_docs=cfg.rollout.tool_docs, progress=progress)
             write_json_atomic(partial / "warm_start.json", {**summary, "recipe_key": key, "recipe": recipe})
             shutil.rmtree(out, ignore_errors=True)
             os.replace(partial, out)
@@ -133,21 +133,18 @@ class DataEngine:
         def step_path(step: int) -> Path:
             return self.run_dir / "probe" / f"step_{step:03d}.json"
 
-        missing = [step for step in range(cfg.steps) if not step_path(step).exists()]
+        missing = [step for step in range(cfg.batches) if not step_path(step).exists()]
         if missing:
             model = load_chat_model(self.policy())
             pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
             for step in missing:
                 rng = random.Random(cfg.seed * 1000 + step)
                 chosen = rng.sample(sorted(pool_tasks), min(cfg.tasks_per_step, len(pool_tasks)))
-                rollout_cfg = RolloutConfig(
-                    tool_docs=cfg.tool_docs, max_steps_per_episode=cfg.max_steps_per_episode,
-                    max_batch_size=cfg.batch_size, generation=GenerationConfig(
-                        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed * 1000 + step))
+                rollout_cfg = rollout_config(self.config.rollout, seed=cfg.seed * 1000 + step)
                 records = run_rollouts(model, [pool_task_to_bfcl(pool_tasks[i]) for i in chosen], rollout_cfg,
                                        samples_per_task=cfg.samples_per_task, progress=progress)
                 write_json_atomic(step_path(step), stamp_rollouts(records, step, pool_tasks))
-        return [r for step in range(cfg.steps) for r in json.loads(step_path(step).read_text())]
+        return [r for step in range(cfg.batches) for r in json.loads(step_path(step).read_text())]
 
     def signals(self, rollouts: list[dict]) -> list[dict]:
         """Signal records of the rollouts, step by step (the extractor's windows run across steps)."""

@@ -9,28 +9,43 @@ records the scale (model, profile, data version, split, n, seed) beside the valu
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import sys
 import time
 from datetime import datetime, timezone
+from dataclasses import asdict
 from pathlib import Path
 
-from coevolve_lib import config as config_lib
-from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib import profiles
+from coevolve_lib.config import EvalConfig
+from coevolve_lib.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.envs.bfcl import load_tasks, split_tasks
 from coevolve_lib.envs.bfcl_backend import normalize_category
-from coevolve_lib.models import GenerationConfig, load_chat_model
+from coevolve_lib.models import load_chat_model
 from coevolve_lib.records import append_jsonl, config_hash, git_commit, read_jsonl, write_json_atomic
 
 RESULT_SCHEMA = "result/v1"
 
 
-def evaluation_tasks(cfg: config_lib.EvalConfig) -> list:
+class EvaluationError(RuntimeError):
+    """An evaluation that measured nothing (no task, or every episode ended in a model error): no result is written."""
+
+
+def evaluation_tasks(cfg: EvalConfig) -> list:
     if cfg.benchmark != "bfcl":
         raise ValueError(f"benchmark {cfg.benchmark!r} is not available offline; only 'bfcl' is")
     tasks = split_tasks(load_tasks(cfg.data_version, normalize_category(cfg.category)), cfg.split, seed=cfg.split_seed)
     return tasks[: cfg.limit] if cfg.limit is not None else tasks
+
+
+def _load_model(cfg: EvalConfig):
+    """The evaluated chat model; a name that resolves to nothing is a user error, in one line."""
+    try:
+        return load_chat_model(cfg.model, **({"base_url": cfg.base_url} if cfg.base_url else {}))
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise profiles.ConfigError(f"cannot load model {cfg.model!r}: {first_line}") from None
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -54,7 +69,7 @@ def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, samples: int
     return outcomes
 
 
-def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: bool = True,
+def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True,
              resume: bool = True, experiment: str = "zero_shot") -> dict:
     """Run the evaluation and write the results JSON to `out`; returns the result.
 
@@ -65,7 +80,7 @@ def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: 
     rollouts_path = out.with_suffix(".rollouts.jsonl")
     if not resume:
         rollouts_path.unlink(missing_ok=True)
-    settings = config_lib.as_dict(cfg)
+    settings = asdict(cfg)
     # Episodes are reusable across runs that differ only in how many tasks they take.
     episode_hash = config_hash({k: v for k, v in settings.items() if k != "limit"})
     tasks = evaluation_tasks(cfg)
@@ -75,20 +90,21 @@ def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: 
     remaining = [t for t in tasks if t.id not in done]
     start = time.perf_counter()
     if remaining:
-        model = model or load_chat_model(cfg.model, **({"base_url": cfg.base_url} if cfg.base_url else {}))
-        rollout_cfg = RolloutConfig(
-            tool_format=cfg.tool_format, tool_docs=cfg.tool_docs, max_steps_per_turn=cfg.max_steps_per_turn,
-            max_steps_per_episode=cfg.max_steps_per_episode, max_batch_size=cfg.batch_size,
-            generation=GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed),
-        )
+        model = model or _load_model(cfg)
+        rollout_cfg = rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
 
         def keep(record: dict) -> None:
-            record["config_hash"] = episode_hash
-            append_jsonl(rollouts_path, record)
             done[record["task_id"]] = record
+            if record["terminated"] != "model_error":  # a resumed run asks the model again
+                append_jsonl(rollouts_path, {**record, "config_hash": episode_hash})
 
         run_rollouts(model, remaining, rollout_cfg, on_record=keep, progress=progress)
     outcomes = [done[t.id] for t in tasks]
+    if not outcomes:
+        raise EvaluationError(f"no task to evaluate ({cfg.category} {cfg.split}, limit {cfg.limit})")
+    if all(r["terminated"] == "model_error" for r in outcomes):
+        raise EvaluationError(f"every episode ended in a model error (the first: {outcomes[0]['error_message']}); "
+                              "is the model's endpoint up?")
     correct = sum(r["success"] for r in outcomes)
     result = {
         "schema": RESULT_SCHEMA,
@@ -123,31 +139,39 @@ def evaluate(cfg: config_lib.EvalConfig, out: str | Path, model=None, progress: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coevolve_lib evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = profiles.ArgumentParser("python -m coevolve_lib evaluate", __doc__)
     parser.add_argument("--profile", default="tiny", help="profile in configs/ giving the defaults (default: tiny)")
     parser.add_argument("--model", help="tiny, smollm2-135m, a local path/hub id, or openai:<model>")
-    parser.add_argument("--benchmark", choices=["bfcl"], help="benchmark (only bfcl runs offline)")
-    parser.add_argument("--data-version", choices=["v3", "v4"])
+    parser.add_argument("--benchmark", help="benchmark (only bfcl runs offline)")
+    parser.add_argument("--data-version", help="v3 or v4")
     parser.add_argument("--category", help="base, miss_func, miss_param or long_context")
-    parser.add_argument("--split", choices=["train", "val", "all"])
-    parser.add_argument("--limit", type=int, help="first N tasks of the split")
+    parser.add_argument("--split", help="val, train or all")
+    parser.add_argument("--limit", help="first N tasks of the split")
     parser.add_argument("--all-tasks", action="store_true", help="ignore the profile's limit: the whole split")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--tool-format", choices=["auto", "native", "prompt"])
-    parser.add_argument("--tool-docs", choices=["full", "compact"])
-    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--seed", help="sampling seed")
+    parser.add_argument("--temperature", help="evaluation temperature (default: the profile's, 0)")
+    parser.add_argument("--max-new-tokens", help="tokens per reply (rollout section)")
+    parser.add_argument("--tool-format", help="auto, native or prompt (rollout section)")
+    parser.add_argument("--tool-docs", help="full, compact or none (rollout section)")
+    parser.add_argument("--batch-size", help="episodes batched per model call (rollout section)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint for openai: models")
     parser.add_argument("--out", required=True, help="results JSON path (episodes go to <out>.rollouts.jsonl)")
     parser.add_argument("--no-resume", action="store_true", help="start afresh instead of keeping finished episodes")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if k not in ("profile", "out", "all_tasks", "no_resume")}
-    cfg = config_lib.eval_config(args.profile, **overrides)
+    # Values stay strings here: the config validates and converts them, with one error line per bad value.
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "quiet"}
+    evaluation = {k: given[k] for k in ("model", "benchmark", "data_version", "category", "split", "limit", "seed",
+                                        "temperature", "base_url") if k in given}
+    rollout = {k: given[k] for k in ("max_new_tokens", "tool_format", "tool_docs", "batch_size") if k in given}
     if args.all_tasks:
-        cfg.limit = None
-    result = evaluate(cfg, args.out, resume=not args.no_resume)
+        evaluation["limit"] = None
+    cfg = profiles.run_config(args.profile, {"evaluation": evaluation, "rollout": rollout}).evaluation
+    try:
+        result = evaluate(cfg, args.out, resume=not args.no_resume, progress=not args.quiet)
+    except EvaluationError as exc:
+        print(f"python -m coevolve_lib evaluate: error: {exc}", file=sys.stderr)
+        return 1
     print(f"{cfg.model} on BFCL {result['data_version']} {result['category']} {result['split']} "
           f"(n={result['n']}, T={result['temperature']}): {result['value']:.2f}% "
           f"({result['correct']}/{result['n']}; model errors {result['model_errors']})")

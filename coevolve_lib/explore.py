@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 
+from coevolve_lib.config import ExploreConfig
 from coevolve_lib.envs import bfcl_backend
 from coevolve_lib.envs.bfcl import BFCLEnv, is_error_observation
 from coevolve_lib.envs.safe_calls import Call, CallParseError, parse_call, parse_call_list
@@ -44,41 +45,6 @@ ACTION_FORMAT = ("Exactly one function call of the environment, written as Pytho
                  "inside <action>...</action> tags, e.g. <action>cd(folder='document')</action>. "
                  "Use only the functions listed in the environment description.")
 ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL)
-
-
-@dataclass
-class ExploreConfig:
-    """How one signal-annotated trajectory (or one D_0 seed task) is re-explored."""
-
-    explorer: str = "schema"
-    """`schema` (no LLM: calls drawn from the tool schemas and the observed state) or `llm` (Figs. 9-10)."""
-    context_builder: str = "heuristic"
-    """`heuristic` (offline, deterministic, read off the trajectory) or `llm` (the Fig. 11 prompt)."""
-    runs: int = 3
-    """R: independent exploration runs per context, each from a fresh environment (the paper leaves R open)."""
-    steps: int = 8
-    """S: most steps (one call each) per run (the paper leaves S open)."""
-    temperature: float = 0.9
-    """Sampling temperature of the LLM explorer; > 0 so that the R runs differ."""
-    max_new_tokens: int = 256
-    """Tokens per LLM explorer step (the context builder gets twice as many: its JSON is longer)."""
-    guided: bool = True
-    """False: unguided exploration (D_0 and the "random exploration" baseline of Table 3); no context is built.
-    A target without a signal is always explored unguided."""
-    focus_ratio: float = 0.7
-    """Guided schema explorer: share of steps whose tool is drawn from the context's focus_pattern tools."""
-    seed: int = 0
-    """Seed of the schema explorer's draws, combined with the target and the run index."""
-
-    def __post_init__(self):
-        if self.explorer not in ("schema", "llm"):
-            raise ValueError(f"explorer must be 'schema' or 'llm', not {self.explorer!r}")
-        if self.context_builder not in ("heuristic", "llm"):
-            raise ValueError(f"context_builder must be 'heuristic' or 'llm', not {self.context_builder!r}")
-        if self.runs < 1 or self.steps < 1:
-            raise ValueError(f"runs and steps must be >= 1, got runs={self.runs}, steps={self.steps}")
-        if not 0.0 <= self.focus_ratio <= 1.0:
-            raise ValueError(f"focus_ratio must be in [0, 1], got {self.focus_ratio}")
 
 
 @dataclass
@@ -662,7 +628,7 @@ class SchemaExplorer(Explorer):
                 pool.add(quoted, frozenset({"name"}), ValuePool.DEEP)
             sampler = ArgumentSampler(rng, pool, target.description)
             env, made, observation = target.new_env(), set(), ""
-            for step in range(config.steps):
+            for step in range(config.calls_per_run):
                 # An error that asks for a login is answered by a login call: the state says what is missing.
                 prefer = login if is_error_observation(observation) and self.LOGIN_ERROR.search(observation) else []
                 call = self._draw(rng, sampler, docs, focus, config.focus_ratio, banned | made, prefer)
@@ -765,7 +731,7 @@ class LLMExplorer(Explorer):
         runs = [{"index": k, "run_id": run_id, "env": target.new_env(), "steps": []}
                 for k, run_id in enumerate(run_ids(target, context, config.runs))]
         triplets = []
-        for step in range(config.steps):
+        for step in range(config.calls_per_run):
             live = [run for run in runs if run["env"] is not None]
             if not live:
                 break

@@ -13,38 +13,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
+from coevolve_lib.config import ExploreConfig, HeldoutConfig, SynthesisConfig
 from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
-from coevolve_lib.explore import ExploreConfig
 from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
 from coevolve_lib.paths import CACHE_DIR
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import config_hash
-from coevolve_lib.synthesize import SynthesisConfig
 
 COMMITTED_SETS = Path(__file__).resolve().parent / "data" / "heldout_sets.json"
 """Task ids of the held-out sets behind the committed results, by key."""
-
-
-@dataclass
-class HeldoutConfig:
-    """The held-out evaluation set of a profile."""
-
-    size: int = 200
-    """Tasks in the set (capped round-robin over the source environments, as D_0 is)."""
-    runs: int = 10
-    """Exploration runs R per val-split environment (enough runs to fill `size`)."""
-    seed: int = 1000
-    """Exploration seed (apart from D_0's and the warm start's)."""
 
 
 def heldout_key(data_version: str, classes: list[str] | None, explore: ExploreConfig, synthesis: SynthesisConfig,
                 heldout: HeldoutConfig) -> str:
     """The set's identity: everything that decides which tasks it holds."""
     return config_hash({"data_version": data_version, "classes": classes, "explorer": explore.explorer,
-                        "explore_steps": explore.steps,
+                        "explore_steps": explore.calls_per_run,
                         "synthesis": asdict(synthesis), "heldout": asdict(heldout)})
 
 
@@ -86,15 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m coevolve_lib heldout`: build a profile's held-out set, print what it holds; --commit records its ids."""
     from collections import Counter
 
-    from coevolve_lib.config import profile_parser, run_config_from_args
+    from coevolve_lib.profiles import profile_parser, run_config_from_args
 
     parser = profile_parser("python -m coevolve_lib heldout", __doc__, "data_engine.heldout.size=50")
     parser.add_argument("--commit", action="store_true",
                         help=f"record the set's task ids in coevolve_lib/data/{COMMITTED_SETS.name}")
     args = parser.parse_args(argv)
     run = run_config_from_args(args)
-    if run is None:
-        return 2
     cfg = run.data_engine
     key, tasks = heldout_tasks(cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis, cfg.heldout, progress=True)
     calls = Counter(len(t["reference_actions"]) for t in tasks)

@@ -13,15 +13,12 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from coevolve_lib.paths import MODELS_DIR
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 """Control tokens, in Qwen's order (ids 0, 1, 2 here); skipped when decoding."""
@@ -212,6 +209,10 @@ def build_all(force: bool = False) -> dict[str, Path]:
 
 if __name__ == "__main__":
     import argparse
+
+    from coevolve_lib.runtime import configure_process
+
+    configure_process()
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--force", action="store_true", help="rebuild even if the artifacts exist")

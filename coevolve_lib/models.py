@@ -22,9 +22,6 @@ from pathlib import Path
 
 from coevolve_lib.paths import MODELS_DIR
 
-# The kit runs offline by default; a user who wants hub downloads sets HF_HUB_OFFLINE=0 themselves.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m"}
 """Spec -> folder under MODELS_DIR of the models `python -m coevolve_lib.model_artifacts` builds."""
 

@@ -27,7 +27,7 @@ class TaskPool:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.rounds_path = self.path.with_name(self.path.name + ".rounds.json")
-        self.tasks: list[dict] = read_jsonl(self.path)
+        self.tasks: list[dict] = read_jsonl(self.path, atomic=True)
         rounds = set()
         if self.rounds_path.exists():
             try:

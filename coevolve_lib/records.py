@@ -29,8 +29,16 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         os.fsync(f.fileno())
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    """All complete records of a JSONL file ([] if it does not exist); a corrupt line is logged and skipped."""
+class CorruptFileError(ValueError):
+    """A file written atomically holds a line that is not a JSON record: corruption, never an interrupted write."""
+
+
+def read_jsonl(path: str | Path, atomic: bool = False) -> list[dict]:
+    """All records of a JSONL file ([] if it does not exist).
+
+    An appended file (`append_jsonl`) may end in one line cut by a killed process: such a line is logged and skipped.
+    A file only ever replaced whole (`atomic`, e.g. the task pool) cannot hold one, so a bad line there is a
+    `CorruptFileError` naming the file and the line, and nothing is dropped or rewritten."""
     path = Path(path)
     if not path.exists():
         return []
@@ -40,8 +48,15 @@ def read_jsonl(path: str | Path) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                record = None
+            if isinstance(record, dict):
+                records.append(record)
+            elif atomic:
+                raise CorruptFileError(f"{path}, line {number}: not a JSON record ({line.strip()[:60]!r}); the file "
+                                       "is written atomically, so this is corruption: repair or remove the line")
+            else:
                 log.warning("skipping corrupt line %d of %s (an interrupted write)", number, path)
     return records
 

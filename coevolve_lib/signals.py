@@ -24,71 +24,13 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict, deque
-from dataclasses import dataclass
 from typing import ClassVar
 
 log = logging.getLogger(__name__)
 
+from coevolve_lib.config import RARE_PATTERNS, SignalConfig
+
 SIGNAL_SCHEMA = "signal/v1"
-FORGETTING_KEYS = ("task", "task_type")
-RARE_PATTERNS = ("bigram", "sequence", "set")
-
-
-@dataclass
-class SignalConfig:
-    """Which signal types run, and their parameters."""
-
-    enabled: tuple[str, ...] = ("forgetting", "boundary", "rare")
-    """Signal types to run, by registry name (see `SIGNALS`). The default is the paper's three."""
-    success_threshold: float = 0.5
-    """The paper's 0.5 on [0, 1] scores. A score >= it counts as solved in a forgetting window. A boundary
-    group needs scores strictly above and strictly below it, so a score of exactly 0.5 is on neither side."""
-    forgetting_window: int = 16
-    """W, the paper leaves it open. It counts scores, not steps: each visit of a key pushes all K samples of
-    that step. 16 is two visits at the paper's K = 8. With batch 32 drawn from a pool of 100 or more tasks, a
-    task comes back every few steps, so two visits span about one feedback period (F = 10 steps). A task that
-    solved something and then fails two visits in a row is flagged both times. With W = K, one all-failed
-    group would already erase the earlier success."""
-    forgetting_key: str = "task"
-    """What a window is kept for: `task` (the task_id) or `task_type` (the sorted involved_classes joined by
-    "+", e.g. "GorillaFileSystem+TwitterAPI"). Many tasks share a task type and so one window: give it a
-    larger W."""
-    rare_pattern: str = "bigram"
-    """What an action pattern is, over the tool names of the whole trajectory in call order:
-    `bigram`: each pair of consecutive names ("cd>mv"); a trajectory with a single call has the unigram "cd".
-    `sequence`: the whole name sequence ("cd>mkdir>mv"). `set`: the sorted distinct names ("cd,mkdir,mv").
-    Bigram is the default. Whole sequences are almost all unique (194 distinct in BFCL v3 base's 200 ground
-    truths, and sets give 190), so with them "rare" would mean "any trajectory". Sets also drop the order, and
-    that is where tool-use mistakes are (mv before cd). Bigrams are the shortest patterns that keep order.
-    A rollout counts each distinct pattern once, so c_p is the number of trajectories that contain p, and a
-    loop that repeats one pair does not inflate it."""
-    rare_theta: float = 5.0
-    """theta in (0, 100), the paper's "e.g. 5": a pattern is rare when c_p / N < theta / 100. Warning: with
-    many distinct patterns even the most common one is below 5%. On BFCL v3 base ground truth (267 distinct
-    bigrams, N = 952, the most common at 4.6%) theta = 5 flags every trajectory. theta = 0.2 flags 44% there
-    (the patterns seen once), theta = 1 flags 96%."""
-    rare_min_total: int = 200
-    """N_min: no rare signal until N >= N_min. N counts all pattern occurrences (each rollout's distinct
-    patterns), cumulative over training, so c_p / N is a frequency. It does not count distinct patterns. With
-    N < 100 / theta (20 at theta = 5) no pattern can be rare at all. At N = 200 a 5% frequency has a standard
-    error of 1.5 points. The paper's scale (batch 32 x K = 8 = 256 rollouts per step) reaches it in the first
-    step."""
-    compositional_window: int = 10
-    """Training steps of single-class outcomes that the `compositional` signal looks at, including the current
-    step. 10 is one feedback period (the paper's F)."""
-    compositional_min_rate: float = 0.5
-    """The `compositional` signal needs at least this success rate on single-class tasks of every class involved."""
-
-    def __post_init__(self):
-        self.enabled = tuple(self.enabled)  # a YAML profile gives a list
-        if self.forgetting_key not in FORGETTING_KEYS:
-            raise ValueError(f"forgetting_key must be one of {FORGETTING_KEYS}, not {self.forgetting_key!r}")
-        if self.rare_pattern not in RARE_PATTERNS:
-            raise ValueError(f"rare_pattern must be one of {RARE_PATTERNS}, not {self.rare_pattern!r}")
-        if not 0 < self.rare_theta < 100:
-            raise ValueError(f"rare_theta must be in (0, 100), not {self.rare_theta}")
-        if self.forgetting_window < 1 or self.compositional_window < 1:
-            raise ValueError("forgetting_window and compositional_window must be >= 1")
 
 
 def rollout_id(record: dict) -> str:

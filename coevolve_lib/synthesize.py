@@ -25,8 +25,8 @@ import json
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
 
+from coevolve_lib.config import SynthesisConfig
 from coevolve_lib.envs import bfcl_backend
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, grade, is_error_observation
 from coevolve_lib.envs.safe_calls import CallParseError, parse_call, parse_call_list
@@ -54,28 +54,6 @@ HISTORY_ACTIONS = 3
 """Previous actions of the run shown as the `history` of each triplet."""
 EMPTY_OUTPUTS = {"", "None", "null", "{}", "[]", "true", "false", "True", "False"}
 """Outputs that tell the user nothing (BFCL setters return None)."""
-
-
-@dataclass
-class SynthesisConfig:
-    """Task abstraction and validation."""
-
-    abstraction: str = "deterministic"
-    """`deterministic` (offline: windows of successful exploration calls, templated queries) or `llm` (Fig. 12)."""
-    min_steps: int = 3
-    """Shortest action sequence a task may have (the paper's Fig. 12 rule: at least 3 steps)."""
-    max_steps: int = 6
-    """Longest action sequence the deterministic abstraction writes."""
-    description_words: int | None = None
-    """Deterministic abstraction: words of each function's description that name its step in the query (None: the
-    description's whole first sentence). 4 gives short clauses that still tell every function of a BFCL class apart
-    ("Create a new directory (dir_name: 'x'), then copy a file or (source: ...)"); the tiny profile uses it."""
-    judge: bool = False
-    """Also ask the LLM judge (Fig. 13) whether the validated execution answers the query (needs a model)."""
-    max_new_tokens: int = 768
-    """Tokens per abstraction or judge reply."""
-    temperature: float = 0.0
-    """Sampling temperature of the abstraction and judge model."""
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -226,7 +204,7 @@ def _abstract_deterministic(triplets, source, config, skipped: Counter) -> list[
         # pure no-ops (failed probes), so leaving them out changes neither the state nor later calls.
         _, observations, changed, _ = _replay(source, actions)
         actions = [a for a, o, c in zip(actions, observations, changed) if c or not is_error_observation(o)]
-        if len(actions) < config.min_steps:
+        if len(actions) < config.min_calls:
             skipped["too_few_actions"] += 1
             continue
         window = _best_window(source, actions, config)
@@ -240,10 +218,10 @@ def _abstract_deterministic(triplets, source, config, skipped: Counter) -> list[
 
 
 def _best_window(source: dict, actions: list[str], config: SynthesisConfig) -> list[str] | None:
-    """The window of min_steps..max_steps consecutive actions that, replayed from the initial state, fails no call
+    """The window of min_calls..max_calls consecutive actions that, replayed from the initial state, fails no call
     and scores best: state-changing steps plus reads of values earlier steps wrote, then length, then earliness."""
     best, best_key = None, None
-    for length in range(min(config.max_steps, len(actions)), config.min_steps - 1, -1):
+    for length in range(min(config.max_calls, len(actions)), config.min_calls - 1, -1):
         for first in range(len(actions) - length + 1):
             window = actions[first:first + length]
             _, observations, changed, _ = _replay(source, window)
@@ -348,7 +326,7 @@ def _environment(source: dict) -> str:
 
 def _abstract_llm(triplets, source, config, model, cost) -> list[dict]:
     prompt = _render_prompt("abstract", environment=_environment(source), triplets=_render_triplets(triplets),
-                            min_steps=config.min_steps, output_format=OUTPUT_FORMAT)
+                            min_steps=config.min_calls, output_format=OUTPUT_FORMAT)
     generation = _ask(model, prompt, config)
     _usage(cost, generation)
     if generation.error:
@@ -447,9 +425,9 @@ def validate(spec: dict, config: SynthesisConfig, model: ChatModel | None = None
     known = known_task_ids or set()
     actions = list(spec["action_sequence"])
     reasons, details = [], []
-    if len(actions) < config.min_steps:
+    if len(actions) < config.min_calls:
         reasons.append("too_short")
-        details.append(f"{len(actions)} calls < min_steps {config.min_steps}")
+        details.append(f"{len(actions)} calls < min_calls {config.min_calls}")
     env = _env(spec)
     invalid = []
     for index, action in enumerate(actions):
@@ -472,7 +450,7 @@ def validate(spec: dict, config: SynthesisConfig, model: ChatModel | None = None
     if failed:
         succeeded = [a for i, a in enumerate(actions) if i not in failed and i not in invalid]
         *_, final_succeeded = _replay(spec, succeeded)
-        positive = changed and final_succeeded == final and len(succeeded) >= config.min_steps
+        positive = changed and final_succeeded == final and len(succeeded) >= config.min_calls
         details.append(f"calls {failed} failed; " + ("the successful calls alone reach the same changed state"
                                                       if positive else "no reproducible positive outcome"))
         if positive:

@@ -33,17 +33,18 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from coevolve_lib import config as config_lib
-from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib import profiles
+from coevolve_lib.config import RunConfig
+from coevolve_lib.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.engine import DataEngine, stamp_rollouts
 from coevolve_lib.envs.safe_calls import CallParseError, parse_call
 from coevolve_lib.evaluate import evaluate, task_outcomes
-from coevolve_lib.models import GenerationConfig, HFChatModel, set_torch_threads
+from coevolve_lib.models import HFChatModel, set_torch_threads
 from coevolve_lib.paths import REPO_ROOT, RUNS_DIR
 from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.synthesize import pool_task_to_bfcl
-from coevolve_lib.train_config import grpo_kwargs, lora_config
+from coevolve_lib.trl_args import grpo_kwargs, lora_config
 
 
 STATE_FILE = "coevolve_state.json"
@@ -80,20 +81,17 @@ def environment_reward(completions, score, **kwargs) -> list[float]:
     return [float(s) for s in score]
 
 
-def rollout_config(cfg) -> RolloutConfig:
-    """Token-level rollout settings of a TrainConfig."""
-    return RolloutConfig(
-        tool_format=cfg.tool_format, tool_docs=cfg.tool_docs, max_steps_per_turn=cfg.max_steps_per_turn,
-        max_steps_per_episode=cfg.max_steps_per_episode, max_batch_size=cfg.rollout_batch_size,
-        generation=GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p),
-        token_level=True, max_completion_tokens=cfg.max_completion_tokens)
+def training_rollouts(run: RunConfig) -> RolloutConfig:
+    """Token-level rollouts at the rollout temperature, capped at the training's completion budget."""
+    return rollout_config(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
 
 
 class PoolRollouts:
     """TRL's `rollout_func`: draws the step's tasks from the pool and runs K episodes of each with the policy."""
 
-    def __init__(self, pool, cfg, process_index: int = 0):
-        self.pool, self.cfg, self.process_index = pool, cfg, process_index
+    def __init__(self, pool, run: RunConfig, process_index: int = 0):
+        self.pool, self.cfg, self.process_index = pool, run.training, process_index
+        self.rollout = training_rollouts(run)
         self.allowed_version = 0
         """Highest pool version training samples (rounds committed after the last checkpoint wait)."""
         self.pending: list[dict] = []
@@ -119,7 +117,7 @@ class PoolRollouts:
                                          gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
                                          ) as model:
             policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
-            records = run_rollouts(policy, [pool_task_to_bfcl(t) for t in tasks], rollout_config(self.cfg),
+            records = run_rollouts(policy, [pool_task_to_bfcl(t) for t in tasks], self.rollout,
                                    samples_per_task=self.cfg.group_size, progress=False)
         self.seconds += time.perf_counter() - start
         output = {"prompt_ids": [r.pop("prompt_ids") for r in records],
@@ -145,7 +143,7 @@ def latest_checkpoint(trainer_dir: Path) -> Path | None:
 class CoEvolveLoop:
     """What happens around TRL's update: records, signals, feedback rounds, evaluation, metrics, state."""
 
-    def __init__(self, run: config_lib.RunConfig, out_dir: Path, engine: DataEngine, rollouts: PoolRollouts,
+    def __init__(self, run: RunConfig, out_dir: Path, engine: DataEngine, rollouts: PoolRollouts,
                  is_main: bool = True, progress: bool = True):
         self.run, self.cfg, self.out_dir = run, run.training, out_dir
         self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
@@ -188,8 +186,8 @@ class CoEvolveLoop:
             return json.loads(path.read_text())
         start = time.perf_counter()
         policy = HFChatModel.from_loaded(model, tokenizer, name=f"{self.run.model}@step{step}")
-        greedy = replace(rollout_config(self.cfg), generation=GenerationConfig(
-            max_new_tokens=self.cfg.max_new_tokens, temperature=0.0))
+        greedy = rollout_config(self.run.rollout, temperature=0.0, token_level=True,
+                                max_completion_tokens=self.cfg.max_completion_tokens)
         result = {"step": step}
         if self.heldout_tasks:
             heldout = task_outcomes(policy, self.heldout_tasks, greedy)
@@ -328,7 +326,7 @@ def _callback(loop: CoEvolveLoop):
     return CoEvolveCallback()
 
 
-def train(run: config_lib.RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True) -> dict:
+def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True) -> dict:
     """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json)."""
     import torch
     from accelerate import PartialState
@@ -362,11 +360,11 @@ def train(run: config_lib.RunConfig, out_dir: str | Path, resume: bool = True, p
         engine.pool.__init__(engine.pool.path)
     policy_path = engine.policy()
 
-    rollouts = PoolRollouts(engine.pool, cfg, process_index=state.process_index)
+    rollouts = PoolRollouts(engine.pool, run, process_index=state.process_index)
     loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress)
     if checkpoint is not None:
         loop.restore(checkpoint)
-    args = GRPOConfig(**grpo_kwargs(cfg, str(trainer_dir), cuda=torch.cuda.is_available()), disable_tqdm=not progress)
+    args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()), disable_tqdm=not progress)
     slots = Dataset.from_dict({"prompt": [f"pool slot {i}" for i in range(cfg.max_steps * cfg.tasks_per_step)]})
     trainer = GRPOTrainer(model=policy_path, reward_funcs=[environment_reward], args=args, train_dataset=slots,
                           rollout_func=rollouts, peft_config=lora_config(cfg), callbacks=[_callback(loop)])
@@ -426,7 +424,7 @@ def summarize(out_dir: str | Path) -> dict:
 
 # -- planning, launching and the command line ------------------------------------------------------------------
 
-def plan(run: config_lib.RunConfig, out_dir: str | Path) -> dict:
+def plan(run: RunConfig, out_dir: str | Path) -> dict:
     """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
     cfg, launch = run.training, run.training.launch
     command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", str(out_dir)]
@@ -466,8 +464,8 @@ def plan(run: config_lib.RunConfig, out_dir: str | Path) -> dict:
                   "completions_per_step": completions, "processes": launch.num_processes,
                   "machines": launch.num_machines, "per_device_train_batch_size": cfg.per_device_batch_size,
                   "gradient_accumulation_steps": cfg.gradient_accumulation_steps},
-        "grpo_config": grpo_kwargs(cfg, str(Path(out_dir) / "trainer"), cuda=True),
-        "rollout": {k: v for k, v in asdict(rollout_config(cfg)).items()},
+        "grpo_config": grpo_kwargs(cfg, run.rollout, str(Path(out_dir) / "trainer"), cuda=True),
+        "rollout": asdict(training_rollouts(run)),
         "lora": asdict(cfg.lora) if cfg.lora.enabled else None,
         "launch": asdict(launch), "commands": commands, "notes": notes,
     }
@@ -476,7 +474,7 @@ def plan(run: config_lib.RunConfig, out_dir: str | Path) -> dict:
 def run_training(profile: str = "tiny", overrides: dict | list[str] | None = None, out_dir: str | Path | None = None,
                  resume: bool = True, progress: bool = True) -> dict:
     """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones."""
-    run = config_lib.run_config(profile, overrides)
+    run = profiles.run_config(profile, overrides)
     out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
     if run.training.launch.num_processes == 1:
         return train(run, out_dir, resume=resume, progress=progress)
@@ -498,15 +496,13 @@ def flatten_overrides(mapping: dict, prefix: str = "") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = config_lib.profile_parser("python -m coevolve_lib train", __doc__, "training.max_steps=20")
+    parser = profiles.profile_parser("python -m coevolve_lib train", __doc__, "training.max_steps=20")
     parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
     parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
     parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    run = config_lib.run_config_from_args(args)
-    if run is None:
-        return 2
+    run = profiles.run_config_from_args(args)
     out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
     if args.dry_run:
         print(json.dumps(plan(run, out_dir), indent=2, default=str))

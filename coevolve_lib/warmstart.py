@@ -29,58 +29,16 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from coevolve_lib import toolcalls
+from coevolve_lib.config import ExploreConfig, WarmStartConfig
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.envs.safe_calls import parse_call
 from coevolve_lib.records import config_hash
-
-
-@dataclass
-class WarmStartConfig:
-    """Supervised fine-tuning before RL, and the synthetic tasks it trains on."""
-
-    enabled: bool = False
-    """Run the warm start (tiny profile: on; paper profiles: off)."""
-    steps: int = 600
-    """Optimizer steps; the cosine schedule ends exactly here."""
-    batch_size: int = 16
-    """Conversations per step."""
-    learning_rate: float = 3e-3
-    """Peak learning rate (a random-init 2M-parameter model needs a large one)."""
-    final_lr_ratio: float = 0.1
-    """The cosine decay ends at this fraction of the peak learning rate."""
-    warmup_steps: int = 30
-    """Linear warm-up steps before the cosine decay."""
-    adam_beta2: float = 0.95
-    """AdamW's second-moment decay (0.95 adapts faster than 0.999 in a short run)."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping norm."""
-    max_length: int = 512
-    """Tokens per conversation (longer ones are cut)."""
-    seed: int = 0
-    """Seed of the data order."""
-    data_seeds: int = 12
-    """Unguided schema explorations of every source environment, one per seed (`first_data_seed` + i), each
-    giving ~10 tasks per environment. More seeds: more distinct call sequences and argument values."""
-    first_data_seed: int = 100
-    """Seed of the first exploration (D_0 uses the profile's exploration seed; keep them apart)."""
-    data_runs: int = 10
-    """Exploration runs R per environment and seed."""
-    data_explore_steps: int = 5
-    """Exploration steps S per run (short runs give short tasks)."""
-    data_min_calls: int = 1
-    """Shortest reference of a warm-start task (1-call tasks teach the format; the RL pool keeps >= 3)."""
-    data_max_calls: int = 4
-    """Longest reference of a warm-start task."""
-    environment_share: float = 0.5
-    """Share of the train-split environments the warm start's tasks come from; D_0 and every round use only the
-    others, so the RL pool, like the held-out set, is in environments the warm start never saw (a policy that has
-    memorized an environment's names solves its tasks without reading the query)."""
 
 
 def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
@@ -123,17 +81,16 @@ def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: Warm
     """The warm start's validated synthetic tasks (task/v1 records): `config.data_seeds` unguided schema explorations
     of the `sources` environments, abstracted with `synthesis` (query style) but `data_min_calls`..`data_max_calls`
     calls long. Each seed's tasks are cached under `work_dir/seed_<n>/` (seconds per seed)."""
-    from coevolve_lib.explore import ExploreConfig
     from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
     from coevolve_lib.pool import TaskPool
 
-    lengths = replace(synthesis, min_steps=config.data_min_calls, max_steps=config.data_max_calls)
+    lengths = replace(synthesis, min_calls=config.data_min_calls, max_calls=config.data_max_calls)
     tasks = []
     for seed in range(config.first_data_seed, config.first_data_seed + config.data_seeds):
         seed_dir = Path(work_dir) / f"seed_{seed}"
         pool = TaskPool(seed_dir / "pool.jsonl")
         if not (seed_dir / "round" / "report.json").exists():
-            explore = ExploreConfig(runs=config.data_runs, steps=config.data_explore_steps, seed=seed)
+            explore = ExploreConfig(runs=config.data_runs, calls_per_run=config.data_calls_per_run, seed=seed)
             synthesize_initial(sources, pool, seed_dir / "round", FeedbackConfig(explore=explore, synthesis=lengths),
                                size=10**9, progress=False)
         tasks += pool.tasks
@@ -155,10 +112,10 @@ def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Rand
 
 
 def learning_rate_at(step: int, config: WarmStartConfig) -> float:
-    """Linear warm-up to the peak, then cosine decay to `final_lr_ratio` of it, reached at step `config.steps`."""
+    """Linear warm-up to the peak, then cosine decay to `final_lr_ratio` of it, reached at step `config.max_steps`."""
     if step < config.warmup_steps:
         return config.learning_rate * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    progress = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
     cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
     return config.learning_rate * (config.final_lr_ratio + (1 - config.final_lr_ratio) * cosine)
 
@@ -187,7 +144,7 @@ def train_sft(model_path: str | Path, conversations: list[dict], out_dir: str | 
     model.train()
     losses, window, tokens = [], [], 0
     start = time.perf_counter()
-    for step in tqdm(range(config.steps), desc="warm start", unit="step", disable=not progress):
+    for step in tqdm(range(config.max_steps), desc="warm start", unit="step", disable=not progress):
         batch = [examples[i] for i in next(batches)]
         width = max(map(len, batch))
         input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids in batch], device=device)
@@ -201,13 +158,13 @@ def train_sft(model_path: str | Path, conversations: list[dict], out_dir: str | 
         optimizer.zero_grad(set_to_none=True)
         tokens += int(mask.sum())
         window.append(loss.item())
-        if len(window) == 50 or step == config.steps - 1:
+        if len(window) == 50 or step == config.max_steps - 1:
             losses.append(round(sum(window) / len(window), 4))
             window = []
     seconds = time.perf_counter() - start
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    return {"examples": len(examples), "steps": config.steps, "tokens": tokens, "seconds": round(seconds, 1),
+    return {"examples": len(examples), "steps": config.max_steps, "tokens": tokens, "seconds": round(seconds, 1),
             "tokens_per_s": round(tokens / seconds) if seconds else None, "loss": losses}
 
 
@@ -289,21 +246,18 @@ def check_policy(engine, policy_path: str, samples: int = 8, temperature: float 
     """What a starting policy gives GRPO on the run's pool: `samples` episodes per D_0 task at `temperature` (mean
     success and the share of tasks with mixed outcomes, i.e. the groups that carry an advantage), and greedy success
     on the held-out set."""
-    from coevolve_lib.agent import RolloutConfig
+    from coevolve_lib.agent import rollout_config
     from coevolve_lib.evaluate import task_outcomes
-    from coevolve_lib.models import GenerationConfig, HFChatModel
+    from coevolve_lib.models import HFChatModel
 
-    probe = engine.config.probe
-    rollout = RolloutConfig(tool_docs=probe.tool_docs, max_steps_per_episode=probe.max_steps_per_episode,
-                            max_batch_size=probe.batch_size, generation=GenerationConfig(
-                                max_new_tokens=probe.max_new_tokens, temperature=temperature, seed=seed))
+    settings = engine.config.rollout
+    rollout = rollout_config(settings, temperature=temperature, seed=seed)
     model = HFChatModel(policy_path)
     d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
     sampled = task_outcomes(model, d0, rollout, samples=samples, progress=True)
     episodes = [o for per_task in sampled.values() for o in per_task]
     key, heldout = engine.heldout()
-    greedy = task_outcomes(model, heldout, replace(rollout, generation=GenerationConfig(
-        max_new_tokens=probe.max_new_tokens, temperature=0.0)), progress=True)
+    greedy = task_outcomes(model, heldout, rollout_config(settings, temperature=0.0), progress=True)
     return {"d0_tasks": len(d0), "samples": samples, "temperature": temperature,
             "d0_sampled_success_%": round(100 * sum(episodes) / len(episodes), 2),
             "d0_tasks_mixed_%": round(100 * sum(0 < sum(o) < len(o) for o in sampled.values()) / len(sampled), 2),
@@ -314,26 +268,20 @@ def check_policy(engine, policy_path: str, samples: int = 8, temperature: float 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m coevolve_lib warm-start`: build (or find) a profile's warm start and check what it gives GRPO."""
-    import sys
-
-    from coevolve_lib.config import profile_parser, run_config_from_args
+    from coevolve_lib.profiles import ConfigError, profile_parser, run_config_from_args
     from coevolve_lib.engine import DataEngine
     from coevolve_lib.models import set_torch_threads
     from coevolve_lib.paths import RUNS_DIR
 
-    parser = profile_parser("python -m coevolve_lib warm-start", __doc__, "data_engine.warm_start.steps=600")
+    parser = profile_parser("python -m coevolve_lib warm-start", __doc__, "data_engine.warm_start.max_steps=600")
     parser.add_argument("--ship", action="store_true",
                         help="build it here (not from the shipped copy) and ship it: copy it to "
                              "coevolve_lib/data/warm_start/<profile> with its manifest")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     run = run_config_from_args(args)
-    if run is None:
-        return 2
     if not run.data_engine.warm_start.enabled:
-        print(f"error: profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)",
-              file=sys.stderr)
-        return 2
+        raise ConfigError(f"profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)")
     set_torch_threads(run.training.torch_threads)
     engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{args.profile}")
     engine.initial_pool(progress=not args.quiet)

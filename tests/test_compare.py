@@ -5,13 +5,15 @@ import json
 
 import pytest
 
+from coevolve_lib.__main__ import main as cli
+
 import coevolve_lib.compare as compare_lib
 from coevolve_lib import report
 
 SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",
-         "data_engine.explore.runs=1", "data_engine.explore.steps=4", "data_engine.heldout.size=5",
+         "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.size=5",
          "data_engine.heldout.runs=1", "training.max_steps=2", "training.tasks_per_step=2", "training.group_size=2",
-         "training.feedback_every=1", "training.max_new_tokens=12", "training.max_steps_per_episode=2",
+         "training.feedback_every=1", "rollout.max_new_tokens=12", "rollout.max_steps_per_episode=2",
          "training.max_completion_tokens=64", "training.eval_limit=1", "training.eval_pool_tasks=2"]
 
 
@@ -79,5 +81,7 @@ def test_bootstrap_interval_brackets_the_mean_and_keeps_pairs():
 
 
 def test_cli_rejects_a_bad_override(capsys):
-    assert compare_lib.main(["--set", "training.nope=1"]) == 2
-    assert "unknown TrainConfig field" in capsys.readouterr().err
+    assert cli(["compare", "--set", "training.nope=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m coevolve_lib compare: error: training.nope: unknown field; valid: ")
+    assert err.count("\n") == 1 and "group_size" in err

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from coevolve_lib import config
+from coevolve_lib import profiles
 from coevolve_lib.evaluate import evaluate, evaluation_tasks
 from coevolve_lib.models import load_chat_model
 from coevolve_lib.paths import REPO_ROOT
@@ -21,7 +21,7 @@ class Killed(Exception):
 
 
 def test_results_json_and_resume_after_a_kill(tmp_path, monkeypatch):
-    cfg = config.eval_config("tiny", limit=4, max_new_tokens=8, batch_size=2)
+    cfg = profiles.eval_config("tiny", {"rollout": {"max_new_tokens": 8, "batch_size": 2}}, limit=4)
     out = tmp_path / "tiny.json"
     model = load_chat_model("tiny")
     written = []
@@ -51,7 +51,7 @@ def test_results_json_and_resume_after_a_kill(tmp_path, monkeypatch):
 
 
 def test_a_truncated_last_line_is_skipped_and_redone(tmp_path):
-    cfg = config.eval_config("tiny", limit=2, max_new_tokens=8)
+    cfg = profiles.eval_config("tiny", ["rollout.max_new_tokens=8"], limit=2)
     out = tmp_path / "r.json"
     evaluate(cfg, out, progress=False)
     rollouts = out.with_suffix(".rollouts.jsonl")
@@ -62,10 +62,10 @@ def test_a_truncated_last_line_is_skipped_and_redone(tmp_path):
 
 
 def test_unknown_profile_or_field_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown profile 'tinyy'.*tiny"):
-        config.eval_config("tinyy")
-    with pytest.raises(ValueError, match=r"unknown EvalConfig field\(s\) \['temprature'\]"):
-        config.eval_config("tiny", temprature=0.5)
+    with pytest.raises(profiles.ConfigError, match="unknown profile 'tinyy'.*tiny"):
+        profiles.eval_config("tinyy")
+    with pytest.raises(profiles.ConfigError, match="evaluation.temprature: unknown field"):
+        profiles.eval_config("tiny", temprature=0.5)
 
 
 def test_cli_writes_a_valid_results_json(tmp_path):

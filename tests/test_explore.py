@@ -7,7 +7,8 @@ import re
 import pytest
 
 from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
-from coevolve_lib.explore import (CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget, ExploreConfig,
+from coevolve_lib.config import ExploreConfig
+from coevolve_lib.explore import (CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget,
                                   build_context, explore, heuristic_context, parse_action)
 from coevolve_lib.llm_json import LLMOutputError, extract_json_object
 from coevolve_lib.model_artifacts import build_tiny
@@ -131,7 +132,7 @@ def test_from_pool_task():
               "involved_classes": ["GorillaFileSystem"], "data_version": "v3", "reference_actions": []}
     target = ExplorationTarget.from_pool_task(record)
     assert (target.task_id, target.description, target.signal) == ("abc", record["query"], None)
-    context, triplets, cost = explore(target, ExploreConfig(runs=2, steps=3))
+    context, triplets, cost = explore(target, ExploreConfig(runs=2, calls_per_run=3))
     assert context is None and len(triplets) == 6 and triplets[0]["run_id"] == "unguided/abc/run0"
     assert cost == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0, "skipped": {}}
 
@@ -152,14 +153,14 @@ def _targets(tasks, failed_target, guided):
 
 
 def test_schema_explorer_shape_and_validity(tasks, failed_target):
-    config = ExploreConfig(runs=3, steps=6)
+    config = ExploreConfig(runs=3, calls_per_run=6)
     valid = total = 0
     for guided in (True, False):
         for target in _targets(tasks, failed_target, guided):
             context, triplets, cost = explore(target, config)
             assert (context is not None) == guided and cost["calls"] == 0
-            assert len(triplets) == config.runs * config.steps
-            assert [t["step"] for t in triplets] == list(range(config.steps)) * config.runs
+            assert len(triplets) == config.runs * config.calls_per_run
+            assert [t["step"] for t in triplets] == list(range(config.calls_per_run)) * config.runs
             assert len({t["run_id"] for t in triplets}) == config.runs
             assert all(t["schema"] == "triplet/v1" and t["explorer"] == "schema" and t["task_id"] == target.task_id
                        for t in triplets)
@@ -174,7 +175,7 @@ def test_schema_explorer_reuses_observed_names(tasks):
     """After ls() lists a folder, a later cd (cat, ...) mostly uses a listed (or since created) folder (file)."""
     listed = other = 0
     for task in [t for t in tasks.values() if "GorillaFileSystem" in t.involved_classes][:24]:
-        _, triplets, _ = explore(ExplorationTarget.from_bfcl_task(task), ExploreConfig(runs=4, steps=10, guided=False))
+        _, triplets, _ = explore(ExplorationTarget.from_bfcl_task(task), ExploreConfig(runs=4, calls_per_run=10, guided=False))
         listing = []
         for t in triplets:
             name = t["action"].split("(", 1)[0]
@@ -212,14 +213,14 @@ def test_guided_runs_use_focus_tools_and_avoid_failed_calls(tasks, failed_target
         for target in _targets(tasks, failed_target, True):
             context = build_context(target, ExploreConfig())
             focus = set(context["focus_pattern"])
-            _, triplets, _ = explore(target, ExploreConfig(guided=guided, runs=3, steps=8))
+            _, triplets, _ = explore(target, ExploreConfig(guided=guided, runs=3, calls_per_run=8))
             hits += sum(t["action"].split("(", 1)[0] in focus for t in triplets)
             total += len(triplets)
         return hits / total
 
     guided, unguided = focus_share(True), focus_share(False)
     assert guided > unguided + 0.2, (guided, unguided)
-    context, triplets, _ = explore(failed_target, ExploreConfig(runs=5, steps=12))
+    context, triplets, _ = explore(failed_target, ExploreConfig(runs=5, calls_per_run=12))
     assert context["do_not_repeat"] and not {t["action"] for t in triplets} & set(context["do_not_repeat"])
 
 
@@ -230,7 +231,7 @@ CONTEXT_REPLY = {"summary": "The agent moved a file before entering its folder."
                  "exploration_objectives": ["Move files after cd"], "do_not_repeat": [WRONG_CALLS[0]]}
 # One scripted reply serves both stages: the context builder reads the JSON, the explorer the <action> tag.
 SCRIPTED = f"I will list the folder first.\n<action>ls()</action>\n```json\n{json.dumps(CONTEXT_REPLY)}\n```"
-LLM_CONFIG = ExploreConfig(explorer="llm", context_builder="llm", runs=2, steps=3)
+LLM_CONFIG = ExploreConfig(explorer="llm", context_builder="llm", runs=2, calls_per_run=3)
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,14 @@ import pytest
 
 import coevolve_lib.feedback as feedback
 from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks, split_tasks
-from coevolve_lib.explore import ExplorationTarget, ExploreConfig
+from coevolve_lib.config import ExploreConfig
+from coevolve_lib.explore import ExplorationTarget
 from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.openai_server import ChatServer, FaultConfig
 from coevolve_lib.pool import TaskPool
-from coevolve_lib.synthesize import SynthesisConfig, synthetic_reward
+from coevolve_lib.config import SynthesisConfig
+from coevolve_lib.synthesize import synthetic_reward
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +124,7 @@ def test_llm_mode_round_survives_faults_on_the_real_loopback_server(tmp_path, tr
     signal = {"signal_id": "boundary/0/x/0", "type": "boundary", "rollout_id": "0/x/0", "task_id": task.id,
               "step": 0, "evidence": {"group_scores": [1.0, 0.0]}}
     trajectory = {"rollout_id": "0/x/0", "task_id": task.id, "score": 0.0, "steps": [], "success": False}
-    config = FeedbackConfig(explore=ExploreConfig(explorer="llm", context_builder="llm", runs=2, steps=2),
+    config = FeedbackConfig(explore=ExploreConfig(explorer="llm", context_builder="llm", runs=2, calls_per_run=2),
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     with ChatServer(load_chat_model("tiny"), faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=1.0, backoff_s=0.01, max_retries=3)

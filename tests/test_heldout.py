@@ -5,7 +5,7 @@ import json
 import pytest
 
 from coevolve_lib import heldout
-from coevolve_lib.config import data_engine_config
+from coevolve_lib.profiles import data_engine_config
 from coevolve_lib.envs.bfcl import load_tasks, split_tasks
 
 

@@ -36,3 +36,30 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make reproduce" in readme
+
+
+def test_pyproject_declares_the_runtime_stack_and_the_pins_satisfy_it():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pins = _pins((ROOT / "requirements.txt").read_text().splitlines())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["notebooks"]]
+    for requirement in declared:
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pins, f"{name} is declared in pyproject.toml but not pinned in requirements.txt"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} does not satisfy {requirement}"
+    assert {"torch", "transformers", "trl", "pydantic", "pyyaml"} <= {r.name.lower() for r in declared}
+
+
+def test_importing_the_library_changes_no_process_setting():
+    import subprocess
+    import sys
+
+    code = "import os; before = dict(os.environ); import coevolve_lib.profiles, coevolve_lib.train; " \
+           "print(sorted(k for k in os.environ if os.environ.get(k) != before.get(k)))"
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("OMP_NUM_THREADS", "HF_HUB_OFFLINE")}
+    changed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                             check=True).stdout.strip()
+    assert changed == "[]"

@@ -6,6 +6,7 @@ import pytest
 
 from coevolve_lib import pool as pool_module
 from coevolve_lib.pool import TaskPool
+from coevolve_lib.records import CorruptFileError
 from coevolve_lib.records import read_jsonl
 
 
@@ -103,3 +104,14 @@ def test_sample_is_seeded_uniform_and_filters_versions(tmp_path):
         for t in pool.sample(2, seed=s):
             counts[t["task_id"]] += 1
     assert min(counts.values()) > 300 and max(counts.values()) < 500  # uniform: 400 expected each
+
+
+def test_a_corrupt_pool_line_is_an_error_that_names_it_and_loses_nothing(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    TaskPool(path).add_round(tasks("a", "b"), 0)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + '{"task_id": "b", "pool_vers\n')  # atomic writes cannot do this: it is corruption
+    before = path.read_bytes()
+    with pytest.raises(CorruptFileError, match=r"tasks.jsonl, line 2: not a JSON record"):
+        TaskPool(path)
+    assert path.read_bytes() == before

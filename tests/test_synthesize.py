@@ -12,8 +12,8 @@ from coevolve_lib.model_artifacts import build_tiny
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.openai_server import ChatServer, FaultConfig
 from coevolve_lib.prompts import prompt_fields
+from coevolve_lib.config import SynthesisConfig
 from coevolve_lib.synthesize import (
-    SynthesisConfig,
     abstract,
     content_id,
     group_triplets,
@@ -88,7 +88,7 @@ def test_deterministic_abstraction_on_real_executions(task):
     assert cost["skipped"] == {"duplicate": 1, "too_few_actions": 1}  # run1 repeats run0; run3 has 2 clean calls
     assert cost["calls"] == 0 and len(specs) == 2
     for spec in specs:
-        assert spec["schema"] == "taskspec/v1" and CONFIG.min_steps <= len(spec["action_sequence"]) <= CONFIG.max_steps
+        assert spec["schema"] == "taskspec/v1" and CONFIG.min_calls <= len(spec["action_sequence"]) <= CONFIG.max_calls
         assert spec["spec_id"] == content_id(task.initial_config, spec["query"], spec["action_sequence"])
         assert "cd(folder='nope')" not in spec["action_sequence"]  # a failed no-op probe is dropped
         assert "wc(file_name='zz')" not in spec["action_sequence"]
@@ -123,11 +123,11 @@ def test_short_queries_name_each_step_by_the_first_words_of_its_description(task
 
 
 def test_window_skips_calls_that_fail_without_their_prefix(task):
-    # `cat` works only after `cd(folder='document')`; a max_steps=3 window must keep the cd with it.
+    # `cat` works only after `cd(folder='document')`; a max_calls=3 window must keep the cd with it.
     run = ["ls()", "pwd()", "ls()", "cd(folder='document')", "cat(file_name='final_report.pdf')",
            "touch(file_name='x.txt')"]
     specs, _ = abstract((task.id, None), make_triplets(task, {"r/run0": run}), source_of(task),
-                        SynthesisConfig(max_steps=3))
+                        SynthesisConfig(max_calls=3))
     [spec] = specs
     assert spec["action_sequence"] == run[3:]
     assert validate(spec, CONFIG)["reason"] == "objective_met"

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 import coevolve_lib.feedback as feedback
 import coevolve_lib.train as train_lib
-from coevolve_lib.config import parse_overrides, run_config
+from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
 from coevolve_lib.models import MODELS_DIR
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import read_jsonl
@@ -17,10 +17,10 @@ from coevolve_lib.signals import Signal, register
 
 SMALL = {
     "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
-                    "explore": {"runs": 1, "steps": 4}, "heldout": {"size": 6, "runs": 1}},
-    "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "max_new_tokens": 12,
-                 "max_steps_per_episode": 2, "max_completion_tokens": 64, "eval_limit": 1, "tool_docs": "none",
-                 "learning_rate": 1e-3},
+                    "explore": {"runs": 1, "calls_per_run": 4}, "heldout": {"size": 6, "runs": 1}},
+    "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},
+    "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2,
+                 "max_completion_tokens": 64, "eval_limit": 1, "learning_rate": 1e-3},
 }
 
 
@@ -156,25 +156,23 @@ def test_a_finished_run_is_not_overwritten_without_resume(tmp_path):
 
 
 def test_run_config_rejects_unknown_fields_and_bad_batches():
-    with pytest.raises(ValueError, match="unknown TrainConfig field"):
+    with pytest.raises(ConfigError, match="training.max_stepz: unknown field"):
         run_config("tiny", ["training.max_stepz=3"])
-    with pytest.raises(ValueError, match="unknown profile section"):
+    with pytest.raises(ConfigError, match="unknown profile section"):
         run_config("tiny", ["trainin.max_steps=3"])
-    with pytest.raises(ValueError, match="whole groups"):
+    with pytest.raises(ConfigError, match="whole groups"):
         run_config("tiny", ["training.tasks_per_step=3", "training.launch.num_processes=2"])
-    with pytest.raises(ValueError, match="pool_updates must be one of"):
+    with pytest.raises(ConfigError, match="training.pool_updates: Input should be 'signals', 'random' or 'none'"):
         run_config("tiny", ["training.pool_updates=sometimes"])
-    with pytest.raises(ValueError, match="not of the form"):
+    with pytest.raises(ConfigError, match="not of the form"):
         parse_overrides(["training.max_steps"])
     assert run_config("tiny", ["training.max_steps=7"]).training.max_steps == 7
 
 
-def test_cli_dry_run_prints_the_plan_and_rejects_bad_overrides(capsys, tmp_path):
+def test_cli_dry_run_prints_the_plan(capsys, tmp_path):
     assert train_lib.main(["--profile", "tiny", "--dry-run", "--out", str(tmp_path)]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["grpo_config"]["num_generations"] == plan["batch"]["group_size"]
-    assert train_lib.main(["--profile", "tiny", "--dry-run", "--set", "training.nope=1"]) == 2
-    assert "unknown TrainConfig field" in capsys.readouterr().err
 
 
 def test_prefix_reward_counts_reference_calls_reproduced_in_order():

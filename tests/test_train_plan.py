@@ -7,8 +7,8 @@ import shlex
 import pytest
 import yaml
 
-from coevolve_lib import train as train_lib
-from coevolve_lib.config import CONFIGS_DIR, run_config
+from coevolve_lib.__main__ import main as cli
+from coevolve_lib.profiles import CONFIGS_DIR, run_config
 from coevolve_lib.paths import REPO_ROOT
 
 PAPER_PROFILES = sorted(p.stem for p in CONFIGS_DIR.glob("paper-*.yaml"))
@@ -22,7 +22,7 @@ EXPECTED = {
 
 
 def dry_run(capsys, *argv) -> tuple[int, dict | None, str]:
-    code = train_lib.main(["--dry-run", *argv])
+    code = cli(["train", "--dry-run", *argv])
     captured = capsys.readouterr()
     return code, (json.loads(captured.out) if code == 0 else None), captured.err
 
@@ -91,20 +91,22 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
 
 @pytest.mark.parametrize("profile", PAPER_PROFILES)
 def test_paper_profile_sections(profile):
+    assert len((CONFIGS_DIR / f"{profile}.yaml").read_text().splitlines()) <= 40  # only what differs from _paper
     run = run_config(profile)
     ev = run.evaluation
     assert (ev.data_version, ev.category, ev.split, ev.limit) == ("v3", "multi_turn_base", "val", None)
-    assert ev.temperature == 0.0 and ev.tool_docs == "full" and ev.max_steps_per_episode == 30
+    assert ev.temperature == 0.0 and ev.rollout == run.rollout == run.data_engine.rollout
+    assert run.rollout.tool_docs == "full" and run.rollout.max_steps_per_episode == 30 and run.rollout.temperature == 0.9
     assert ev.model == EXPECTED[profile]["model"]
     de = run.data_engine
     assert de.d0_size == 100 and de.d0_source_split == "train"
     assert (de.explore.explorer, de.explore.context_builder, de.synthesis.abstraction) == ("llm", "llm", "llm")
-    assert de.synthesis.min_steps == 3 and de.synthesis.judge is True
+    assert de.synthesis.min_calls == 3 and de.synthesis.judge is True
     assert de.warm_start.enabled is False
     assert de.signals.enabled == ("forgetting", "boundary", "rare")
     assert de.signals.success_threshold == 0.5 and de.signals.rare_theta == 5.0
     tr = run.training
-    assert tr.max_steps_per_episode == 30 and tr.pool_updates == "signals" and not tr.lora.enabled and tr.dtype == "bfloat16"
+    assert tr.pool_updates == "signals" and not tr.lora.enabled and tr.dtype == "bfloat16"
     # vLLM rollouts are off; the paper's rollout TP stays in the reserved field for when they exist
     assert tr.use_vllm is False
     assert tr.vllm_tensor_parallel_size == EXPECTED[profile]["tp"]
@@ -152,7 +154,7 @@ def test_accelerate_configs_use_only_known_keys(path):
 def test_bad_override_is_rejected_clearly(capsys):
     code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "training.no_such_field=1")
     assert code == 2
-    assert "unknown TrainConfig field(s) ['no_such_field']" in err and "tasks_per_step" in err
+    assert "training.no_such_field: unknown field; valid: " in err and "tasks_per_step" in err
 
 
 def test_batch_that_does_not_split_over_the_processes_fails_clearly(capsys):
@@ -176,7 +178,7 @@ def test_use_vllm_is_rejected_until_vllm_rollouts_exist(profile, capsys):
 
 
 def test_train_config_rejects_use_vllm():
-    from coevolve_lib.train_config import TrainConfig
+    from coevolve_lib.config import TrainConfig
 
     with pytest.raises(ValueError, match="not implemented yet"):
         TrainConfig(use_vllm=True)

@@ -9,12 +9,12 @@ import torch
 from safetensors.torch import load_file
 
 from coevolve_lib import warmstart
-from coevolve_lib.config import data_engine_config
+from coevolve_lib.profiles import data_engine_config
 from coevolve_lib.engine import DataEngine
 from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.paths import MODELS_DIR
-from coevolve_lib.synthesize import SynthesisConfig
-from coevolve_lib.warmstart import (WarmStartConfig, learning_rate_at, length_grouped_batches, sft_conversation,
+from coevolve_lib.config import SynthesisConfig, WarmStartConfig
+from coevolve_lib.warmstart import (learning_rate_at, length_grouped_batches, sft_conversation,
                                     warm_start, warm_start_tasks)
 
 
@@ -49,7 +49,7 @@ def test_warm_start_tasks_are_short_validated_tasks_of_the_given_environments(tm
 
 
 def test_learning_rate_warms_up_then_ends_at_the_final_ratio_on_the_last_step():
-    config = WarmStartConfig(steps=100, warmup_steps=10, learning_rate=1e-3, final_lr_ratio=0.1)
+    config = WarmStartConfig(max_steps=100, warmup_steps=10, learning_rate=1e-3, final_lr_ratio=0.1)
     assert learning_rate_at(0, config) == pytest.approx(1e-4)
     assert learning_rate_at(9, config) == pytest.approx(1e-3)
     assert learning_rate_at(100, config) == pytest.approx(1e-4)
@@ -67,7 +67,7 @@ def test_length_grouped_batches_cover_every_example_once_per_epoch_in_similar_le
 
 
 def test_a_short_warm_start_changes_the_parameters(tmp_path):
-    config = WarmStartConfig(enabled=True, steps=3, batch_size=2, warmup_steps=1, data_seeds=1, data_runs=2)
+    config = WarmStartConfig(enabled=True, max_steps=3, batch_size=2, warmup_steps=1, data_seeds=1, data_runs=2)
     summary = warm_start(MODELS_DIR / "tiny", _file_system_sources(2), tmp_path / "sft", config,
                          SynthesisConfig(), progress=False)
     assert summary["steps"] == 3 and summary["tasks"] > 0 and summary["tokens"] > 0 and len(summary["loss"]) == 1
@@ -113,7 +113,7 @@ def test_the_recipe_names_what_decides_the_weights_and_ignores_run_sizes(tmp_pat
     base = DataEngine(data_engine_config("tiny"), tmp_path / "a").warm_start_recipe()
     bigger_pool = DataEngine(data_engine_config("tiny", d0_size=50, max_targets=4), tmp_path / "b")
     assert bigger_pool.warm_start_recipe() == base
-    other_steps = DataEngine(data_engine_config("tiny", warm_start={"steps": 10}), tmp_path / "c")
+    other_steps = DataEngine(data_engine_config("tiny", warm_start={"max_steps": 10}), tmp_path / "c")
     assert other_steps.warm_start_recipe() != base
     other_world = DataEngine(data_engine_config("tiny", classes=["MathAPI"]), tmp_path / "d")
     assert other_world.warm_start_recipe() != base

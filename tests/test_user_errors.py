@@ -1,0 +1,97 @@
+"""Every bad input a user can give is one line on stderr and exit status 2 (or a documented non-zero status), with
+no traceback and nothing written: CLI options, overrides, profiles, papermill parameters."""
+
+import subprocess
+import sys
+
+import pytest
+
+from coevolve_lib import evaluate as evaluate_lib
+from coevolve_lib import profiles
+from coevolve_lib.__main__ import main as cli
+from coevolve_lib.paths import REPO_ROOT
+
+
+def one_line_error(capsys, argv, status=2) -> str:
+    assert cli(argv) == status
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "Traceback" not in captured.err, captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("training.max_steps=abc", "training.max_steps: Input should be a valid integer"),
+    ("training.tasks_per_step=abc", "training.tasks_per_step: Input should be a valid integer"),
+    ("training.learning_rate=fast", "training.learning_rate: Input should be a valid number"),
+    ("training.max_steps=-5", "training.max_steps: Input should be greater than 0 (got -5)"),
+    ("training.lr_scheduler_type=sometimes", "training.lr_scheduler_type: unknown scheduler 'sometimes'"),
+    ("data_engine.signals.enabled=[nosuch]", "data_engine.signals.enabled: unknown signal type(s) ['nosuch']"),
+    ("data_engine.explore.explorer=magic", "data_engine.explore.explorer: Input should be 'schema' or 'llm'"),
+    ("data_engine.classes=[NoSuchAPI]", "data_engine.classes: unknown BFCL class(es) ['NoSuchAPI']"),
+    ("training.reward=maybe", "training.reward: Input should be 'binary' or 'prefix'"),
+    ("rollout.tool_docs=some", "rollout.tool_docs: Input should be 'full', 'compact' or 'none'"),
+    ("training.max_steps", "is not of the form section.field=value"),
+    ("trainin.max_steps=3", "unknown profile section(s) ['trainin']"),
+])
+def test_bad_overrides_are_one_line_and_status_2(capsys, tmp_path, override, expected):
+    for command in (["train", "--dry-run", "--out", str(tmp_path / "run")], ["compare", "--out", str(tmp_path / "c")],
+                    ["warm-start"], ["heldout"]):
+        err = one_line_error(capsys, [*command, "--set", override])
+        assert expected in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_profile_and_command(capsys):
+    assert "unknown profile 'nosuch'; choose from [" in one_line_error(capsys, ["train", "--profile", "nosuch"])
+    assert "unknown command 'trian'" in one_line_error(capsys, ["trian"])
+    assert "unrecognized arguments: --sett" in one_line_error(capsys, ["train", "--sett", "x=1"])
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--profile", "nosuch"], "unknown profile 'nosuch'"),
+    (["--category", "nosuch"], "evaluation.category: unknown BFCL category 'nosuch'"),
+    (["--limit", "0"], "evaluation.limit: Input should be greater than 0 (got '0')"),
+    (["--limit", "many"], "evaluation.limit: Input should be a valid integer"),
+    (["--model", "no/such-model"], "cannot load model 'no/such-model'"),
+    (["--model", ""], "evaluation.model: a model name"),
+    (["--data-version", "v9"], "evaluation.data_version: Input should be 'v3' or 'v4'"),
+    (["--temperature", "hot"], "evaluation.temperature: Input should be a valid number"),
+])
+def test_evaluate_bad_input_writes_nothing(capsys, tmp_path, argv, expected):
+    out = tmp_path / "result.json"
+    err = one_line_error(capsys, ["evaluate", *argv, "--out", str(out)])
+    assert expected in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_evaluate_against_a_dead_endpoint_fails_and_writes_no_result(capsys, tmp_path):
+    out = tmp_path / "result.json"
+    err = one_line_error(capsys, ["evaluate", "--model", "openai:nothing", "--base-url", "http://127.0.0.1:9/v1",
+                                  "--limit", "1", "--quiet", "--out", str(out)], status=1)
+    assert "every episode ended in a model error" in err and not out.exists()
+    assert not out.with_suffix(".rollouts.jsonl").exists()  # failed episodes are not kept for a resume
+
+
+def test_an_evaluation_without_tasks_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(evaluate_lib, "evaluation_tasks", lambda cfg: [])
+    with pytest.raises(evaluate_lib.EvaluationError, match="no task to evaluate"):
+        evaluate_lib.evaluate(profiles.eval_config("tiny"), tmp_path / "r.json", progress=False)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_notebook_parameters_are_checked_before_running(capsys, tmp_path):
+    notebook = "notebooks/00_quickstart_bfcl_environment.ipynb"
+    err = one_line_error(capsys, ["notebook", notebook, str(tmp_path / "out.ipynb"), "-p", "profil", "tiny"])
+    assert "unknown parameter(s) ['profil'] for 00_quickstart_bfcl_environment.ipynb; valid: " in err
+    assert "profile" in err and not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_a_notebook_with_an_unknown_profile_stops_with_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "coevolve_lib", "notebook",
+                          "notebooks/00_quickstart_bfcl_environment.ipynb", str(tmp_path / "out.ipynb"),
+                          "-p", "profile", "nosuch", "--quiet"], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert "ConfigError: unknown profile 'nosuch'" in last and "Traceback" not in run.stderr
