@@ -42,7 +42,7 @@ def refusal(name: str, method, args: tuple, kwargs: dict) -> str | None:
         # Only int ** positive int is exact and unbounded; any float operand overflows or rounds at once.
         if _is_int(base) and _is_int(exponent) and exponent > 0 and abs(base) > 1:
             if exponent * math.log10(abs(base)) > MAX_DIGITS:
-                return f"the result of {name} would have more than {MAX_DIGITS} digits"
+                return f"the result of {name} would be over the limit of {MAX_DIGITS} digits"
     else:
         number, places = arguments.get("number"), arguments.get("decimal_places", 0)
         if _is_int(number) and _is_int(places) and places < -MAX_DIGITS:  # round(int, -n) computes 10**n
