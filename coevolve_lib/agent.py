@@ -17,6 +17,7 @@ TRL's `rollout_func` returns.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,7 @@ from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.models import ChatModel, Generation, GenerationConfig
 
 ROLLOUT_SCHEMA = "rollout/v1"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,6 +91,7 @@ class Episode:
         self.steps: list[dict] = []
         self.terminated: str | None = None
         self.model_error: str | None = None
+        self.parser_failures = 0  # replies on which a parser raised (a kit bug, logged; the reply became an error)
         self.prompt_tokens = self.completion_tokens = 0
         self.model_seconds = self.env_seconds = 0.0
         self.tools: list[dict] | None = None
@@ -166,7 +169,12 @@ class Episode:
         if self.terminated:  # the completion cap: the reply is kept in the ids and messages but not executed
             self.messages.append({"role": "assistant", "content": generation.text})
             return
-        reply = toolcalls.parse_reply(self.tool_format, generation.text, generation.tool_calls)
+        try:
+            reply = toolcalls.parse_reply(self.tool_format, generation.text, generation.tool_calls)
+        except Exception as error:  # the parsers never raise; if one ever does, only this reply fails, not the batch
+            log.exception("task %s: the reply parser raised; the reply counts as one rejected call", self.task.id)
+            self.parser_failures += 1
+            reply = toolcalls.ParsedReply(errors=[f"the reply could not be parsed ({type(error).__name__})"])
         self.messages.append(toolcalls.assistant_message(self.tool_format, generation.text, reply))
         if reply.is_answer:
             self._end_turn()
@@ -221,6 +229,7 @@ class Episode:
             "completion_tokens": self.completion_tokens,
             "model_seconds": round(self.model_seconds, 4),
             "env_seconds": round(self.env_seconds, 4),
+            "parser_failures": self.parser_failures,
             **tokens,
         }
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from coevolve_lib.envs.safe_calls import MAX_SOURCE_CHARS
 from coevolve_lib.paths import MODELS_DIR
 
 BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m"}
@@ -311,10 +312,13 @@ def _openai_messages(messages: list[dict]) -> list[dict]:
 
 
 def _parse_arguments(arguments: str):
-    """JSON-decoded arguments when they are a JSON object; otherwise the raw string (the caller validates)."""
+    """JSON-decoded arguments when they are a JSON object; otherwise the raw string (the caller validates and refuses
+    it). Never raises: text too long to be a call is not decoded, and a huge integer or deep nesting is not JSON."""
+    if not isinstance(arguments, str) or len(arguments) > MAX_SOURCE_CHARS:
+        return arguments
     try:
         value = json.loads(arguments)
-    except (TypeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # JSONDecodeError, an int over Python's digit limit, too-deep nesting
         return arguments
     return value if isinstance(value, dict) else arguments
 

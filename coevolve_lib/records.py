@@ -18,12 +18,17 @@ from coevolve_lib.paths import REPO_ROOT
 
 log = logging.getLogger(__name__)
 
+ENCODING_ERRORS = "backslashreplace"
+"""How text that UTF-8 cannot encode is written: only lone surrogates (`"\\ud800"`, e.g. in a model's tool-call
+arguments) are such text, and they occur only inside JSON strings, where backslashreplace writes the JSON escape
+`\\ud800`. Writing never raises, and `json.loads` reads back the same string."""
+
 
 def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one record and flush it to disk before returning."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
+    with open(path, "a", encoding="utf-8", errors=ENCODING_ERRORS) as f:
         f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -67,7 +72,7 @@ def _write_atomically(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name + ".", suffix=".tmp", delete=False,
-                                     encoding="utf-8") as f:
+                                     encoding="utf-8", errors=ENCODING_ERRORS) as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

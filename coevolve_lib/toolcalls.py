@@ -17,11 +17,15 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from coevolve_lib.envs.safe_calls import Call, CallParseError, call_from_json, parse_call_list
+from coevolve_lib.envs.safe_calls import MAX_SOURCE_CHARS, Call, CallParseError, call_from_json, parse_call_list
 
 TOOL_FORMATS = ("native", "prompt")
+MAX_REPLY_CHARS = 4 * MAX_SOURCE_CHARS
+"""Longest reply parsed at all (checked before any regex or JSON work); a longer one is one rejected call. The
+kit generates at most a few thousand tokens per reply (`max_new_tokens`), tens of kB at most; BFCL replies are under
+2 kB. Each call in it is still held to `safe_calls.MAX_SOURCE_CHARS`."""
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-_CODE_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+_FENCE_OPEN = re.compile(r"```[a-zA-Z]*")
 
 
 @dataclass
@@ -39,17 +43,21 @@ class ParsedReply:
 
 
 def parse_native(text: str, structured: list[dict] | None = None, allowed_names=None) -> ParsedReply:
-    """Parse `<tool_call>` JSON blocks in `text`, or the endpoint's structured calls when it returned some."""
+    """Parse `<tool_call>` JSON blocks in `text`, or the endpoint's structured calls when it returned some.
+
+    Never raises: oversized text, invalid JSON, integers over Python's digit limit and too-deep nesting are errors."""
+    if len(text) > MAX_REPLY_CHARS:
+        return _oversized(text)
     reply = ParsedReply(content=_TOOL_CALL_BLOCK.sub("", text).strip())
     if structured:
-        raw_calls = [(c.get("name"), c.get("arguments")) for c in structured]
+        raw_calls = [(c.get("name"), c.get("arguments")) if isinstance(c, dict) else (None, None) for c in structured]
     else:
         raw_calls = []
         for block in _TOOL_CALL_BLOCK.findall(text):
             try:
                 payload = json.loads(block.strip())
-            except json.JSONDecodeError as error:
-                reply.errors.append(f"tool call is not valid JSON: {error}")
+            except (ValueError, RecursionError) as error:  # JSONDecodeError, a huge int, deep nesting
+                reply.errors.append(f"tool call is not valid JSON: {type(error).__name__}: {str(error)[:200]}")
                 continue
             if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
                 reply.errors.append('tool call must be a JSON object {"name": ..., "arguments": {...}}')
@@ -65,11 +73,23 @@ def parse_native(text: str, structured: list[dict] | None = None, allowed_names=
 
 def parse_prompt_style(text: str, allowed_names=None) -> ParsedReply:
     """Parse BFCL's `[f(a=1), g()]` reply. Text that is not a call list is an answer, as in BFCL's decoder."""
-    stripped = _CODE_FENCE.sub("", text.strip()).strip()
+    if len(text) > MAX_REPLY_CHARS:
+        return _oversized(text)
+    # Drop a Markdown code fence with string operations: a regex for the closing fence backtracks quadratically
+    # on long whitespace runs.
+    stripped = text.strip()
+    fence = _FENCE_OPEN.match(stripped)
+    if fence:
+        stripped = stripped[fence.end():]
+    stripped = stripped.removesuffix("```").strip()
     if not stripped or not re.match(r"^\[?\s*[A-Za-z_]\w*\s*\(", stripped):
         return ParsedReply(content=text.strip())
     calls, errors = parse_call_list(stripped, allowed_names)
     return ParsedReply(calls=calls, errors=errors)
+
+
+def _oversized(text: str) -> ParsedReply:
+    return ParsedReply(errors=[f"reply longer than {MAX_REPLY_CHARS} characters ({len(text)}); nothing was parsed"])
 
 
 def parse_reply(tool_format: str, text: str, structured: list[dict] | None = None, allowed_names=None) -> ParsedReply:

@@ -5,14 +5,23 @@ file, no new global, no new module, same cwd and environment) and the backend st
 """
 
 import builtins
+import decimal
+import json
 import os
 import random
 import sys
+import time
 
+import mpmath
 import pytest
 
+from coevolve_lib import models, toolcalls
+from coevolve_lib.agent import Episode, RolloutConfig, run_rollouts
+from coevolve_lib.envs import bfcl_backend
 from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
 from coevolve_lib.envs.safe_calls import Call, parse_call_list
+from coevolve_lib.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.records import append_jsonl, read_jsonl
 
 N_GENERATED = 3000
 SENTINEL = f"/tmp/coevolve_fuzz_pwned_{os.getpid()}"
@@ -132,3 +141,199 @@ def test_random_junk_never_raises(env):
         assert isinstance(calls, list) and isinstance(errors, list) and (calls or errors or text.strip("`\n ") == "[]")
         assert all(call.name in env.method_names for call in calls)
         assert len(env.execute([text])) == 1
+
+
+# ---- Issue 9, item 3: hostile classes that once raised, stalled or ran. Each is a named, seeded case; every entry
+# point is timed per call, since a stall is the bug. ----
+
+CALL_SECONDS = 1.0
+SLOWEST: dict[str, float] = {}
+
+
+def timed(case: str, fn, *args):
+    """fn(*args), asserting it returns within CALL_SECONDS; the slowest time per case is kept for the report."""
+    start = time.perf_counter()
+    result = fn(*args)
+    seconds = time.perf_counter() - start
+    SLOWEST[case] = max(SLOWEST.get(case, 0.0), seconds)
+    assert seconds < CALL_SECONDS, (case, f"{seconds:.2f}s", repr(args)[:200])
+    return result
+
+
+def _big_literals(rng):
+    """Hex, octal and binary integer literals over MAX_INT_DIGITS decimal digits (short as source text)."""
+    return [f"0x{rng.choice('123456789abcdef')}{'f' * rng.randint(3600, 40_000)}",
+            f"0o7{'7' * rng.randint(4800, 40_000)}", f"0b1{'1' * rng.randint(14_300, 90_000)}"]
+
+
+def _prompt_calls(case, rng):
+    """Call strings (BFCL prompt style) of each hostile class that has one."""
+    if case == "int_literal_over_4300_digits":
+        out = []
+        for literal in _big_literals(rng):
+            out += [f"cd(folder={literal})", f"add({literal}, 1)", f"mean(numbers=[1, -{literal}])",
+                    f"echo(content={{'k': ({literal},)}})"]
+        return out
+    if case == "extreme_math_arguments":
+        return ["power(base=10, exponent=10000000)", "power(10, 10000000)", f"power(base=-7, exponent={10**rng.randint(5, 30)})",
+                "square_root(number=2, precision=10000000)", f"square_root(2, {rng.randint(10**6, 10**7)})",
+                "logarithm(value=2, base=3, precision=1000000)", "logarithm(value=10, base=2, precision=1e7)",
+                f"round_number(number={rng.randint(1, 99)}, decimal_places=-1000000000000000000)"]
+    if case == "full_width_names":
+        return ["ｌｓ()", "ｃｄ(folder='document')", "[ｍｅａｎ(numbers=[1, 2]), ｌs()]", "\n ｐｗｄ()", "echo(content='x')\nｌｓ()"]
+    return []
+
+
+def _native_replies(case, rng):
+    """Native replies (text, structured calls) of each hostile class; structured `arguments` are JSON text, as an
+    OpenAI endpoint returns them, and pass through models._parse_arguments first."""
+    def block(payload_text):
+        return f"<tool_call>{payload_text}</tool_call>"
+    if case == "int_literal_over_4300_digits":
+        digits = "9" * rng.randint(4301, 50_000)
+        return [(block(f'{{"name": "cd", "arguments": {{"folder": {digits}}}}}'), None),
+                ("", [{"name": "cd", "arguments": f'{{"folder": {digits}}}'}]),
+                ("", [{"name": "cd", "arguments": {"folder": 7 << 20_000}}])]
+    if case == "json_huge_int_and_deep_nesting":
+        depth = rng.randint(10_000, 200_000)
+        deep = "[" * depth + "]" * depth
+        nested = {}
+        for _ in range(depth):
+            nested = {"k": nested}
+        return [(block(deep), None), (block(f'{{"name": "ls", "arguments": {{"a": {deep}}}}}'), None),
+                (block('{"name": "ls", "arguments": ' + '{"a": ' * depth + "1" + "}" * depth + "}"), None),
+                ("", [{"name": "ls", "arguments": deep}]), ("", [{"name": "ls", "arguments": {"a": nested}}]),
+                (block('{"name": "ls", "arguments": {"a": ' + "1" * 10_000 + "}}"), None)]
+    if case == "lone_surrogate_argument":
+        return [(block('{"name": "echo", "arguments": {"content": "\\ud800 \\udfff", "file_name": "s.txt"}}'), None),
+                ("", [{"name": "echo", "arguments": '{"content": "x\\udcff"}'}]),
+                ("", [{"name": "touch", "arguments": {"file_name": "\ud800.txt"}}]), ("\udfff", None)]
+    if case == "huge_string_argument":
+        huge = "A" * 100_000_000
+        return [("", [{"name": "echo", "arguments": json.dumps({"content": huge})}]),
+                ("", [{"name": "echo", "arguments": {"content": huge}}]),
+                (block(json.dumps({"name": "echo", "arguments": {"content": huge}})), None), (huge, None)]
+    if case == "full_width_names":
+        return [(block('{"name": "ｌｓ", "arguments": {}}'), None), ("", [{"name": "ｃｄ", "arguments": '{"folder": "x"}'}])]
+    return []
+
+
+def _prompt_replies(case, rng):
+    """Prompt-style replies: the calls above, and long whitespace runs around or inside a code fence."""
+    replies = [f"[{call}]" for call in _prompt_calls(case, rng)]
+    if case == "code_fence_whitespace_runs":
+        n = rng.randint(64_000, 300_000)
+        replies += ["```" + " " * n + "x", "a" + " " * n + "b", "```python\n[ls(" + " " * n + ")]\n```",
+                    " " * n + "```", "\n\t " * (n // 3) + "[ls()]", "[ls()" + " " * n, "`" * n, " " * 1_000_000]
+    if case == "huge_string_argument":
+        replies += ["[echo(content='" + "A" * 100_000_000 + "')]"]
+    return replies
+
+
+CASES = ["int_literal_over_4300_digits", "json_huge_int_and_deep_nesting", "extreme_math_arguments",
+         "precision_restored_per_call", "code_fence_whitespace_runs", "lone_surrogate_argument",
+         "huge_string_argument", "full_width_names"]
+
+
+@pytest.fixture(scope="module")
+def math_task():
+    """A real BFCL task whose environment holds GorillaFileSystem and MathAPI."""
+    return next(t for t in load_tasks("v3", "base") if {"GorillaFileSystem", "MathAPI"} <= set(t.involved_classes))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_hostile_class_is_an_error_not_an_exception_or_a_stall(case, env, math_task, tmp_path):
+    rng = random.Random(f"issue9/{case}")
+    before = dict(state=env.state(), history=repr(env.history))
+    for text in _prompt_calls(case, rng):
+        observation, = timed(case, env.execute, [text])
+        assert observation.startswith("Error during execution: "), (case, text[:100], observation[:200])
+        calls, errors = timed(case, parse_call_list, text, env.method_names)
+        if case == "extreme_math_arguments":  # well-formed calls: refused by the executor's guard, before they run
+            assert calls and not errors and "limit" in observation, (text[:100], observation[:200])
+        else:
+            assert not calls and errors, (case, text[:100])
+    assert env.state() == before["state"]  # nothing ran
+    # Refused while parsing: not recorded. The guarded math calls are recorded, as BFCL records a call that errs.
+    assert (repr(env.history) == before["history"]) == (case != "extreme_math_arguments")
+
+    native_replies, prompt_replies = _native_replies(case, rng), _prompt_replies(case, rng)
+    for text, structured in native_replies:
+        if structured:
+            structured = [{**c, "arguments": timed(case, models._parse_arguments, c["arguments"])}
+                          if isinstance(c["arguments"], str) else c for c in structured]
+        reply = timed(case, toolcalls.parse_native, text, structured, env.method_names)
+        assert reply.errors or case == "lone_surrogate_argument", (case, text[:100])  # surrogates are valid text
+        assert all(call.name in env.method_names for call in reply.calls)
+    for text in prompt_replies:
+        reply = timed(case, toolcalls.parse_prompt_style, text, env.method_names)
+        valid_calls_allowed = case in ("extreme_math_arguments", "code_fence_whitespace_runs")
+        assert valid_calls_allowed or not reply.calls, (case, text[:100])
+
+    # The same replies inside real episodes, then recorded and read back: the episode goes on, the record is written.
+    episodes = {fmt: Episode(math_task, 0, fmt, RolloutConfig()) for fmt in ("native", "prompt")}
+    generations = [("native", Generation(text, structured, 1, 1, 0.0, "stop")) for text, structured in native_replies]
+    generations += [("prompt", Generation(text, None, 1, 1, 0.0, "stop")) for text in prompt_replies]
+    for fmt, generation in generations:
+        timed(case, episodes[fmt].feed, generation)
+    for fmt, episode in episodes.items():
+        assert episode.parser_failures == 0 and episode.terminated in (None, "completed", "turn_step_cap")
+        record = episode.record("fuzz")
+        if case == "huge_string_argument":  # the 100 MB replies need not reach the disk
+            record["messages"] = record["steps"] = None
+        timed(case, append_jsonl, tmp_path / f"{case}.jsonl", record)
+        assert read_jsonl(tmp_path / f"{case}.jsonl")[-1] == json.loads(json.dumps(record, default=str))
+
+    if case == "precision_restored_per_call":
+        math_env = BFCLEnv.from_config({}, ["MathAPI"])
+        prec, prec_mp = decimal.getcontext().prec, mpmath.mp.prec
+        third, third_mp = str(decimal.Decimal(1) / 3), str(mpmath.mpf(1) / 3)
+        for _ in range(20):
+            precision, number = rng.randint(1, 4300), rng.choice([2, 3, 5, 7, 10, 11])  # irrational roots and logs
+            call = rng.choice([f"square_root(number={number}, precision={precision})",
+                               f"logarithm(value={number}, base=3, precision={precision})"])
+            observation, = timed(case, math_env.execute, [call])
+            assert "result" in observation and len(observation) > precision, (call, observation[:100])  # as asked
+            assert (decimal.getcontext().prec, mpmath.mp.prec) == (prec, prec_mp), call  # and nothing leaked
+        assert (str(decimal.Decimal(1) / 3), str(mpmath.mpf(1) / 3)) == (third, third_mp)
+    print(f"slowest call of {case}: {SLOWEST.get(case, 0.0):.3f}s")
+
+
+def test_full_width_names_are_errors_in_bfcl_executor_too(env):
+    """Parity: BFCL's own executor finds no function `ｌｓ` (a NameError), so the kit refuses it too."""
+    _, utils = bfcl_backend.official_checker("v3")
+    config = {name: {} for name in ("GorillaFileSystem", "MathAPI")}
+    for text in ["ｌｓ()", "ｍｅａｎ(numbers=[1, 2])"]:
+        results, _ = utils.execute_multi_turn_func_call([text], config, list(config), "fuzz", "fullwidth_0")
+        assert results[0].startswith("Error during execution: "), results
+        assert env.execute([text])[0].startswith("Error during execution: ")
+
+
+class HostileModel(ChatModel):
+    """Replies with every hostile reply of every class, in turn, to every episode of the batch. Unit tests only."""
+
+    def __init__(self, replies, native_tools):
+        self.name, self.native_tools, self.replies, self.calls = "hostile", native_tools, replies, 0
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        text, structured = self.replies[self.calls % len(self.replies)]
+        self.calls += 1
+        return [Generation(text, structured, 1, 1, 0.0, "stop") for _ in conversations]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_rollout_batch_survives_any_model_output(native, tmp_path):
+    """Every small hostile reply through run_rollouts: every episode ends with a record on disk."""
+    rng = random.Random(9)
+    small = [case for case in CASES if case != "huge_string_argument"]
+    if native:
+        replies = [r for case in small for r in _native_replies(case, rng)]
+    else:
+        replies = [(text, None) for case in small for text in _prompt_replies(case, rng) + _prompt_calls(case, rng)]
+    tasks = [t for t in load_tasks("v3", "base") if "MathAPI" in t.involved_classes][:3]
+    path = tmp_path / "rollouts.jsonl"
+    records = run_rollouts(HostileModel(replies, native), tasks, RolloutConfig(max_batch_size=3),
+                           on_record=lambda record: append_jsonl(path, record), progress=False)
+    assert len(records) == len(read_jsonl(path)) == 3
+    assert all(r["parser_failures"] == 0 and r["terminated"] in ("completed", "turn_step_cap", "episode_step_cap")
+               for r in records)

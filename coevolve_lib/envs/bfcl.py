@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
-from coevolve_lib.envs import bfcl_backend
+from coevolve_lib.envs import bfcl_backend, call_guards
 from coevolve_lib.envs.safe_calls import Call, CallParseError, parse_call
 
 GORILLA_TO_OPENAPI = {
@@ -333,20 +333,27 @@ def _public_method_names(cls: type) -> tuple[str, ...]:
 
 
 def _run(methods: dict, call: Call) -> str:
-    """Execute one accepted call and format its result exactly as the official executor does."""
+    """Execute one accepted call and format its result exactly as the official executor does.
+
+    Guarded (`call_guards`): a call whose arguments would compute for seconds is refused with an error observation,
+    and the call cannot change the numeric precision of later calls."""
     try:
         # Fresh argument objects per execution, as `eval` of the call text would give: a backend may store
         # an argument list in its state, and the same Call object may run in several envs.
         args, kwargs = copy.deepcopy((call.args, dict(call.kwargs)))
-        result = methods[call.name](*args, **kwargs)
-        if type(result) is str:
-            return result
-        if type(result) is dict:
-            try:
-                return json.dumps(result)
-            except Exception:  # some results hold objects json cannot encode
-                return str(result)
-        return str(result)
+        refusal = call_guards.refusal(call.name, methods[call.name], args, kwargs)
+        if refusal:
+            return f"Error during execution: {refusal}"
+        with call_guards.restored_precision():  # the result is formatted at the precision the call set, as in BFCL
+            result = methods[call.name](*args, **kwargs)
+            if type(result) is str:
+                return result
+            if type(result) is dict:
+                try:
+                    return json.dumps(result)
+                except Exception:  # some results hold objects json cannot encode
+                    return str(result)
+            return str(result)
     except Exception as e:
         return f"Error during execution: {e}"
 

@@ -20,6 +20,10 @@ MAX_SOURCE_CHARS = 100_000
 """Longest call text accepted (BFCL ground-truth calls are under 2 kB)."""
 MAX_LITERAL_DEPTH = 32
 """Deepest container nesting accepted in one argument value."""
+MAX_INT_DIGITS = 4300
+"""Most decimal digits of an integer argument: CPython's default int-to-str limit, above which the call could not
+be recorded (`repr` raises). A hex, octal or binary literal reaches it with far fewer characters."""
+_INT_BOUND = 10**MAX_INT_DIGITS
 
 
 class CallParseError(ValueError):
@@ -43,8 +47,8 @@ class Call:
 
 def parse_call(text: str, allowed_names: Collection[str] | None = None) -> Call:
     """Parse one call such as `f(a=1, b='x')`; raise CallParseError with the reason otherwise."""
-    node = _parse_expression(text)
-    return _call_from_node(node, allowed_names)
+    node, lines = _parse_expression(text)
+    return _call_from_node(node, lines, allowed_names)
 
 
 def parse_call_list(text: str, allowed_names: Collection[str] | None = None) -> tuple[list[Call], list[str]]:
@@ -56,7 +60,7 @@ def parse_call_list(text: str, allowed_names: Collection[str] | None = None) -> 
     if isinstance(text, str):
         text = text.strip("`\n ")  # the same trimming as BFCL's `default_decode_execute_prompting`
     try:
-        node = _parse_expression(text)
+        node, lines = _parse_expression(text)
     except CallParseError as e:
         return [], [str(e)]
     if isinstance(node, ast.Call):
@@ -68,7 +72,7 @@ def parse_call_list(text: str, allowed_names: Collection[str] | None = None) -> 
     calls, errors = [], []
     for index, element in enumerate(elements):
         try:
-            calls.append(_call_from_node(element, allowed_names))
+            calls.append(_call_from_node(element, lines, allowed_names))
         except CallParseError as e:
             errors.append(f"call {index}: {e}")
     return calls, errors
@@ -76,7 +80,8 @@ def parse_call_list(text: str, allowed_names: Collection[str] | None = None) -> 
 
 def call_from_json(name: str, arguments: dict | str | None, allowed_names: Collection[str] | None = None) -> Call:
     """Build a Call from a native tool call (`arguments` is a dict, a JSON object string, or None)."""
-    if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
+    # ASCII only: a call string is re-parsed, and Python would read `ｌｓ` as `ls` (see `_call_from_node`).
+    if not isinstance(name, str) or not name.isidentifier() or not name.isascii() or name.startswith("__"):
         raise CallParseError(f"invalid function name {str(name)[:80]!r}")
     _check_allowed(name, allowed_names)
     if arguments is None or arguments == "":
@@ -90,15 +95,21 @@ def call_from_json(name: str, arguments: dict | str | None, allowed_names: Colle
             raise CallParseError(f"arguments are not valid JSON: {e}") from None
     if not isinstance(arguments, dict):
         raise CallParseError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+    size = 0
     for key, value in arguments.items():
         if not isinstance(key, str) or not key.isidentifier():
             raise CallParseError(f"invalid argument name {str(key)[:80]!r}")
-        _check_json_value(value, depth=0)
+        size += len(key) + _check_json_value(value, depth=0)
+    if size > MAX_SOURCE_CHARS:  # an already-decoded dict skipped the length check on the JSON text
+        raise CallParseError(f"arguments longer than {MAX_SOURCE_CHARS} characters")
     return Call(name, (), tuple(arguments.items()))
 
 
-def _parse_expression(text) -> ast.expr:
-    """`text` as one Python expression node; every failure (size, syntax, encoding, depth) is a CallParseError."""
+def _parse_expression(text) -> tuple[ast.expr, list[bytes] | None]:
+    """`text` as one Python expression node; every failure (size, syntax, encoding, depth) is a CallParseError.
+
+    Also returns the UTF-8 lines of the parsed text (what ast's column offsets count) when it is not all ASCII,
+    so that names can be checked as written; None for ASCII text."""
     if not isinstance(text, str):
         raise CallParseError(f"expected a string, got {type(text).__name__}")
     if len(text) > MAX_SOURCE_CHARS:
@@ -107,21 +118,30 @@ def _parse_expression(text) -> ast.expr:
         raise CallParseError("input contains a null byte")
     if not text.strip():
         raise CallParseError("empty input")
+    text = text.strip()
     try:
-        return ast.parse(text.strip(), mode="eval").body
+        node = ast.parse(text, mode="eval").body
     except SyntaxError as e:
         raise CallParseError(f"invalid syntax: {e.msg}") from None
     except (ValueError, UnicodeError, RecursionError, MemoryError, OverflowError) as e:
         # Lone surrogates, too-deep nesting for the parser, ints over the digit limit, and the like.
         raise CallParseError(f"unparsable input: {type(e).__name__}: {str(e)[:200]}") from None
+    # The tokenizer accepted the text, so it encodes (no lone surrogates); bytes.splitlines breaks where it does.
+    return node, None if text.isascii() else text.encode("utf-8").splitlines()
 
 
-def _call_from_node(node: ast.expr, allowed_names: Collection[str] | None) -> Call:
+def _call_from_node(node: ast.expr, lines: list[bytes] | None, allowed_names: Collection[str] | None) -> Call:
     if not isinstance(node, ast.Call):
         raise CallParseError(f"not a function call (got a {type(node).__name__} expression)")
     if not isinstance(node.func, ast.Name):
         raise CallParseError(f"the callee must be a plain function name, not a {type(node.func).__name__} expression")
     name = node.func.id
+    if lines is not None:
+        # ast NFKC-normalizes identifiers, so full-width `ｌｓ()` parses as `ls`. BFCL's executor prefixes only ASCII
+        # names with their instance, so there it is a NameError: refuse such a name as written, before anything runs.
+        written = lines[node.func.lineno - 1][node.func.col_offset:node.func.end_col_offset]
+        if not written.isascii():
+            raise CallParseError(f"function name {written.decode('utf-8', 'replace')!r} is not ASCII")
     if name.startswith("__"):
         raise CallParseError(f"dunder name {name!r} is not allowed")
     _check_allowed(name, allowed_names)
@@ -178,7 +198,11 @@ def _literal(node: ast.expr, where: str, depth: int):
 
 def _scalar(value, where: str):
     # bool is a subclass of int; bytes, complex and Ellipsis are literals no BFCL function takes.
-    if value is None or type(value) in (str, bool, int):
+    if value is None or type(value) in (str, bool):
+        return value
+    if type(value) is int:
+        if abs(value) >= _INT_BOUND:
+            raise CallParseError(f"{where}: integer longer than {MAX_INT_DIGITS} digits")
         return value
     if type(value) is float:
         if not math.isfinite(value):
@@ -194,14 +218,18 @@ def _hashable(build, where: str):
         raise CallParseError(f"{where}: {e}") from None
 
 
-def _check_json_value(value, depth: int) -> None:
+def _check_json_value(value, depth: int) -> int:
+    """Refuse what `_literal` refuses in a decoded JSON value; return its size (characters of strings, 1 otherwise)."""
     if depth > MAX_LITERAL_DEPTH:
         raise CallParseError(f"argument nested deeper than {MAX_LITERAL_DEPTH} levels")
     if isinstance(value, float) and not math.isfinite(value):
         raise CallParseError("non-finite float")
+    if type(value) is int and abs(value) >= _INT_BOUND:
+        raise CallParseError(f"integer longer than {MAX_INT_DIGITS} digits")
+    if isinstance(value, str):
+        return len(value)
     if isinstance(value, list):
-        for item in value:
-            _check_json_value(item, depth + 1)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _check_json_value(item, depth + 1)
+        return 1 + sum(_check_json_value(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return 1 + sum(len(str(key)) + _check_json_value(item, depth + 1) for key, item in value.items())
+    return 1
