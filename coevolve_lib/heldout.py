@@ -78,10 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = profile_parser("python -m coevolve_lib heldout", __doc__, "data_engine.heldout.size=50")
     parser.add_argument("--commit", action="store_true",
                         help=f"record the set's task ids in coevolve_lib/data/{COMMITTED_SETS.name}")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     run = run_config_from_args(args)
     cfg = run.data_engine
-    key, tasks = heldout_tasks(cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis, cfg.heldout, progress=True)
+    key, tasks = heldout_tasks(cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis, cfg.heldout,
+                               progress=not args.quiet)
     calls = Counter(len(t["reference_actions"]) for t in tasks)
     print(json.dumps({"key": key, "tasks": len(tasks),
                       "environments": len({t["provenance"]["origin_task"] for t in tasks}),
