@@ -39,16 +39,21 @@ from coevolve_lib.warmstart import RECIPE_VERSION, partition_environments, shipp
 log = logging.getLogger(__name__)
 
 
-def stamp_rollouts(records: list[dict], step: int, pool_tasks: dict[str, dict]) -> list[dict]:
-    """Add the training-time fields signals need: rollout_id, step, group_id, involved_classes, pool version."""
-    for record in records:
-        task = pool_tasks.get(record["task_id"])
+def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], first_group: int = 0) -> list[dict]:
+    """Add the training-time fields signals need: rollout_id, step, group_id, involved_classes, pool version.
+
+    `records` are the rollouts of `tasks` in order, K per task (as `run_rollouts` returns them). Each draw of a
+    task is its own group, numbered in the step's draw from `first_group` (this process's first draw), so a task
+    drawn twice in one step gives two groups and distinct rollout ids: "<step>/<group>/<task_id>/<sample_index>".
+    """
+    per_task = len(records) // max(len(tasks), 1)
+    for index, record in enumerate(records):
+        task = tasks[index // per_task]
         record["step"] = step
-        record["rollout_id"] = f"{step}/{record['task_id']}/{record['sample_index']}"
-        record["group_id"] = f"{step}/{record['task_id']}"
-        if task is not None:
-            record["involved_classes"] = list(task["involved_classes"])
-            record["task_source"] = f"pool:{task['pool_version']}"
+        record["group_id"] = f"{step}/{first_group + index // per_task}/{record['task_id']}"
+        record["rollout_id"] = f"{record['group_id']}/{record['sample_index']}"
+        record["involved_classes"] = list(task["involved_classes"])
+        record["task_source"] = f"pool:{task['pool_version']}"
     return records
 
 
@@ -146,7 +151,7 @@ class DataEngine:
                         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed * 1000 + step))
                 records = run_rollouts(model, [pool_task_to_bfcl(pool_tasks[i]) for i in chosen], rollout_cfg,
                                        samples_per_task=cfg.samples_per_task, progress=progress)
-                write_json_atomic(step_path(step), stamp_rollouts(records, step, pool_tasks))
+                write_json_atomic(step_path(step), stamp_rollouts(records, step, [pool_tasks[i] for i in chosen]))
         return [r for step in range(cfg.steps) for r in json.loads(step_path(step).read_text())]
 
     def signals(self, rollouts: list[dict]) -> list[dict]:

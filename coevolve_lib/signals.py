@@ -41,8 +41,8 @@ class SignalConfig:
     enabled: tuple[str, ...] = ("forgetting", "boundary", "rare")
     """Signal types to run, by registry name (see `SIGNALS`). The default is the paper's three."""
     success_threshold: float = 0.5
-    """The paper's 0.5 on [0, 1] scores. A score >= it counts as solved in a forgetting window. A boundary
-    group needs scores strictly above and strictly below it, so a score of exactly 0.5 is on neither side."""
+    """The paper's 0.5 on [0, 1] scores. A score >= it counts as solved, by every signal: in a forgetting
+    window, and in a boundary group, which needs a solved and an unsolved score ([0.5, 0.0] is mixed)."""
     forgetting_window: int = 16
     """W, the paper leaves it open. It counts scores, not steps: each visit of a key pushes all K samples of
     that step. 16 is two visits at the paper's K = 8. With batch 32 drawn from a pool of 100 or more tasks, a
@@ -92,7 +92,7 @@ class SignalConfig:
 
 
 def rollout_id(record: dict) -> str:
-    """The record's rollout_id, or "<step>/<task_id>/<sample_index>" as the training loop builds it."""
+    """The record's rollout_id (see `engine.stamp_rollouts`), or "<step>/<task_id>/<sample_index>"."""
     if "rollout_id" in record:
         return str(record["rollout_id"])
     return f"{record.get('step', 0)}/{record['task_id']}/{record.get('sample_index', 0)}"
@@ -217,21 +217,23 @@ class Forgetting(Signal):
 
 @register
 class Boundary(Signal):
-    """All K samples of a task whose outcomes in one step lie on both sides of the threshold.
+    """All K samples of a group (one draw of a task in one step) with both solved and unsolved outcomes.
 
-    These are the groups with non-zero GRPO advantage variance when rewards are binary."""
+    These are the groups with non-zero GRPO advantage variance when rewards are binary. Groups are keyed by
+    `group_id`, not by task: a task drawn twice in a step is two groups. A record without one (hand-built)
+    falls back to its task_id."""
 
     type = "boundary"
 
     def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
         groups: dict[str, list[dict]] = defaultdict(list)
         for rollout in rollouts:
-            groups[rollout["task_id"]].append(rollout)
-        threshold = self.config.success_threshold
+            groups[rollout.get("group_id", rollout["task_id"])].append(rollout)
         fired = []
         for group in groups.values():
-            scores = [r["score"] for r in group]
-            if any(s > threshold for s in scores) and any(s < threshold for s in scores):
+            solved = [_solved(r["score"], self.config) for r in group]
+            if any(solved) and not all(solved):
+                scores = [r["score"] for r in group]
                 fired += [self.fire(r, step, {"group_scores": scores}) for r in group]
         return fired
 
@@ -330,6 +332,8 @@ def _problem(record: object, required: tuple[str, ...]) -> str | None:
             isinstance(s, dict) and isinstance(s.get("calls"), list) and all(isinstance(c, str) for c in s["calls"])
             for s in steps):
         return "malformed steps (expected [{'calls': [str, ...]}, ...])"
+    if "group_id" in record and not isinstance(record["group_id"], str):
+        return "malformed group_id"
     classes = record.get("involved_classes")
     if classes is not None and not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
         return "malformed involved_classes"

@@ -112,7 +112,8 @@ class PoolRollouts:
 
         step = trainer.state.global_step + 1
         # TRL hands each process its slice of the batch, each prompt repeated once per generation.
-        tasks = self.step_tasks(step, max(1, len(prompts) // self.cfg.group_size))
+        count = max(1, len(prompts) // self.cfg.group_size)
+        tasks = self.step_tasks(step, count)
         start = time.perf_counter()
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
@@ -132,7 +133,7 @@ class PoolRollouts:
             for record, task in zip(records, (t for t in tasks for _ in range(self.cfg.group_size))):
                 record["score"] = prefix_reward(record, task["reference_actions"])
         output["score"] = [r["score"] for r in records]
-        self.pending += stamp_rollouts(records, step, {t["task_id"]: t for t in tasks})
+        self.pending += stamp_rollouts(records, step, tasks, first_group=self.process_index * count)
         return output
 
 
