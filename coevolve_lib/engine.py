@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 import os
 import random
 import shutil
@@ -39,16 +40,29 @@ from coevolve_lib.warmstart import RECIPE_VERSION, partition_environments, shipp
 log = logging.getLogger(__name__)
 
 
-def stamp_rollouts(records: list[dict], step: int, pool_tasks: dict[str, dict]) -> list[dict]:
-    """Add the training-time fields signals need: rollout_id, step, group_id, involved_classes, pool version."""
-    for record in records:
-        task = pool_tasks.get(record["task_id"])
+def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], drawn_before: list[str] = ()) -> list[dict]:
+    """Add the training-time fields signals need: rollout_id, step, group_id, involved_classes, pool version.
+
+    `records` are the rollouts of `tasks` in order, K per task (as `run_rollouts` returns them); `drawn_before`: the
+    task ids the step drew before these (other processes' shares). Each draw of a task is its own group: the first
+    draw in a step is "<step>/<task_id>", a task drawn again gets "#<n>" ("<step>/<task_id>#2"), so one task drawn
+    twice is two groups with distinct rollout ids ("<group_id>/<sample_index>"), and the ids of a step without
+    repeats stay what they always were (exploration seeds derive from them).
+    """
+    per_task = len(records) // max(len(tasks), 1)
+    draws = Counter(drawn_before)
+    group_ids = []
+    for task in tasks:
+        draws[task["task_id"]] += 1
+        repeat = draws[task["task_id"]]
+        group_ids.append(f"{step}/{task['task_id']}" + (f"#{repeat}" if repeat > 1 else ""))
+    for index, record in enumerate(records):
+        task = tasks[index // per_task]
         record["step"] = step
-        record["rollout_id"] = f"{step}/{record['task_id']}/{record['sample_index']}"
-        record["group_id"] = f"{step}/{record['task_id']}"
-        if task is not None:
-            record["involved_classes"] = list(task["involved_classes"])
-            record["task_source"] = f"pool:{task['pool_version']}"
+        record["group_id"] = group_ids[index // per_task]
+        record["rollout_id"] = f"{record['group_id']}/{record['sample_index']}"
+        record["involved_classes"] = list(task["involved_classes"])
+        record["task_source"] = f"pool:{task['pool_version']}"
     return records
 
 
@@ -143,7 +157,7 @@ class DataEngine:
                 rollout_cfg = rollout_config(self.config.rollout, seed=cfg.seed * 1000 + step)
                 records = run_rollouts(model, [pool_task_to_bfcl(pool_tasks[i]) for i in chosen], rollout_cfg,
                                        samples_per_task=cfg.samples_per_task, progress=progress)
-                write_json_atomic(step_path(step), stamp_rollouts(records, step, pool_tasks))
+                write_json_atomic(step_path(step), stamp_rollouts(records, step, [pool_tasks[i] for i in chosen]))
         return [r for step in range(cfg.batches) for r in json.loads(step_path(step).read_text())]
 
     def signals(self, rollouts: list[dict]) -> list[dict]:

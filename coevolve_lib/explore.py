@@ -197,7 +197,7 @@ def _instability_pattern(signal: dict) -> str:
                 f"(score {evidence.get('score')}): a skill the policy had is being lost.")
     if kind == "boundary" and "group_scores" in evidence:
         scores = evidence["group_scores"]
-        wins = sum(s > 0.5 for s in scores)
+        wins = sum(s >= 0.5 for s in scores)  # solved, as the signals count it
         return (f"Under one policy, {wins} of {len(scores)} sampled rollouts succeeded and "
                 f"{len(scores) - wins} failed (scores {scores}): the outcome sits on the success boundary.")
     if kind == "rare" and "patterns" in evidence:

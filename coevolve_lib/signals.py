@@ -34,7 +34,7 @@ SIGNAL_SCHEMA = "signal/v1"
 
 
 def rollout_id(record: dict) -> str:
-    """The record's rollout_id, or "<step>/<task_id>/<sample_index>" as the training loop builds it."""
+    """The record's rollout_id (see `engine.stamp_rollouts`), or "<step>/<task_id>/<sample_index>"."""
     if "rollout_id" in record:
         return str(record["rollout_id"])
     return f"{record.get('step', 0)}/{record['task_id']}/{record.get('sample_index', 0)}"
@@ -159,21 +159,23 @@ class Forgetting(Signal):
 
 @register
 class Boundary(Signal):
-    """All K samples of a task whose outcomes in one step lie on both sides of the threshold.
+    """All K samples of a group (one draw of a task in one step) with both solved and unsolved outcomes.
 
-    These are the groups with non-zero GRPO advantage variance when rewards are binary."""
+    These are the groups with non-zero GRPO advantage variance when rewards are binary. Groups are keyed by
+    `group_id`, not by task: a task drawn twice in a step is two groups. A record without one (hand-built)
+    falls back to its task_id."""
 
     type = "boundary"
 
     def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
         groups: dict[str, list[dict]] = defaultdict(list)
         for rollout in rollouts:
-            groups[rollout["task_id"]].append(rollout)
-        threshold = self.config.success_threshold
+            groups[rollout.get("group_id", rollout["task_id"])].append(rollout)
         fired = []
         for group in groups.values():
-            scores = [r["score"] for r in group]
-            if any(s > threshold for s in scores) and any(s < threshold for s in scores):
+            solved = [_solved(r["score"], self.config) for r in group]
+            if any(solved) and not all(solved):
+                scores = [r["score"] for r in group]
                 fired += [self.fire(r, step, {"group_scores": scores}) for r in group]
         return fired
 
@@ -272,6 +274,8 @@ def _problem(record: object, required: tuple[str, ...]) -> str | None:
             isinstance(s, dict) and isinstance(s.get("calls"), list) and all(isinstance(c, str) for c in s["calls"])
             for s in steps):
         return "malformed steps (expected [{'calls': [str, ...]}, ...])"
+    if "group_id" in record and not isinstance(record["group_id"], str):
+        return "malformed group_id"
     classes = record.get("involved_classes")
     if classes is not None and not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
         return "malformed involved_classes"

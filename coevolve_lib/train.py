@@ -99,18 +99,20 @@ class PoolRollouts:
         self.seconds = 0.0
         """Wall time of this step's rollouts on this process (generation, environment, bookkeeping)."""
 
-    def step_tasks(self, step: int, count: int) -> list[dict]:
-        """This process's `count` tasks of `step`: a seeded draw of the step's tasks over all processes."""
+    def step_tasks(self, step: int, count: int) -> tuple[list[dict], list[str]]:
+        """This process's `count` tasks of `step` (a seeded draw of the step's tasks over all processes), and the
+        task ids drawn before them (other processes' shares: a task drawn twice in a step is two groups)."""
         drawn = self.pool.sample(self.cfg.tasks_per_step, seed=self.cfg.seed * 1_000_003 + step,
                                  versions=set(range(self.allowed_version + 1)))
-        return drawn[self.process_index * count:(self.process_index + 1) * count]
+        start = self.process_index * count
+        return drawn[start:start + count], [t["task_id"] for t in drawn[:start]]
 
     def __call__(self, prompts: list, trainer) -> dict:
         from trl.models import unwrap_model_for_generation
 
         step = trainer.state.global_step + 1
         # TRL hands each process its slice of the batch, each prompt repeated once per generation.
-        tasks = self.step_tasks(step, max(1, len(prompts) // self.cfg.group_size))
+        tasks, drawn_before = self.step_tasks(step, max(1, len(prompts) // self.cfg.group_size))
         start = time.perf_counter()
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
@@ -130,7 +132,7 @@ class PoolRollouts:
             for record, task in zip(records, (t for t in tasks for _ in range(self.cfg.group_size))):
                 record["score"] = prefix_reward(record, task["reference_actions"])
         output["score"] = [r["score"] for r in records]
-        self.pending += stamp_rollouts(records, step, {t["task_id"]: t for t in tasks})
+        self.pending += stamp_rollouts(records, step, tasks, drawn_before)
         return output
 
 

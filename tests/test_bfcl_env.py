@@ -14,6 +14,7 @@ from coevolve_lib.envs.bfcl import (
     split_tasks,
     tools_to_openai,
 )
+from coevolve_lib.envs.bfcl_replay import official_verdict
 from coevolve_lib.envs.safe_calls import Call
 
 
@@ -118,6 +119,38 @@ def test_ground_truth_passes_and_perturbations_fail(base_tasks):
         result = play(BFCLEnv(task), empty)
         assert not result["success"] and result["error_type"] == EMPTY_TURN
         assert result["turn_valid"][turn] is False and result["turns_scored"] == len(task.ground_truth)
+
+
+def test_a_turn_of_only_rejected_calls_is_graded_as_bfcl_grades_it(base_tasks):
+    """BFCL records a call it cannot run, with its error as the result: such a turn is not empty and can pass."""
+    rejected = ["no_such_tool(x=1)", "cd(folder='a', folder='b')", "print('x', sep=1)"]
+    for task in base_tasks:
+        gt = task.ground_truth
+        early = [gt[0] + gt[1], rejected, *gt[2:]]  # turn 1's calls made in turn 0
+        if len(gt) > 1 and gt[1] and official_verdict(task, early):
+            break
+    else:
+        pytest.fail("no task whose turn 1 can be done in turn 0")
+    env = BFCLEnv(task)
+    env.execute(early[0])
+    env.end_turn()
+    assert all(o.startswith("Error during execution: ") for o in env.execute(rejected))
+    assert env.history[1] == []  # rejected calls never run and are not recorded as executed
+    assert env.end_turn()["valid"] and play(env, early[2:])["success"]
+    result = play(BFCLEnv(task), [early[0], [], *gt[2:]])
+    assert not result["success"] and result["error_type"] == EMPTY_TURN
+
+
+def test_print_counts_with_the_result_bfcl_gives_it(base_tasks):
+    """BFCL's `eval` runs the builtin print (result "None"); the kit runs nothing but records the same result."""
+    task = next(t for t in base_tasks if t.id == "multi_turn_base_34")
+    touch = "touch(file_name='statistics.txt')"  # echo creates the file anyway: only its "None" result is needed
+    assert touch in task.ground_truth[1]
+    for call, passes in [("print('done')", True), ("print('a', 'b', sep='/', end=None)", True),
+                         ("print(value='x')", False), ("print('x', file='f')", False), ("open_file()", False)]:
+        turns = [task.ground_truth[0], [call if c == touch else c for c in task.ground_truth[1]]]
+        assert official_verdict(task, turns) is passes, call
+        assert play(BFCLEnv(task), turns)["success"] is passes, call
 
 
 def test_dropped_state_changing_call_is_a_state_mismatch(base_tasks):

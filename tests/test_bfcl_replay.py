@@ -1,10 +1,12 @@
-"""The kit's grading agrees with the official checker on ground truth and perturbed ground truth."""
+"""The kit's grading agrees with the official checker on ground truth, perturbed ground truth and a seeded sample of
+randomly mutated ground truth (benchmarks/bfcl_differential.py runs thousands)."""
 
 import json
 import subprocess
 import sys
 
-from coevolve_lib.envs.bfcl_replay import replay
+from coevolve_lib.envs import bfcl_backend
+from coevolve_lib.envs.bfcl_replay import differential, replay
 from coevolve_lib.paths import REPO_ROOT
 
 
@@ -35,3 +37,21 @@ def test_replay_v4_cli_in_a_fresh_process():
     counts = summary["categories"]["multi_turn_base"]
     assert counts["tasks"] == 20
     assert_perfect(counts)
+
+
+def test_randomized_differential_v3_agrees_with_official():
+    for category in bfcl_backend.CATEGORIES:
+        result = differential("v3", category, 200, seed=7)
+        assert result["disagreements"] == [], result["disagreements"][:3]
+        assert 0 < result["official_passed"] < result["trajectories"] == 200
+
+
+def test_randomized_differential_v4_script_in_a_fresh_process():
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/bfcl_differential.py", "--data-version", "v4", "--trajectories", "200",
+         "--seed", "7"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 4 and all("trajectories    200" in line and "disagreements   0" in line for line in lines)

@@ -7,6 +7,7 @@ from collections import Counter, deque
 
 import pytest
 
+from coevolve_lib.engine import stamp_rollouts
 from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
 from coevolve_lib.envs.safe_calls import parse_call
 from coevolve_lib.signals import (
@@ -107,8 +108,25 @@ def test_boundary_marks_every_sample_of_a_mixed_group():
                 + group("half_high", [0.5, 1]) + group("graded", [0.6, 0.4]) + group("k1_pass", [1])
                 + group("k1_fail", [0]))
     records = only("boundary").observe(0, rollouts)
-    assert fired(records) == ["0/graded/0", "0/graded/1", "0/mixed/0", "0/mixed/1", "0/mixed/2"]
+    # 0.5 counts as solved (as in forgetting), so [0.5, 0] is mixed and [0.5, 1] is all solved.
+    assert fired(records) == ["0/graded/0", "0/graded/1", "0/half_low/0", "0/half_low/1",
+                              "0/mixed/0", "0/mixed/1", "0/mixed/2"]
     assert records[0]["evidence"] == {"group_scores": [1, 0, 0]}
+    assert fired(only("boundary", success_threshold=0.7).observe(0, group("graded", [0.6, 0.4]))) == []
+
+
+def test_one_task_drawn_twice_in_a_step_is_two_groups():
+    pool_task = {"task_id": "t", "involved_classes": ["A"], "pool_version": 0}
+    records = [{"task_id": "t", "sample_index": i % 2, "score": s, "steps": []} for i, s in enumerate([1, 1, 0, 0])]
+    stamp_rollouts(records, 3, [pool_task, pool_task])
+    assert [r["group_id"] for r in records] == ["3/t", "3/t", "3/t#2", "3/t#2"]  # a first draw keeps its old id
+    assert len({r["rollout_id"] for r in records}) == 4
+    assert only("boundary").observe(3, records) == []  # [1, 1] and [0, 0]: no group is mixed
+    records[1]["score"] = 0
+    assert fired(only("boundary").observe(3, records)) == ["3/t/0", "3/t/1"]
+    # Another process drew `t` earlier in the same step: this process's draws are the 2nd and 3rd groups.
+    stamp_rollouts(records, 3, [pool_task, pool_task], drawn_before=["u", "t"])
+    assert [r["group_id"] for r in records] == ["3/t#2", "3/t#2", "3/t#3", "3/t#3"]
 
 
 # ---- rare ---------------------------------------------------------------------------------------------------

@@ -2,10 +2,13 @@
 
 `BFCLEnv` holds its own backend instances (never the global instance cache of the official executor, which
 shares state between rollouts of one task), executes only calls that `safe_calls` accepted, and records
-the canonical call strings of every step in `history` ([turn][step][call]). Its verdict is by construction
-the verdict `multi_turn_checker` gives on `history`: the per-turn rules are the official ones and the state
-and response comparisons are the official sub-checkers themselves (`bfcl_backend.checker_module`).
-`python -m coevolve_lib.envs.bfcl_replay` checks that agreement on ground truth and perturbed ground truth.
+the canonical call strings of every executed step in `history` ([turn][step][call]). A call it rejects is
+graded as BFCL grades a call it cannot run: a call made in its turn, with its error as the result (a `print`
+call, which BFCL's `eval` does run, with print's result "None"). So the verdict is the verdict
+`multi_turn_checker` gives on the same calls: the per-turn rules are the official ones and the state and
+response comparisons are the official sub-checkers themselves (`bfcl_backend.checker_module`).
+`python -m coevolve_lib.envs.bfcl_replay` checks that agreement on ground truth and perturbed ground truth, and
+`benchmarks/bfcl_differential.py` on thousands of randomly mutated trajectories.
 """
 
 from __future__ import annotations
@@ -191,9 +194,10 @@ class BFCLEnv:
         self._instances = _load_instances(task)
         self._methods = _method_table(self._instances)
         self.method_names: frozenset[str] = frozenset(self._methods)
-        self.history: list[list[list[str]]] = [[]]  # [turn][step][canonical call]: the checker's model input
+        self.history: list[list[list[str]]] = [[]]  # [turn][step][canonical call]: the calls that ran
         self.turn_verdicts: list[dict] = []
-        self._model_results: list[str] = []  # results of every executed call, all turns so far
+        self._model_results: list[str] = []  # results of every call made, rejected ones included, all turns so far
+        self._calls_in_turn = 0  # calls made in the turn in progress, rejected ones included
         self._gt_instances: dict | None = None  # created at the first scored turn
         self._gt_methods: dict = {}
 
@@ -215,8 +219,10 @@ class BFCLEnv:
         """One model step: run each call in order, return one observation per call. Never raises.
 
         Observations are formatted as the official executor formats results. A call that is not accepted
-        (unparsable, not literal-only, unknown function) yields an `Error during execution: ...` observation,
-        is not executed and is not recorded, so it counts neither for the empty-turn rule nor in the results.
+        (unparsable, not literal-only, unknown function) yields an `Error during execution: ...` observation
+        and is neither executed nor written to `history`. Like a call BFCL's executor fails on, it still
+        counts as a call of its turn (so the turn is not empty) and its error joins the results. Items that
+        are neither a call string nor a Call (None, numbers) are no call at all and count for nothing.
         """
         if isinstance(calls, (str, Call)):
             calls = [calls]
@@ -230,10 +236,14 @@ class BFCLEnv:
                 call = self._accept(call)
             except CallParseError as e:
                 observations.append(f"Error during execution: {e}")
+                if isinstance(call, (str, Call)):
+                    self._calls_in_turn += 1
+                    self._model_results.append(_rejected_result(call, observations[-1]))
                 continue
             result = _run(self._methods, call)
             accepted.append(call.to_source())
             observations.append(result)
+            self._calls_in_turn += 1
             self._model_results.append(result)
         if accepted:
             self.history[-1].append(accepted)
@@ -253,16 +263,17 @@ class BFCLEnv:
 
     def end_turn(self) -> dict | None:
         """Close the turn in progress; with ground truth, return its verdict under the official rules."""
-        turn, steps = self.turn, self.history[-1]
+        turn, calls_made = self.turn, self._calls_in_turn
         self.history.append([])
+        self._calls_in_turn = 0
         ground_truth = self.task.ground_truth
         if ground_truth is None or turn >= len(ground_truth):
             return None
-        verdict = self._check_turn(turn, steps, ground_truth[turn])
+        verdict = self._check_turn(turn, calls_made, ground_truth[turn])
         self.turn_verdicts.append(verdict)
         return verdict
 
-    def _check_turn(self, turn: int, steps: list[list[str]], gt_calls: list[str]) -> dict:
+    def _check_turn(self, turn: int, calls_made: int, gt_calls: list[str]) -> dict:
         """The body of the official per-turn loop of `multi_turn_checker`, on this env's instances."""
         checker = bfcl_backend.checker_module(self.task.data_version)
         if self._gt_instances is None:
@@ -272,7 +283,9 @@ class BFCLEnv:
         verdict = {"turn": turn, "valid": True, "error_type": None, "error_message": None}
         if not gt_calls:  # no expected calls: nothing is checked, the model's calls have still changed state
             return verdict
-        if checker.is_empty_execute_response(steps):
+        # BFCL's turn is empty when no step decoded to a call (its runner drops empty steps); a call it then
+        # fails to run still counts, so here a rejected call does too.
+        if not calls_made:
             return {**verdict, "valid": False, "error_type": EMPTY_TURN,
                     "error_message": f"Model response list is empty for turn {turn}"}
         for result in (checker.state_checker(self._instances, self._gt_instances),
@@ -330,6 +343,23 @@ def _public_method_names(cls: type) -> tuple[str, ...]:
     # The official executor lists `inspect.getmembers(instance, inspect.ismethod)` on every call; the
     # names depend only on the class, so list them once on a bare instance.
     return tuple(name for name, _ in inspect.getmembers(cls(), inspect.ismethod) if not name.startswith("_"))
+
+
+_PRINT_KEYWORDS = frozenset({"sep", "end", "file", "flush"})
+
+
+def _rejected_result(call: Call | str, error: str) -> str:
+    """The result BFCL's executor records for a call the kit rejected (the kit runs none of them): its error,
+    except for the builtin `print`, which BFCL's `eval` runs: "None" when print accepts the literal arguments."""
+    try:
+        call = parse_call(call if isinstance(call, str) else call.to_source())
+    except Exception:  # not a literal-only call, or a hand-built Call whose source cannot be written
+        return error
+    kwargs = call.kwargs_dict
+    if (call.name == "print" and set(kwargs) <= _PRINT_KEYWORDS and kwargs.get("file") is None
+            and all(kwargs.get(key) is None or type(kwargs[key]) is str for key in ("sep", "end"))):
+        return "None"
+    return error
 
 
 def _run(methods: dict, call: Call) -> str:

@@ -16,21 +16,29 @@ where agreement counts (task, variant) cases on which the two verdicts agree, ag
 tasks + perturbed, and perturbed_rejected counts perturbed cases the official checker fails.
 Disagreements are listed on stderr.
 
+`mutated` builds the randomized trajectories of the checker differential (`benchmarks/bfcl_differential.py`,
+and a small seeded sample in the tests): ground truth with calls dropped, duplicated, swapped, moved and
+re-argued, calls the kit rejects (unknown functions, builtins, repeated keywords), and empty and split turns.
+
     python -m coevolve_lib.envs.bfcl_replay --data-version v3 --category all [--limit N]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import json
+import random
 import sys
+import time
 
 from tqdm import tqdm
 
 from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import BFCLTask, grade, load_tasks
-from coevolve_lib.envs.safe_calls import Call, parse_call
+from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, grade, load_tasks
+from coevolve_lib.envs.safe_calls import Call, CallParseError, parse_call
 
 EXTRA_CALLS = {
     "GorillaFileSystem": "mkdir(dir_name='coevolve_extra_dir')",
@@ -53,12 +61,31 @@ def kit_verdict(task: BFCLTask, turns: list[list[str]]) -> bool:
 
 
 def official_verdict(task: BFCLTask, turns: list[list[str]]) -> bool:
-    """Grade `turns` with the release's `multi_turn_checker`, then free the instances it cached globally."""
+    """Grade `turns` (one step per turn) with the release's `multi_turn_checker`."""
+    return official_steps_verdict(task, [[list(calls)] if calls else [] for calls in turns])
+
+
+def kit_steps_verdict(task: BFCLTask, turns: list[list[list[str]]]) -> bool:
+    """Grade `turns` ([turn][step][call]) with a BFCLEnv, one `execute` per step."""
+    env = BFCLEnv(task)
+    for steps in turns:
+        for calls in steps:
+            env.execute(calls)
+        env.end_turn()
+    verdict = env.score()["success"]
+    env.close()
+    return verdict
+
+
+def official_steps_verdict(task: BFCLTask, turns: list[list[list[str]]]) -> bool:
+    """Grade `turns` ([turn][step][call], no empty step, as BFCL's runner decodes them) with the release's
+    `multi_turn_checker`, then free the instances it cached globally."""
     checker, utils = bfcl_backend.official_checker(task.data_version)
     entry = {"id": task.id, "initial_config": task.initial_config, "involved_classes": task.involved_classes}
-    decoded = [[list(calls)] if calls else [] for calls in turns]
     # A unique model name per grading: the official executor keys its instance cache by model name and task.
-    result = checker(decoded, task.ground_truth, entry, task.category, f"coevolve_replay_{next(_official_names)}")
+    # It `eval`s the calls, so a `print(...)` among them would write to our stdout.
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = checker(turns, task.ground_truth, entry, task.category, f"coevolve_replay_{next(_official_names)}")
     for key in [key for key in vars(utils) if key.endswith("_instance")]:
         del vars(utils)[key]
     return bool(result["valid"])
@@ -116,6 +143,177 @@ def _replace_call(gt: list[list[str]], turn: int, index: int, call: Call) -> lis
     calls = list(gt[turn])
     calls[index] = call.to_source()
     return _replace_turn(gt, turn, calls)
+
+
+MUTATIONS = ("drop", "duplicate", "swap", "move", "reargue", "unknown", "builtin", "repeat_keyword",
+             "reject_turn", "empty", "split")
+"""The mutations of `mutated`. `unknown`, `builtin` and `repeat_keyword` put in (or substitute) one call the kit's
+parser rejects; `reject_turn` replaces all calls of a turn with such calls; `split` spreads a turn over steps."""
+
+
+def mutated(task: BFCLTask, rng: random.Random) -> tuple[list[list[list[str]]], list[str]]:
+    """The task's ground truth after 1-3 random mutations, as [turn][step][call], and the mutations' names."""
+    turns = [list(calls) for calls in task.ground_truth]
+    applied = [rng.choice(MUTATIONS) for _ in range(rng.randint(1, 3))]
+    split = set()
+    for name in applied:
+        if name == "split":
+            split.add(rng.randrange(len(turns)))
+        else:
+            _MUTATE[name](turns, rng)
+    steps = [_split(calls, rng) if turn in split else ([calls] if calls else []) for turn, calls in enumerate(turns)]
+    return steps, applied
+
+
+def _split(calls: list[str], rng: random.Random) -> list[list[str]]:
+    """The turn's calls over 1 to len(calls) consecutive steps, none empty (BFCL's runner drops empty steps)."""
+    cuts = sorted(rng.sample(range(1, len(calls)), rng.randint(0, len(calls) - 1))) if len(calls) > 1 else []
+    return [calls[a:b] for a, b in zip([0, *cuts], [*cuts, len(calls)]) if calls[a:b]]
+
+
+def _positions(turns: list[list[str]]) -> list[tuple[int, int]]:
+    return [(turn, index) for turn, calls in enumerate(turns) for index in range(len(calls))]
+
+
+def _insert(turns: list[list[str]], rng: random.Random, call: str) -> None:
+    calls = turns[rng.randrange(len(turns))]
+    calls.insert(rng.randint(0, len(calls)), call)
+
+
+def _put(turns: list[list[str]], rng: random.Random, call: str) -> None:
+    """Substitute `call` for a random call, or insert it (always, when there is no call to substitute)."""
+    positions = _positions(turns)
+    if positions and rng.random() < 0.5:
+        turn, index = rng.choice(positions)
+        turns[turn][index] = call
+    else:
+        _insert(turns, rng, call)
+
+
+def _drop(turns, rng):
+    if positions := _positions(turns):
+        turn, index = rng.choice(positions)
+        del turns[turn][index]
+
+
+def _duplicate(turns, rng):
+    if positions := _positions(turns):
+        turn, index = rng.choice(positions)
+        turns[turn].insert(rng.randint(0, len(turns[turn])), turns[turn][index])
+
+
+def _swap(turns, rng):
+    positions = _positions(turns)
+    if len(positions) >= 2:
+        (t1, i1), (t2, i2) = rng.sample(positions, 2)
+        turns[t1][i1], turns[t2][i2] = turns[t2][i2], turns[t1][i1]
+
+
+def _move(turns, rng):
+    if positions := _positions(turns):
+        turn, index = rng.choice(positions)
+        _insert(turns, rng, turns[turn].pop(index))
+
+
+def _reargue(turns, rng):
+    """Change one scalar argument of a random call, or drop one of its keyword arguments."""
+    positions = [(t, i) for t, i in _positions(turns) if _parsed(turns[t][i])]
+    if not positions:
+        return
+    turn, index = rng.choice(positions)
+    call = _parsed(turns[turn][index])
+    slots = [("arg", i) for i, v in enumerate(call.args) if _is_scalar(v)]
+    slots += [("kwarg", i) for i, (_, v) in enumerate(call.kwargs) if _is_scalar(v)]
+    slots += [("drop", i) for i in range(len(call.kwargs))]
+    if not slots:
+        return
+    kind, i = rng.choice(slots)
+    if kind == "arg":
+        call = Call(call.name, call.args[:i] + (_changed(call.args[i]),) + call.args[i + 1:], call.kwargs)
+    elif kind == "kwarg":
+        key, value = call.kwargs[i]
+        call = Call(call.name, call.args, call.kwargs[:i] + ((key, _changed(value)),) + call.kwargs[i + 1:])
+    else:
+        call = Call(call.name, call.args, call.kwargs[:i] + call.kwargs[i + 1:])
+    turns[turn][index] = call.to_source()
+
+
+def _rejected_call(turns, rng) -> str:
+    """One call the kit's parser rejects: an unknown function, a builtin, or a ground-truth call with a keyword
+    repeated (falling back to an unknown function when no call has a keyword)."""
+    kind = rng.choice(("unknown", "builtin", "repeat_keyword"))
+    return _REJECTED[kind](turns, rng)
+
+
+def _unknown_call(turns, rng) -> str:
+    positions = _positions(turns)
+    if positions and rng.random() < 0.5:  # a real call under a name no class has
+        turn, index = rng.choice(positions)
+        return "coevolve_" + turns[turn][index]
+    return rng.choice(["undefined_tool()", "open_ticket(title='x')", "get_weather(city='Paris')"])
+
+
+def _builtin_call(turns, rng) -> str:
+    # The first three run under BFCL's `eval` (result "None"), the last two raise there (TypeError).
+    return rng.choice(["print('done')", "print()", "print('cd', 'folder', sep='/')", "print(value='x')",
+                       "print('x', sep=1)"])
+
+
+def _repeat_keyword_call(turns, rng) -> str:
+    with_keywords = [call for calls in turns for call in map(_parsed, calls) if call and call.kwargs]
+    if not with_keywords:
+        return _unknown_call(turns, rng)
+    call = rng.choice(with_keywords)
+    key, value = rng.choice(call.kwargs)
+    return call.to_source()[:-1] + f", {key}={value!r})"
+
+
+def _parsed(text: str) -> Call | None:
+    """The call, or None for one an earlier mutation made unparsable (a repeated keyword)."""
+    try:
+        return parse_call(text)
+    except CallParseError:
+        return None
+
+
+_REJECTED = {"unknown": _unknown_call, "builtin": _builtin_call, "repeat_keyword": _repeat_keyword_call}
+
+
+def _reject_turn(turns, rng):
+    turn = rng.randrange(len(turns))
+    turns[turn] = [_rejected_call(turns, rng) for _ in range(rng.randint(1, 2))]
+
+
+def _empty(turns, rng):
+    turns[rng.randrange(len(turns))] = []
+
+
+_MUTATE = {
+    "drop": _drop, "duplicate": _duplicate, "swap": _swap, "move": _move, "reargue": _reargue,
+    "unknown": lambda turns, rng: _put(turns, rng, _unknown_call(turns, rng)),
+    "builtin": lambda turns, rng: _put(turns, rng, _builtin_call(turns, rng)),
+    "repeat_keyword": lambda turns, rng: _put(turns, rng, _repeat_keyword_call(turns, rng)),
+    "reject_turn": _reject_turn, "empty": _empty,
+}
+
+
+def differential(version: str, category: str, count: int, seed: int = 0) -> dict:
+    """Grade `count` mutated trajectories (task i mod the category's size, mutated with a generator seeded by
+    seed, category and i) with both graders. Returns counts, time and every disagreement."""
+    category = bfcl_backend.normalize_category(category)
+    tasks = load_tasks(version, category)
+    start = time.perf_counter()
+    passed, disagreements = 0, []
+    for i in range(count):
+        task = tasks[i % len(tasks)]
+        turns, applied = mutated(task, random.Random(f"{seed}/{category}/{i}"))
+        kit, official = kit_steps_verdict(task, turns), official_steps_verdict(task, turns)
+        passed += official
+        if kit != official:
+            disagreements.append({"index": i, "task_id": task.id, "mutations": applied, "kit": kit,
+                                  "official": official, "turns": turns})
+    return {"data_version": version, "category": category, "trajectories": count, "official_passed": passed,
+            "disagreements": disagreements, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def replay(version: str, categories: list[str], limit: int | None = None) -> dict:
