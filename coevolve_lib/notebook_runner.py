@@ -44,6 +44,20 @@ def run_notebook(notebook: str | Path, output: str | Path, parameters: dict, pro
                                progress_bar=progress)
 
 
+def clean_notebook(notebook: dict) -> dict:
+    """`notebook` (nbformat JSON) as it is committed: no widget state, no papermill or timing metadata (they hold
+    temporary paths and dates), no `injected-parameters` cell; outputs stay, for readers on GitHub."""
+    notebook = {**notebook, "metadata": {k: v for k, v in notebook["metadata"].items()
+                                         if k not in ("widgets", "papermill")}}
+    cells = []
+    for cell in notebook["cells"]:
+        metadata = {k: v for k, v in cell.get("metadata", {}).items() if k not in ("papermill", "execution")}
+        if "injected-parameters" in metadata.get("tags", []):
+            continue
+        cells.append({**cell, "metadata": metadata})
+    return {**notebook, "cells": cells}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser("python -m coevolve_lib notebook", __doc__)
     parser.add_argument("notebook", help="the notebook to run, e.g. notebooks/06_coevolve_training.ipynb")

@@ -63,3 +63,15 @@ def test_importing_the_library_changes_no_process_setting():
     changed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
                              check=True).stdout.strip()
     assert changed == "[]"
+
+
+def test_committed_notebooks_hold_no_widget_state_temporary_or_machine_paths():
+    import json
+
+    from coevolve_lib.notebook_runner import clean_notebook
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        text = path.read_text()
+        notebook = json.loads(text)
+        assert clean_notebook(notebook) == notebook, f"{path.name}: run clean_notebook on it before committing"
+        assert str(ROOT) not in text and "/tmp/out_" not in text, f"{path.name} names a machine path"

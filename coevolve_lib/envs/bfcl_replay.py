@@ -25,7 +25,6 @@ re-argued, calls the kit rejects (unknown functions, builtins, repeated keywords
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import itertools
@@ -316,7 +315,7 @@ def differential(version: str, category: str, count: int, seed: int = 0) -> dict
             "disagreements": disagreements, "seconds": round(time.perf_counter() - start, 1)}
 
 
-def replay(version: str, categories: list[str], limit: int | None = None) -> dict:
+def replay(version: str, categories: list[str], limit: int | None = None, progress: bool = True) -> dict:
     """Grade every task (and its perturbations) of `categories` with both graders; return the summary."""
     summary = {"data_version": version, "categories": {}}
     for category in categories:
@@ -324,7 +323,7 @@ def replay(version: str, categories: list[str], limit: int | None = None) -> dic
         tasks = load_tasks(version, category)[:limit]
         counts = {"tasks": len(tasks), "gt_passed": 0, "perturbed": 0, "perturbed_rejected": 0, "skipped": 0,
                   "agreement": 0, "agreement_total": 0}
-        for task in tqdm(tasks, desc=f"{version} {category}", file=sys.stderr):
+        for task in tqdm(tasks, desc=f"{version} {category}", file=sys.stderr, disable=not progress):
             for name, turns in variants(task).items():
                 if turns is None:
                     counts["skipped"] += 1
@@ -342,13 +341,16 @@ def replay(version: str, categories: list[str], limit: int | None = None) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bfcl-replay", description=__doc__.split("\n\n")[0])
+    from coevolve_lib.profiles import ArgumentParser
+
+    parser = ArgumentParser("python -m coevolve_lib bfcl-replay", __doc__.split("\n\n")[0])
     parser.add_argument("--data-version", choices=sorted(bfcl_backend.BFCL_RELEASES), default="v3")
     parser.add_argument("--category", choices=[*bfcl_backend.CATEGORY_ALIASES, "all"], default="all")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of each category")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     categories = list(bfcl_backend.CATEGORIES) if args.category == "all" else [args.category]
-    summary = replay(args.data_version, categories, args.limit)
+    summary = replay(args.data_version, categories, args.limit, progress=not args.quiet)
     print(json.dumps(summary))
     perfect = all(c["gt_passed"] == c["tasks"] and c["agreement"] == c["agreement_total"]
                   for c in summary["categories"].values())
@@ -356,4 +358,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from coevolve_lib.runtime import configure_process
+
+    configure_process()
     sys.exit(main())
