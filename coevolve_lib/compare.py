@@ -13,23 +13,25 @@ killed one resumes: a repeated command takes seconds. The variants differ only i
 Measured on the profile's held-out set (val-split environments, never trained on or explored from): greedy success
 and pass@k (k samples at the rollout temperature), per seed, with bootstrap 95% confidence intervals over seeds and
 tasks; the BFCL val split (the paper's metric) is measured too, on the profile's evaluation limit. The results are
-result/v1 records (`eval_set` names the set), written to `results/comparison/<profile>_seeds<..>_steps<n>.json`.
+the metric rows (`eval_set` names the set) of a results/v2 document (coevolve_lib/results.py), written to
+`results/comparison/<profile>_seeds<..>_steps<n>.json`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.config import RunConfig
 from coevolve_lib.agent import RolloutConfig
 from coevolve_lib.engine import DataEngine
-from coevolve_lib.evaluate import RESULT_SCHEMA, pass_at_k, task_outcomes
+from coevolve_lib.evaluate import pass_at_k, task_outcomes
 from coevolve_lib.models import HFChatModel
 from coevolve_lib.paths import FIGURES_DIR, RESULTS_DIR, RUNS_DIR, repo_relative
-from coevolve_lib.records import config_hash, git_commit, write_json_atomic
+from coevolve_lib.records import config_hash, write_json_atomic
+from coevolve_lib.results import metric_row, write_result
 from coevolve_lib.agent import rollout_config
 from coevolve_lib.train import flatten_overrides, train
 
@@ -53,6 +55,12 @@ def variant_run(profile: str, overrides: list[str], variant: str, seed: int) -> 
     """The run config of one variant and seed: the profile with the overrides, the seed and the variant's pool updates."""
     return profiles.run_config(profile, list(overrides) + [f"training.seed={seed}",
                                                             f"training.pool_updates={VARIANTS[variant]}"])
+
+
+def run_hash(run: RunConfig) -> str:
+    """The config hash of a training run (its training and rollout sections), as every results file of the run
+    records it."""
+    return config_hash({"training": asdict(run.training), "rollout": asdict(run.rollout)})
 
 
 def figure_file(figures_dir: str | Path, profile: str, seeds: list[int], steps: int) -> Path:
@@ -86,20 +94,20 @@ def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout:
 def _result(run: RunConfig, variant: str, seed: int, metric: str, eval_set: str, k: int,
             temperature: float, per_task: dict[str, float], run_dir: Path, model: str) -> dict:
     values = list(per_task.values())
-    return {"schema": RESULT_SCHEMA, "experiment": "comparison", "table": "table2-3", "variant": variant,
-            "paper_row": PAPER_ROWS[variant], "benchmark": "bfcl", "data_version": run.data_engine.data_version,
-            "eval_set": eval_set, "metric": metric, "k": k, "temperature": temperature, "seed": seed,
-            "n": len(values), "value": round(100.0 * sum(values) / len(values), 2) if values else None,
+    return {"table": "table2-3", "variant": variant, "paper_row": PAPER_ROWS[variant], "benchmark": "bfcl",
+            "data_version": run.data_engine.data_version, "eval_set": eval_set, "metric": metric, "k": k,
+            "temperature": temperature, "seed": seed, "n": len(values),
+            "value": round(100.0 * sum(values) / len(values), 2) if values else None,
             "profile": run.profile, "model": run.model, "steps": run.training.max_steps,
             "tasks_per_step": run.training.tasks_per_step, "group_size": run.training.group_size,
-            "git_commit": git_commit(), "config_hash": config_hash({"training": vars(run.training)}),
+            "config_hash": run_hash(run),
             "run_dir": repo_relative(run_dir), "model_path": repo_relative(model), "per_task": per_task}
 
 
 def compare(profile: str = "tiny", seeds: list[int] = (0,), overrides: list[str] = (), out_dir: str | Path | None = None,
             pass_k: int = 4, results_path: str | Path | None = None, progress: bool = True) -> list[dict]:
-    """Train (or reuse) every variant for every seed, measure them and the starting policy; returns the result/v1
-    records (also written to `results_path`, default `results_file(RESULTS_DIR, ...)`). `overrides`: a nested mapping
+    """Train (or reuse) every variant for every seed, measure them and the starting policy; returns the metric rows
+    (also written to `results_path`, default `results_file(RESULTS_DIR, ...)`). `overrides`: a nested mapping
     or `section.field=value` strings, applied to every run."""
     out_dir = Path(out_dir or RUNS_DIR / f"compare_{profile}")
     if isinstance(overrides, dict):
@@ -116,9 +124,10 @@ def compare(profile: str = "tiny", seeds: list[int] = (0,), overrides: list[str]
         results += _measure(run, "zero_shot", seed, run_folder(out_dir, "static", seed), pass_k,
                             sampled_dir=Path(out_dir) / "zero_shot")
     steps = variant_run(profile, overrides, "static", seeds[0]).training.max_steps
-    write_json_atomic(Path(results_path or results_file(RESULTS_DIR, profile, list(seeds), steps)),
-                      {"schema": "comparison/v1", "profile": profile, "seeds": list(seeds), "overrides": list(overrides),
-                       "pass_k": pass_k, "results": results})
+    settings = {"profile": profile, "seeds": list(seeds), "overrides": list(overrides), "pass_k": pass_k}
+    write_result(Path(results_path or results_file(RESULTS_DIR, profile, list(seeds), steps)), experiment="comparison",
+                 profile=profile, model=results[0]["model"], config_hash=config_hash(settings), table="table2-3",
+                 run_dir=repo_relative(out_dir), config=settings, metrics=results)
     return results
 
 
@@ -145,10 +154,10 @@ def _measure(run: RunConfig, variant: str, seed: int, folder: Path, pass_k: int,
            _result(run, variant, seed, "sampled_success", eval_set, 1, temperature, mean, folder, model_path)]
     val = folder / "eval" / f"val_step_{step:05d}.json"
     if val.exists():
-        bfcl = json.loads(val.read_text())
+        bfcl = metric_row(json.loads(val.read_text()))
         per_task = {t["task_id"]: float(t["success"]) for t in bfcl["per_task"]}
-        out.append(_result(run, variant, seed, "greedy_success", f"bfcl/{bfcl['data_version']}/{bfcl['category']}/"
-                           f"{bfcl['split']}", 1, 0.0, per_task, folder, model_path))
+        out.append(_result(run, variant, seed, "greedy_success", bfcl["eval_set"], 1, 0.0, per_task, folder,
+                           model_path))
     return out
 
 

@@ -3,8 +3,9 @@
 `python -m coevolve_lib evaluate --model tiny --data-version v3 --category base --split val --out results/x.json`
 
 Each finished episode is appended to `<out>.rollouts.jsonl` as it ends; a killed run started again with the
-same arguments keeps those episodes and runs only the remaining tasks. The results JSON (schema `result/v1`)
-records the scale (model, profile, data version, split, n, seed) beside the value, plus per-task outcomes.
+same arguments keeps those episodes and runs only the remaining tasks. The results JSON (schema `results/v2`,
+coevolve_lib/results.py) records the scale (model, profile, data version, eval set, n, seed) beside the value, plus
+per-task outcomes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import math
 import sys
 import time
-from datetime import datetime, timezone
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,9 +23,9 @@ from coevolve_lib.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.envs.bfcl import load_tasks, split_tasks
 from coevolve_lib.envs.bfcl_backend import normalize_category
 from coevolve_lib.models import load_chat_model
-from coevolve_lib.records import append_jsonl, config_hash, git_commit, read_jsonl, write_json_atomic
-
-RESULT_SCHEMA = "result/v1"
+from coevolve_lib.paths import repo_relative
+from coevolve_lib.records import append_jsonl, config_hash, read_jsonl
+from coevolve_lib.results import metric_row, write_result
 
 
 class EvaluationError(RuntimeError):
@@ -46,6 +46,11 @@ def _load_model(cfg: EvalConfig):
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise profiles.ConfigError(f"cannot load model {cfg.model!r}: {first_line}") from None
+
+
+def eval_set(cfg: EvalConfig) -> str:
+    """The name results give the tasks `cfg` evaluates on: `<benchmark>/<data version>/<category>/<split>`."""
+    return f"{cfg.benchmark}/{cfg.data_version}/{normalize_category(cfg.category)}/{cfg.split}"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -106,36 +111,21 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
         raise EvaluationError(f"every episode ended in a model error (the first: {outcomes[0]['error_message']}); "
                               "is the model's endpoint up?")
     correct = sum(r["success"] for r in outcomes)
-    result = {
-        "schema": RESULT_SCHEMA,
-        "experiment": experiment,
-        "benchmark": cfg.benchmark,
-        "data_version": cfg.data_version,
-        "category": normalize_category(cfg.category),
-        "split": cfg.split,
+    row = {
+        "benchmark": cfg.benchmark, "data_version": cfg.data_version, "eval_set": eval_set(cfg),
         "metric": "multi_turn_success_rate",
-        "k": 1,
-        "temperature": cfg.temperature,
-        "seed": cfg.seed,
-        "n": len(outcomes),
-        "correct": correct,
+        "k": 1, "temperature": cfg.temperature, "seed": cfg.seed, "n": len(outcomes), "correct": correct,
         "value": round(100.0 * correct / len(outcomes), 2) if outcomes else None,
-        "model": cfg.model,
-        "profile": cfg.profile,
-        "git_commit": git_commit(),
-        "config_hash": config_hash(settings),
-        "config": settings,
-        "model_errors": sum(r["terminated"] == "model_error" for r in outcomes),
-        "resumed_episodes": len(tasks) - len(remaining),
-        "seconds": round(time.perf_counter() - start, 2),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "rollouts_path": str(rollouts_path),
         "per_task": [{"task_id": r["task_id"], "success": r["success"], "error_type": r["error_type"],
                       "terminated": r["terminated"], "steps": len(r["steps"]),
                       "completion_tokens": r["completion_tokens"]} for r in outcomes],
     }
-    write_json_atomic(out, result)
-    return result
+    return write_result(out, experiment=experiment, profile=cfg.profile, model=cfg.model,
+                        config_hash=config_hash(settings), config=settings, metrics=[row],
+                        details={"model_errors": sum(r["terminated"] == "model_error" for r in outcomes),
+                                 "resumed_episodes": len(tasks) - len(remaining),
+                                 "seconds": round(time.perf_counter() - start, 2),
+                                 "rollouts_path": repo_relative(rollouts_path)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     except EvaluationError as exc:
         print(f"python -m coevolve_lib evaluate: error: {exc}", file=sys.stderr)
         return 1
-    print(f"{cfg.model} on BFCL {result['data_version']} {result['category']} {result['split']} "
-          f"(n={result['n']}, T={result['temperature']}): {result['value']:.2f}% "
-          f"({result['correct']}/{result['n']}; model errors {result['model_errors']})")
-    print(json.dumps({k: result[k] for k in ("model", "data_version", "category", "split", "n", "value")}))
+    row = metric_row(result)
+    print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={row['temperature']}): {row['value']:.2f}% "
+          f"({row['correct']}/{row['n']}; model errors {result['details']['model_errors']})")
+    print(json.dumps({"model": result["model"], **{k: row[k] for k in ("eval_set", "n", "value")}}))
     return 0

@@ -15,6 +15,6 @@ RUNS_DIR = Path(os.environ.get("COEVOLVE_RUNS_DIR", REPO_ROOT / "runs"))
 
 
 def repo_relative(path: str | Path) -> str:
-    """`path` relative to the repository root when it lies inside it (results must not name a machine's folders)."""
-    path = Path(path).resolve()
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+    """`path` relative to the repository root, `../...` when it lies outside the checkout (e.g. a test's folder):
+    results must not name a machine's folders."""
+    return os.path.relpath(Path(path).expanduser().resolve(), REPO_ROOT)

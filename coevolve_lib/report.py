@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from coevolve_lib import paper
+from coevolve_lib.results import metric_row
 
 
 def _save(fig, path):
@@ -18,18 +19,20 @@ def _save(fig, path):
 
 
 def scale_of(result: dict) -> str:
-    """The scale a measured number was obtained at, written out for a table row."""
-    return (f"profile={result['profile']}, BFCL {result['data_version']} {result['category']}, "
-            f"split={result['split']}, n={result['n']}, seed={result['seed']}, T={result['temperature']}")
+    """The scale a measured number (a one-row results/v2 document) was obtained at, written out for a table row."""
+    row = metric_row(result)
+    return (f"profile={result['profile']}, {row['eval_set']}, n={row['n']}, seed={row['seed']}, "
+            f"T={row['temperature']}")
 
 
 def zero_shot_table(results: list[dict]) -> pd.DataFrame:
-    """BFCL multi-turn zero-shot success (%): the paper's Table 1 rows, then each measured result."""
+    """BFCL multi-turn zero-shot success (%): the paper's Table 1 rows, then each measured result (evaluate's
+    results/v2 documents)."""
     rows = [{"source": "paper (Table 1)", "model": name, "success_%": value,
              "scale": "BFCL-v3 multi_turn_base, paper's validation set, T=0"}
             for name, value in paper.bfcl_zero_shot().items()]
-    rows += [{"source": "measured (this kit)", "model": r["model"], "success_%": r["value"], "scale": scale_of(r)}
-             for r in results]
+    rows += [{"source": "measured (this kit)", "model": r["model"], "success_%": metric_row(r)["value"],
+              "scale": scale_of(r)} for r in results]
     return pd.DataFrame(rows)
 
 
@@ -52,7 +55,8 @@ def plot_zero_shot(table: pd.DataFrame, path: str | Path | None = None):
 
 def failure_breakdown(result: dict) -> pd.Series:
     """How the evaluated episodes ended: success, or the checker's / agent's error type."""
-    counts = Counter("success" if t["success"] else (t["error_type"] or "failed") for t in result["per_task"])
+    per_task = metric_row(result)["per_task"]
+    counts = Counter("success" if t["success"] else (t["error_type"] or "failed") for t in per_task)
     return pd.Series(counts, name="episodes").sort_values(ascending=False)
 
 
@@ -156,6 +160,23 @@ def feedback_cost_table(summary: dict) -> pd.DataFrame:
                           f"F={summary['feedback_every']}, {summary['tasks_per_step']} tasks x K={summary['group_size']},"
                           f" seed={summary['seed']}"})
     return pd.DataFrame(rows)
+
+
+def training_metrics(summary: dict, cost: pd.DataFrame, val_set: str) -> list[dict]:
+    """A training run's numbers as results/v2 rows: its measured Table 7 row (`cost`, from `feedback_cost_table`)
+    and greedy success (%) before and after training on each evaluation set; `val_set` names the BFCL split it was
+    evaluated on (e.g. `bfcl/v3/multi_turn_base/val`)."""
+    measured = cost[cost["source"] == "measured (this kit)"].iloc[0]
+    rows = [{"table": "table7", "benchmark": "bfcl", "eval_set": "training_run", "metric": name,
+             "value": float(measured[name]) if pd.notna(measured[name]) else None, "seed": summary["seed"],
+             "step": summary["steps"]} for name in ("feedback_time_ratio_%", "single_feedback_s", "total_s")]
+    for evaluation in filter(None, (summary["eval_before"], summary["eval_after"])):
+        sets = {"val": ("eval/val_success", val_set), "d0": ("eval/d0_greedy_success", "pool/d0"),
+                "heldout": ("eval/heldout_greedy_success", f"heldout/{evaluation.get('eval/heldout_set')}")}
+        rows += [{"benchmark": "bfcl", "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0,
+                  "seed": summary["seed"], "step": evaluation["step"], "n": evaluation[f"eval/{name}_n"],
+                  "value": evaluation[key]} for name, (key, eval_set) in sets.items() if key in evaluation]
+    return rows
 
 
 # ------------------------------------------------------------------------------------- Tables 2-3 at small scale

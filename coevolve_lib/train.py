@@ -41,7 +41,8 @@ from coevolve_lib.envs.safe_calls import CallParseError, parse_call
 from coevolve_lib.evaluate import evaluate, task_outcomes
 from coevolve_lib.models import HFChatModel, set_torch_threads
 from coevolve_lib.paths import REPO_ROOT, RUNS_DIR
-from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.results import metric_row
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.synthesize import pool_task_to_bfcl
 from coevolve_lib.trl_args import grpo_kwargs, lora_config
@@ -169,6 +170,13 @@ class CoEvolveLoop:
         self.rollouts.allowed_version = state["allowed_version"]
         self.extractor.load_state_dict(state["extractor"])
         self.totals = state["totals"]
+        self.drop_after(step)
+        return step
+
+    def drop_after(self, step: int) -> None:
+        """Remove the records of steps after `step` (a killed run's, replayed now): metrics.jsonl is then appended
+        to one row per step, so a resumed run never holds a step twice. Rewriting it also drops a line cut by the
+        kill, which the next append would otherwise extend."""
         if self.is_main:
             write_jsonl_atomic(self.out_dir / "metrics.jsonl",
                                [r for r in read_jsonl(self.out_dir / "metrics.jsonl") if r["step"] <= step])
@@ -176,7 +184,6 @@ class CoEvolveLoop:
                 for path in (self.out_dir / folder).glob("step_*.jsonl"):
                     if int(path.stem.split("_")[1]) > step:
                         path.unlink()
-        return step
 
     # -- evaluation --------------------------------------------------------------------------------------------
     def evaluate(self, step: int, model, tokenizer, val: bool) -> dict:
@@ -203,7 +210,8 @@ class CoEvolveLoop:
             eval_cfg = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
             bfcl = evaluate(eval_cfg, self.out_dir / "eval" / f"val_step_{step:05d}.json", model=policy,
                             progress=False, experiment="coevolve_train")
-            result.update({"eval/val_success": bfcl["value"], "eval/val_n": bfcl["n"]})
+            row = metric_row(bfcl)
+            result.update({"eval/val_success": row["value"], "eval/val_n": row["n"]})
         write_json_atomic(path, result)
         self.totals["eval_s"] += time.perf_counter() - start
         return result
@@ -295,13 +303,13 @@ class CoEvolveLoop:
         return out
 
     def on_log(self, step: int, logs: dict) -> None:
-        """TRL's logs of the step join our row, which is then appended to metrics.jsonl."""
+        """TRL's logs of the step join our row, which is then appended to metrics.jsonl. TRL's `report_to` loggers
+        (TensorBoard, W&B) receive the same `logs` from the trainer itself, not our row."""
         if self.row is None or self.row["step"] != step or "loss" not in logs:
             return
         self.row.update({f"trl/{k}": v for k, v in logs.items()})
         if self.is_main:
-            rows = read_jsonl(self.out_dir / "metrics.jsonl")
-            write_jsonl_atomic(self.out_dir / "metrics.jsonl", [r for r in rows if r["step"] < step] + [self.row])
+            append_jsonl(self.out_dir / "metrics.jsonl", self.row)
         self.row = None
 
     def on_save(self, checkpoint: Path, step: int) -> None:
@@ -366,7 +374,10 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress)
     if checkpoint is not None:
         loop.restore(checkpoint)
-    args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()), disable_tqdm=not progress)
+    else:
+        loop.drop_after(0)  # a run killed before its first checkpoint starts over
+    args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()),
+                      disable_tqdm=not progress)
     slots = Dataset.from_dict({"prompt": [f"pool slot {i}" for i in range(cfg.max_steps * cfg.tasks_per_step)]})
     trainer = GRPOTrainer(model=policy_path, reward_funcs=[environment_reward], args=args, train_dataset=slots,
                           rollout_func=rollouts, peft_config=lora_config(cfg), callbacks=[_callback(loop)])

@@ -9,6 +9,7 @@ from coevolve_lib.__main__ import main as cli
 
 import coevolve_lib.compare as compare_lib
 from coevolve_lib import report
+from coevolve_lib.results import validate_result
 
 SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",
          "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.size=5",
@@ -36,9 +37,10 @@ def test_every_variant_is_trained_and_measured_on_the_held_out_set_and_bfcl_val(
     assert all(r["n"] == 5 and 0 <= r["value"] <= 100 and len(r["per_task"]) == 5 for r in heldout)
     bfcl = [r for r in results if r["eval_set"] == "bfcl/v3/multi_turn_base/val"]
     assert len(bfcl) == 4 and all(r["n"] == 1 for r in bfcl)
-    assert all(r["schema"] == "result/v1" and r["profile"] == "tiny" and r["git_commit"] for r in results)
+    assert all(r["profile"] == "tiny" and r["config_hash"] and r["run_dir"] for r in results)
     saved = json.loads((folder / "r.json").read_text())
-    assert saved["results"] == json.loads(json.dumps(results)) and saved["seeds"] == [0]
+    assert validate_result(saved) == [] and saved["experiment"] == "comparison" and saved["config"]["seeds"] == [0]
+    assert saved["metrics"] == json.loads(json.dumps(results))
 
 
 def test_a_second_call_reuses_every_run(compared, monkeypatch):

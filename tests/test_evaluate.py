@@ -11,9 +11,10 @@ from coevolve_lib.evaluate import evaluate, evaluation_tasks
 from coevolve_lib.models import load_chat_model
 from coevolve_lib.paths import REPO_ROOT
 from coevolve_lib.records import read_jsonl
+from coevolve_lib.results import metric_row, validate_result
 
-RESULT_KEYS = {"benchmark", "data_version", "category", "split", "metric", "k", "temperature", "seed", "n",
-               "value", "model", "profile", "git_commit", "config_hash", "per_task"}
+ROW_KEYS = {"benchmark", "data_version", "eval_set", "metric", "k", "temperature", "seed", "n", "correct", "value",
+            "per_task"}
 
 
 class Killed(Exception):
@@ -44,10 +45,12 @@ def test_results_json_and_resume_after_a_kill(tmp_path, monkeypatch):
     result = evaluate(cfg, out, model=model, progress=False)
     episodes = read_jsonl(out.with_suffix(".rollouts.jsonl"))
     assert len(episodes) == 4 and len({e["task_id"] for e in episodes}) == 4  # nothing lost, nothing repeated
-    assert result["resumed_episodes"] == 2 and result["n"] == 4
-    assert RESULT_KEYS <= set(result) and json.loads(out.read_text()) == result
-    assert result["value"] == 100.0 * sum(t["success"] for t in result["per_task"]) / 4
-    assert [t["task_id"] for t in result["per_task"]] == [t.id for t in evaluation_tasks(cfg)]
+    row = metric_row(result)
+    assert result["details"]["resumed_episodes"] == 2 and row["n"] == 4
+    assert ROW_KEYS <= set(row) and json.loads(out.read_text()) == result and validate_result(result) == []
+    assert row["value"] == 100.0 * sum(t["success"] for t in row["per_task"]) / 4
+    assert [t["task_id"] for t in row["per_task"]] == [t.id for t in evaluation_tasks(cfg)]
+    assert result["details"]["rollouts_path"].endswith("/tiny.rollouts.jsonl")
 
 
 def test_a_truncated_last_line_is_skipped_and_redone(tmp_path):
@@ -58,7 +61,7 @@ def test_a_truncated_last_line_is_skipped_and_redone(tmp_path):
     lines = rollouts.read_text().splitlines()
     rollouts.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
     result = evaluate(cfg, out, progress=False)
-    assert result["resumed_episodes"] == 1 and result["n"] == 2
+    assert result["details"]["resumed_episodes"] == 1 and metric_row(result)["n"] == 2
 
 
 def test_unknown_profile_or_field_is_a_clear_error():
@@ -76,8 +79,9 @@ def test_cli_writes_a_valid_results_json(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     result = json.loads(out.read_text())
-    assert summary == {k: result[k] for k in summary} and result["n"] == 2 and result["split"] == "val"
-    assert result["model"] == "tiny" and result["data_version"] == "v3" and result["category"] == "multi_turn_base"
+    row = metric_row(result)
+    assert summary == {"model": "tiny", "eval_set": "bfcl/v3/multi_turn_base/val", "n": 2, "value": row["value"]}
+    assert validate_result(result) == [] and result["profile"] == "tiny" and row["data_version"] == "v3"
 
 
 def test_pass_at_k_is_the_unbiased_estimate():
