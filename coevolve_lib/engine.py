@@ -24,16 +24,15 @@ from pathlib import Path
 from coevolve_lib.agent import rollout_config, run_rollouts
 from coevolve_lib.config import DataEngineConfig
 from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
-from coevolve_lib.explore import ExplorationTarget
+from coevolve_lib.contexts import ExplorationTarget
 from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
 from coevolve_lib.heldout import heldout_tasks
 from coevolve_lib.model_artifacts import TinyConfig
 from coevolve_lib.models import load_chat_model
 from coevolve_lib.paths import CACHE_DIR, MODELS_DIR
-from coevolve_lib.pool import TaskPool
+from coevolve_lib.pool import TaskPool, pool_task_to_bfcl
 from coevolve_lib.records import config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
-from coevolve_lib.synthesize import pool_task_to_bfcl
 from coevolve_lib.warmstart import RECIPE_VERSION, partition_environments, shipped_warm_start, warm_start
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ from coevolve_lib.models import HFChatModel, set_torch_threads
 from coevolve_lib.paths import REPO_ROOT, RUNS_DIR
 from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
-from coevolve_lib.synthesize import pool_task_to_bfcl
+from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.trl_args import grpo_kwargs, lora_config
 
 
