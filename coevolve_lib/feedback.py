@@ -78,7 +78,7 @@ def _target_key(target: ExplorationTarget) -> str:
     return target.signal_id or f"unguided/{target.task_id}"
 
 
-def run_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
+def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
               config: FeedbackConfig, model: ChatModel | None = None, max_new_tasks: int | None = None,
               progress: bool = True) -> dict:
     """Run (or resume, or return the finished report of) one round; returns its report."""
@@ -184,4 +184,4 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
     same path as a signal round, capped at `size` tasks (the paper's N = 100)."""
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
     targets = [ExplorationTarget.from_bfcl_task(task) for task in tasks]
-    return run_round(0, round_dir, targets, pool, unguided, model, size, progress)
+    return feedback_round(0, round_dir, targets, pool, unguided, model, size, progress)

@@ -271,8 +271,10 @@ class CoEvolveLoop:
             window = range(step - self.cfg.feedback_every + 1, step + 1)
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
-            report = self.engine.signal_round(round_index, signals, rollouts, progress=self.progress) \
-                if self.cfg.pool_updates == "signals" else self.engine.random_round(round_index, progress=self.progress)
+            if self.cfg.pool_updates == "signals":
+                report = self.engine.signal_feedback_round(round_index, signals, rollouts, progress=self.progress)
+            else:
+                report = self.engine.random_feedback_round(round_index, progress=self.progress)
             out = {"feedback/round": round_index, "feedback/targets": report["targets"],
                    "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
                    "feedback/tasks_added": report["added_to_pool"],
