@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from coevolve_lib.agent import RolloutConfig, run_rollouts
 from coevolve_lib.models import GenerationConfig, generation_attention, load_chat_model
 from coevolve_lib.records import read_jsonl
-from coevolve_lib.synthesize import pool_task_to_bfcl
+from coevolve_lib.pool import pool_task_to_bfcl
 
 
 def load_pool_tasks(pool: str | None, count: int) -> list:

@@ -12,7 +12,7 @@ COMMANDS = {
     "setup": ("coevolve_lib.setup_offline", "install the BFCL data wheels, build the offline models, install the kernel"),
     "bfcl-replay": ("coevolve_lib.envs.bfcl_replay", "replay BFCL ground truth through the kit and the official checker"),
     "evaluate": ("coevolve_lib.evaluate", "zero-shot evaluation of a chat model on BFCL multi-turn"),
-    "train": ("coevolve_lib.train", "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
+    "train": ("coevolve_lib.train_cli", "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
     "compare": ("coevolve_lib.compare", "zero-shot vs GRPO vs + random exploration vs CoEvolve, several seeds"),
     "heldout": ("coevolve_lib.heldout", "build a profile's held-out evaluation set; --commit records its task ids"),
     "warm-start": ("coevolve_lib.warmstart", "build (or find) a profile's warm start and check it; --ship ships it"),

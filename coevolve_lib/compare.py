@@ -33,7 +33,8 @@ from coevolve_lib.paths import FIGURES_DIR, RESULTS_DIR, RUNS_DIR, repo_relative
 from coevolve_lib.records import config_hash, write_json_atomic
 from coevolve_lib.results import metric_row, write_result
 from coevolve_lib.agent import rollout_config
-from coevolve_lib.train import flatten_overrides, train
+from coevolve_lib.train import train
+from coevolve_lib.train_cli import flatten_overrides
 
 VARIANTS = {"static": "none", "random": "random", "coevolve": "signals"}
 """Variant name -> `training.pool_updates`."""

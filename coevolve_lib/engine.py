@@ -25,16 +25,15 @@ from pathlib import Path
 from coevolve_lib.agent import rollout_config, run_rollouts
 from coevolve_lib.config import DataEngineConfig
 from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
-from coevolve_lib.explore import ExplorationTarget
-from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
+from coevolve_lib.contexts import ExplorationTarget
+from coevolve_lib.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
 from coevolve_lib.heldout import heldout_tasks
 from coevolve_lib.model_artifacts import TinyConfig
 from coevolve_lib.models import load_chat_model
 from coevolve_lib.paths import CACHE_DIR, MODELS_DIR
-from coevolve_lib.pool import TaskPool
+from coevolve_lib.pool import TaskPool, pool_task_to_bfcl
 from coevolve_lib.records import config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
-from coevolve_lib.synthesize import pool_task_to_bfcl
 from coevolve_lib.warmstart import RECIPE_VERSION, partition_environments, shipped_warm_start, warm_start
 
 log = logging.getLogger(__name__)
@@ -172,7 +171,7 @@ class DataEngine:
         write_jsonl_atomic(path, signals)
         return signals
 
-    def signal_round(self, round_index: int, signals: list[dict], rollouts: list[dict],
+    def signal_feedback_round(self, round_index: int, signals: list[dict], rollouts: list[dict],
                      progress: bool = True) -> dict:
         """One signal-guided round over the selected signal trajectories; the pool grows to version round_index.
 
@@ -184,7 +183,7 @@ class DataEngine:
             [s for s in signals if s["task_id"] in pool_tasks], {r["rollout_id"]: r for r in rollouts},
             self.config.max_targets, seed=self.config.explore.seed + round_index))
         targets = [ExplorationTarget.from_pool_task(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
-        return run_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.explorer_model,
+        return feedback_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.explorer_model,
                          progress=progress)
 
     def _frozen_targets(self, round_index: int, choose) -> tuple[Path, list]:
@@ -198,7 +197,7 @@ class DataEngine:
         write_json_atomic(path, targets)
         return round_dir, targets
 
-    def random_round(self, round_index: int, progress: bool = True) -> dict:
+    def random_feedback_round(self, round_index: int, progress: bool = True) -> dict:
         """One round of the paper's "+ Random Exploration" baseline (Table 3; its details are not given): as many
         targets as a signal round may have (`max_targets`), drawn uniformly from the pool instead of from weakness
         signals, each re-explored unguided (no context), then abstracted and validated the same way. The drawn
@@ -210,4 +209,4 @@ class DataEngine:
             round_index, lambda: rng.sample(sorted(pool_tasks), min(count, len(pool_tasks))))
         targets = [ExplorationTarget.from_pool_task(pool_tasks[task_id]) for task_id in chosen]
         unguided = replace(self.feedback_config(), explore=replace(self.config.explore, guided=False))
-        return run_round(round_index, round_dir, targets, self.pool, unguided, self.explorer_model, progress=progress)
+        return feedback_round(round_index, round_dir, targets, self.pool, unguided, self.explorer_model, progress=progress)

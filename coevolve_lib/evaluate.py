@@ -24,6 +24,7 @@ from coevolve_lib.envs.bfcl import load_tasks, split_tasks
 from coevolve_lib.envs.bfcl_backend import normalize_category
 from coevolve_lib.models import load_chat_model
 from coevolve_lib.paths import repo_relative
+from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.records import append_jsonl, config_hash, read_jsonl
 from coevolve_lib.results import metric_row, write_result
 
@@ -64,8 +65,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, samples: int = 1,
                   progress: bool = False) -> dict[str, list[int]]:
     """Success (1/0) of each of `samples` episodes per pool task (task/v1 records), by task id."""
-    from coevolve_lib.synthesize import pool_task_to_bfcl
-
     records = run_rollouts(model, [pool_task_to_bfcl(t) for t in tasks], rollout, samples_per_task=samples,
                            progress=progress)
     outcomes: dict[str, list[int]] = {t["task_id"]: [] for t in tasks}

@@ -23,11 +23,16 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.explore import ExplorationTarget, ExploreConfig, explore
+from coevolve_lib.abstraction import abstract
+from coevolve_lib.config import ExploreConfig, SynthesisConfig
+from coevolve_lib.contexts import ExplorationTarget
+from coevolve_lib.cost import Cost
+from coevolve_lib.explore import explore
 from coevolve_lib.models import ChatModel
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import append_jsonl, read_jsonl, write_json_atomic
-from coevolve_lib.synthesize import SynthesisConfig, abstract, group_triplets, to_pool_task, validate
+from coevolve_lib.triplets import group_triplets
+from coevolve_lib.validation import to_pool_task, validate
 
 
 @dataclass
@@ -73,21 +78,7 @@ def _target_key(target: ExplorationTarget) -> str:
     return target.signal_id or f"unguided/{target.task_id}"
 
 
-def _source(target: ExplorationTarget, context: dict | None) -> dict:
-    """What abstraction needs to know about where a group of triplets came from."""
-    return {"task_id": target.task_id, "data_version": target.data_version, "initial_config": target.initial_config,
-            "involved_classes": target.involved_classes, "description": target.description,
-            "signal_id": target.signal_id, "signal_type": target.signal_type,
-            "context_id": context["context_id"] if context else None}
-
-
-def _add_cost(total: dict, cost: dict) -> None:
-    for key in ("calls", "prompt_tokens", "completion_tokens", "seconds"):
-        total[key] = total.get(key, 0) + cost.get(key, 0)
-    total.setdefault("skipped", Counter()).update(cost.get("skipped", {}))
-
-
-def run_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
+def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
               config: FeedbackConfig, model: ChatModel | None = None, max_new_tasks: int | None = None,
               progress: bool = True) -> dict:
     """Run (or resume, or return the finished report of) one round; returns its report."""
@@ -96,7 +87,8 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
     if report_path.exists():
         return json.loads(report_path.read_text())
     start = time.perf_counter()
-    costs = {"explore": {}, "abstract": {}, "validate": {}}
+    costs = {"explore": Cost(), "abstract": Cost(), "validate": Cost()}
+    wall_seconds = {}
 
     # Stage 2: exploration, one line per target (context + triplets + cost together).
     stage_start = time.perf_counter()
@@ -105,13 +97,13 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
         key = _target_key(target)
         if key not in explorations:
             context, triplets, cost = explore(target, config.explore, model)
-            explorations[key] = {"key": key, "source": _source(target, context), "signal": target.signal,
+            explorations[key] = {"key": key, "source": target.source(context), "signal": target.signal,
                                  "context": context, "triplets": triplets, "cost": cost}
             append_jsonl(round_dir / "explorations.jsonl", explorations[key])
     wanted = [explorations[_target_key(t)] for t in targets]
     for exploration in wanted:
-        _add_cost(costs["explore"], exploration["cost"])
-    costs["explore"]["wall_seconds"] = round(time.perf_counter() - stage_start, 2)
+        costs["explore"].merge(Cost.from_record(exploration["cost"]))
+    wall_seconds["explore"] = round(time.perf_counter() - stage_start, 2)
     stage_start = time.perf_counter()
 
     # Stage 3a: abstraction, one line per (task, signal) group.
@@ -126,8 +118,8 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
             append_jsonl(round_dir / "abstractions.jsonl", abstractions[key])
     specs = [spec for a in abstractions.values() for spec in a["specs"]]
     for a in abstractions.values():
-        _add_cost(costs["abstract"], a["cost"])
-    costs["abstract"]["wall_seconds"] = round(time.perf_counter() - stage_start, 2)
+        costs["abstract"].merge(Cost.from_record(a["cost"]))
+    wall_seconds["abstract"] = round(time.perf_counter() - stage_start, 2)
     stage_start = time.perf_counter()
 
     # Stage 3b: validation by execution, one line per spec; duplicates of the pool or of this round are rejected.
@@ -141,8 +133,8 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
             if verdict["accepted"]:
                 known.add(verdict["task_id"])
     for verdict in verdicts.values():
-        _add_cost(costs["validate"], verdict.get("cost", {}))
-    costs["validate"]["wall_seconds"] = round(time.perf_counter() - stage_start, 2)
+        costs["validate"].merge(Cost.from_record(verdict.get("cost", {})))
+    wall_seconds["validate"] = round(time.perf_counter() - stage_start, 2)
 
     # Stage 3c: append the accepted tasks (in a deterministic order) to the pool.
     accepted = []
@@ -178,7 +170,7 @@ def run_round(round_index: int, round_dir: str | Path, targets: list[Exploration
         "added_to_pool": sum(t["pool_version"] == round_index for t in pool.tasks),
         "pool_size": len(pool),
         "pool_version": pool.version,
-        "cost": {stage: {**c, "skipped": dict(c.get("skipped", {}))} for stage, c in costs.items()},
+        "cost": {stage: {**c.as_dict(), "wall_seconds": wall_seconds[stage]} for stage, c in costs.items()},
         "seconds": round(time.perf_counter() - start, 2),
     }
     write_json_atomic(report_path, report)
@@ -192,4 +184,4 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
     same path as a signal round, capped at `size` tasks (the paper's N = 100)."""
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
     targets = [ExplorationTarget.from_bfcl_task(task) for task in tasks]
-    return run_round(0, round_dir, targets, pool, unguided, model, size, progress)
+    return feedback_round(0, round_dir, targets, pool, unguided, model, size, progress)

@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+from coevolve_lib.envs.bfcl import BFCLTask
 from coevolve_lib.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 
 
@@ -89,3 +90,10 @@ class TaskPool:
             total += added
             out.append({"pool_version": version, "added": added, "total": total})
         return out
+
+
+def pool_task_to_bfcl(task: dict) -> BFCLTask:
+    """A one-turn BFCLTask whose ground truth is the reference actions: the checker grades the agent's own calls."""
+    return BFCLTask(id=task["task_id"], category="synthetic", data_version=task.get("data_version", "v3"),
+                    turns=[[{"role": "user", "content": task["query"]}]], initial_config=task["initial_config"],
+                    involved_classes=list(task["involved_classes"]), ground_truth=[list(task["reference_actions"])])

@@ -26,25 +26,22 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import subprocess
 import time
 from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from coevolve_lib import profiles
 from coevolve_lib.config import RunConfig
 from coevolve_lib.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.engine import DataEngine, stamp_rollouts
 from coevolve_lib.envs.safe_calls import CallParseError, parse_call
 from coevolve_lib.evaluate import evaluate, task_outcomes
 from coevolve_lib.models import HFChatModel, set_torch_threads
-from coevolve_lib.paths import REPO_ROOT, RUNS_DIR
 from coevolve_lib.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.results import metric_row
 from coevolve_lib.signals import SignalExtractor
-from coevolve_lib.synthesize import pool_task_to_bfcl
+from coevolve_lib.pool import pool_task_to_bfcl
+from coevolve_lib.train_summary import summarize
 from coevolve_lib.trl_args import grpo_kwargs, lora_config
 
 
@@ -281,8 +278,10 @@ class CoEvolveLoop:
             window = range(step - self.cfg.feedback_every + 1, step + 1)
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
-            report = self.engine.signal_round(round_index, signals, rollouts, progress=self.progress) \
-                if self.cfg.pool_updates == "signals" else self.engine.random_round(round_index, progress=self.progress)
+            if self.cfg.pool_updates == "signals":
+                report = self.engine.signal_feedback_round(round_index, signals, rollouts, progress=self.progress)
+            else:
+                report = self.engine.random_feedback_round(round_index, progress=self.progress)
             out = {"feedback/round": round_index, "feedback/targets": report["targets"],
                    "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
                    "feedback/tasks_added": report["added_to_pool"],
@@ -390,138 +389,3 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         summary = summarize(out_dir)
     state.wait_for_everyone()
     return summary
-
-
-def summarize(out_dir: str | Path) -> dict:
-    """The run's headline numbers from its folder: reward curve, signals per round, pool growth, times, evals."""
-    out_dir = Path(out_dir)
-    rows = read_jsonl(out_dir / "metrics.jsonl")
-    run_info = json.loads((out_dir / "run_config.json").read_text())
-    cfg = run_info["training"]
-    signal_types = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith("signals/")})
-    per_round = []
-    for r in rows:
-        if "feedback/round" in r:
-            window = [x for x in rows if r["step"] - cfg["feedback_every"] < x["step"] <= r["step"]]
-            per_round.append({"round": r["feedback/round"], "step": r["step"],
-                              "signals": {t: sum(x.get(f"signals/{t}", 0) for x in window) for t in signal_types},
-                              "targets": r["feedback/targets"], "tasks_added": r["feedback/tasks_added"],
-                              "rejected": r["feedback/rejected"], "pool_size_after": r.get("pool/size_after_round"),
-                              "seconds": r["feedback/seconds"]})
-    evals = sorted(({k: v for k, v in json.loads(p.read_text()).items() if k == "step" or k.startswith("eval/")}
-                    for p in (out_dir / "eval").glob("step_*.json")), key=lambda e: e["step"])
-    pool_size = {r["step"]: r.get("pool/size") for r in rows}
-    last = rows[-1] if rows else {}
-    summary = {
-        "profile": run_info["profile"], "model": run_info["model"], "seed": cfg["seed"],
-        "steps": last.get("step", 0), "max_steps": cfg["max_steps"],
-        "tasks_per_step": cfg["tasks_per_step"], "group_size": cfg["group_size"],
-        "feedback_every": cfg["feedback_every"], "pool_updates": cfg["pool_updates"],
-        "reward_curve": [r.get("train/reward") for r in rows],
-        "mixed_groups_curve": [r.get("train/groups_mixed") for r in rows],
-        "signals_total": {t: sum(r.get(f"signals/{t}", 0) for r in rows) for t in signal_types},
-        "rounds": per_round,
-        "pool_size_start": rows[0].get("pool/size") if rows else None,
-        "pool_size_end": per_round[-1]["pool_size_after"] if per_round else (rows[-1].get("pool/size") if rows else None),
-        "time": {"train_s": last.get("time/train_s_total"), "feedback_s": last.get("time/feedback_s_total"),
-                 "eval_s": last.get("time/eval_s_total"), "feedback_ratio": last.get("time/feedback_ratio"),
-                 **run_info.get("timings_before_training", {})},
-        "eval_before": evals[0] if evals and evals[0]["step"] == 0 else None,
-        "eval_after": evals[-1] if evals and evals[-1]["step"] > 0 else None,
-        "eval_curve": [{**e, "pool/size": pool_size.get(e["step"], rows[0].get("pool/size") if rows else None)}
-                       for e in evals],
-    }
-    write_json_atomic(out_dir / "summary.json", summary)
-    return summary
-
-
-# -- planning, launching and the command line ------------------------------------------------------------------
-
-def plan(run: RunConfig, out_dir: str | Path) -> dict:
-    """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
-    cfg, launch = run.training, run.training.launch
-    command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", str(out_dir)]
-    if launch.num_processes > 1 or launch.accelerate_config:
-        accelerate = ["accelerate", "launch", "--config_file", launch.accelerate_config or "default",
-                      "--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
-        if launch.num_machines > 1:
-            accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR",
-                           "--main_process_port", "29500"]
-        command = accelerate + ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", str(out_dir)]
-    commands = {"train": " ".join(command)}
-    explorer = run.data_engine.explorer_model
-    notes = []
-    if explorer and explorer.startswith("openai:"):
-        commands["explorer_env"] = (f"export OPENAI_BASE_URL=<OpenAI-compatible endpoint serving "
-                                    f"{explorer.removeprefix('openai:')}> OPENAI_API_KEY=<its key>")
-    if explorer and explorer.startswith("openai:") and not os.environ.get("OPENAI_BASE_URL"):
-        notes.append("OPENAI_BASE_URL is not set: the explorer LLM needs an OpenAI-compatible endpoint")
-    if launch.accelerate_config and not (REPO_ROOT / launch.accelerate_config).exists():
-        notes.append(f"accelerate config {launch.accelerate_config} does not exist (paths are relative to the repo)")
-    if launch.num_machines > 1:
-        notes.append(f"run the train command on each of the {launch.num_machines} nodes, with NODE_RANK=0.."
-                     f"{launch.num_machines - 1} and MASTER_ADDR=<node 0's address>; --out must be on a filesystem "
-                     "all nodes share")
-    if launch.num_processes > 1:
-        notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
-                     f"--profile {run.profile} --model {out_dir}/final --all-tasks --out <results.json>")
-    completions = cfg.tasks_per_step * cfg.group_size
-    return {
-        "profile": run.profile, "policy_model": run.model, "explorer_model": explorer,
-        "warm_start": run.data_engine.warm_start.enabled,
-        "schedule": {"max_steps": cfg.max_steps, "pool_updates": cfg.pool_updates,
-                     "feedback_every": cfg.feedback_every if cfg.pool_updates != "none" else None,
-                     "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.pool_updates != "none" else 0,
-                     "d0_size": run.data_engine.d0_size},
-        "batch": {"tasks_per_step": cfg.tasks_per_step, "group_size": cfg.group_size,
-                  "completions_per_step": completions, "processes": launch.num_processes,
-                  "machines": launch.num_machines, "per_device_train_batch_size": cfg.per_device_batch_size,
-                  "gradient_accumulation_steps": cfg.gradient_accumulation_steps},
-        "grpo_config": grpo_kwargs(cfg, run.rollout, str(Path(out_dir) / "trainer"), cuda=True),
-        "rollout": asdict(training_rollouts(run)),
-        "lora": asdict(cfg.lora) if cfg.lora.enabled else None,
-        "launch": asdict(launch), "commands": commands, "notes": notes,
-    }
-
-
-def run_training(profile: str = "tiny", overrides: dict | list[str] | None = None, out_dir: str | Path | None = None,
-                 resume: bool = True, progress: bool = True) -> dict:
-    """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones."""
-    run = profiles.run_config(profile, overrides)
-    out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
-    if run.training.launch.num_processes == 1:
-        return train(run, out_dir, resume=resume, progress=progress)
-    command = plan(run, out_dir)["commands"]["train"]
-    extra = [f"--set={k}" for k in flatten_overrides(overrides)] if isinstance(overrides, dict) else \
-        [f"--set={o}" for o in overrides or []]
-    subprocess.run(shlex.split(command) + extra, check=True, cwd=REPO_ROOT)
-    return summarize(out_dir)
-
-
-def flatten_overrides(mapping: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            out += flatten_overrides(value, f"{prefix}{key}.")
-        else:
-            out.append(f"{prefix}{key}={json.dumps(value)}")
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = profiles.profile_parser("python -m coevolve_lib train", __doc__, "training.max_steps=20")
-    parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
-    parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
-    parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    run = profiles.run_config_from_args(args)
-    out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
-    if args.dry_run:
-        print(json.dumps(plan(run, out_dir), indent=2, default=str))
-        return 0
-    summary = train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
-    if summary:
-        print(json.dumps({k: summary[k] for k in ("profile", "steps", "signals_total", "pool_size_start",
-                                                  "pool_size_end", "time")}, default=str))
-    return 0

@@ -38,6 +38,7 @@ from coevolve_lib import toolcalls
 from coevolve_lib.config import ExploreConfig, WarmStartConfig
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.envs.safe_calls import parse_call
+from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.records import config_hash
 
 
@@ -173,8 +174,6 @@ def warm_start(model_path: str | Path, sources: list[BFCLTask], out_dir: str | P
     """Build the warm start's tasks from the `sources` environments and fine-tune `model_path` on their reference
     solutions into `out_dir`. Returns the `train_sft` summary plus {"tasks", "skipped", "data_seconds"} (tasks whose
     reference uses positional arguments are skipped: native tool calls carry keyword arguments)."""
-    from coevolve_lib.synthesize import pool_task_to_bfcl
-
     start = time.perf_counter()
     tasks = warm_start_tasks(sources, Path(out_dir) / "data", config, synthesis)
     usable = [t for t in tasks if not any(parse_call(c).args for c in t["reference_actions"])]

@@ -171,7 +171,7 @@ def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_pa
     from coevolve_lib.envs.bfcl import split_tasks
     from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
     from coevolve_lib.pool import TaskPool
-    from coevolve_lib.synthesize import pool_task_to_bfcl
+    from coevolve_lib.pool import pool_task_to_bfcl
 
     pool = TaskPool(tmp_path / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, tmp_path / "d0", FeedbackConfig(),

@@ -8,8 +8,10 @@ import pytest
 
 from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
 from coevolve_lib.config import ExploreConfig
-from coevolve_lib.explore import (CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget,
-                                  build_context, explore, heuristic_context, parse_action)
+from coevolve_lib.contexts import (CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget, build_context,
+                                   heuristic_context)
+from coevolve_lib.explore import explore
+from coevolve_lib.explore_llm import parse_action
 from coevolve_lib.llm_json import LLMOutputError, extract_json_object
 from coevolve_lib.model_artifacts import build_tiny
 from coevolve_lib.models import OpenAIChatModel, load_chat_model

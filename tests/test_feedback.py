@@ -5,15 +5,20 @@ and the LLM path against the real loopback server with injected faults."""
 import pytest
 
 import coevolve_lib.feedback as feedback
-from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks, split_tasks
+from coevolve_lib.envs.bfcl import BFCLEnv, grade, load_tasks, split_tasks
 from coevolve_lib.config import ExploreConfig
-from coevolve_lib.explore import ExplorationTarget
-from coevolve_lib.feedback import FeedbackConfig, run_round, select_targets, synthesize_initial
+from coevolve_lib.contexts import ExplorationTarget
+from coevolve_lib.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.openai_server import ChatServer, FaultConfig
-from coevolve_lib.pool import TaskPool
+from coevolve_lib.pool import TaskPool, pool_task_to_bfcl
 from coevolve_lib.config import SynthesisConfig
-from coevolve_lib.synthesize import synthetic_reward
+
+
+
+def checker_accepts(task: dict, steps: list[list[str]]) -> bool:
+    """The BFCL checker's verdict on an agent's steps (each a list of call strings) on a pool task: the RL reward."""
+    return grade(pool_task_to_bfcl(task), [[call for calls in steps for call in calls]])
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +34,8 @@ def test_d0_yields_validated_multistep_tasks_that_the_checker_can_grade(tmp_path
     assert report["signal_types"] == {"unguided": 40} and report["specs"] >= 30
     for task in pool.tasks:
         assert len(task["reference_actions"]) >= 3
-        assert synthetic_reward(task, [task["reference_actions"]]) == 1.0
-        assert synthetic_reward(task, [task["reference_actions"][:1]]) == 0.0 or not _changes_state(task)
+        assert checker_accepts(task, [task["reference_actions"]])
+        assert not checker_accepts(task, [task["reference_actions"][:1]]) or not _changes_state(task)
 
 
 def _changes_state(task):
@@ -64,7 +69,7 @@ def test_signal_round_grows_the_pool_with_provenance(tmp_path, train_tasks):
     assert sorted(s["type"] for s, _ in pairs) == ["boundary"] * 2 + ["forgetting"] * 2 + ["rare"] * 2
     targets = [ExplorationTarget.from_pool_task(next(t for t in pool.tasks if t["task_id"] == s["task_id"]), s, r)
                for s, r in pairs]
-    report = run_round(1, tmp_path / "round_001", targets, pool, FeedbackConfig(), progress=False)
+    report = feedback_round(1, tmp_path / "round_001", targets, pool, FeedbackConfig(), progress=False)
     new = [t for t in pool.tasks if t["pool_version"] == 1]
     assert report["added_to_pool"] == len(new) > 0 and pool.version == 1
     assert set(report["signal_types"]) == {"forgetting", "boundary", "rare"}
@@ -82,7 +87,7 @@ class Killed(Exception):
 def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, monkeypatch, train_tasks, stage):
     targets = [ExplorationTarget.from_bfcl_task(t) for t in train_tasks[:12]]
     reference_pool = TaskPool(tmp_path / "ref" / "pool.jsonl")
-    reference = run_round(0, tmp_path / "ref" / "round_000", targets, reference_pool, FeedbackConfig(), progress=False)
+    reference = feedback_round(0, tmp_path / "ref" / "round_000", targets, reference_pool, FeedbackConfig(), progress=False)
 
     pool_path = tmp_path / "killed" / "pool.jsonl"
     calls = {"n": 0}
@@ -99,11 +104,11 @@ def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, mo
     else:
         monkeypatch.setattr(feedback, stage, dying)
     with pytest.raises(Killed):
-        run_round(0, tmp_path / "killed" / "round_000", targets, TaskPool(pool_path), FeedbackConfig(), progress=False)
+        feedback_round(0, tmp_path / "killed" / "round_000", targets, TaskPool(pool_path), FeedbackConfig(), progress=False)
     monkeypatch.undo()
 
     pool = TaskPool(pool_path)
-    report = run_round(0, tmp_path / "killed" / "round_000", targets, pool, FeedbackConfig(), progress=False)
+    report = feedback_round(0, tmp_path / "killed" / "round_000", targets, pool, FeedbackConfig(), progress=False)
     assert [t["task_id"] for t in pool.tasks] == [t["task_id"] for t in reference_pool.tasks]
     assert len(pool.ids) == len(pool.tasks)  # no duplicates
     for key in ("specs", "accepted", "added_to_pool", "pool_size", "rejection_reasons"):
@@ -128,7 +133,7 @@ def test_llm_mode_round_survives_faults_on_the_real_loopback_server(tmp_path, tr
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     with ChatServer(load_chat_model("tiny"), faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=1.0, backoff_s=0.01, max_retries=3)
-        report = run_round(1, tmp_path / "round_001", [ExplorationTarget.from_bfcl_task(task, signal, trajectory)],
+        report = feedback_round(1, tmp_path / "round_001", [ExplorationTarget.from_bfcl_task(task, signal, trajectory)],
                            pool, config, model, progress=False)
         requests = server.num_requests
     # 4 faults: 3 absorbed by the client's retries (its budget), the 4th exhausts it: a counted, skipped context

@@ -6,31 +6,32 @@ from collections import Counter
 import pytest
 
 from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl import BFCLEnv, grade, load_tasks
 from coevolve_lib.envs.safe_calls import parse_call
 from coevolve_lib.model_artifacts import build_tiny
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.openai_server import ChatServer, FaultConfig
 from coevolve_lib.prompts import prompt_fields
 from coevolve_lib.config import SynthesisConfig
-from coevolve_lib.synthesize import (
-    abstract,
-    content_id,
-    group_triplets,
-    judge_reward,
-    parse_judge,
-    parse_task_blocks,
-    pool_task_to_bfcl,
-    synthetic_reward,
-    to_pool_task,
-    validate,
-)
+from coevolve_lib.abstraction import abstract, parse_task_blocks
+from coevolve_lib.abstraction_deterministic import _description
+from coevolve_lib.cost import Cost
+from coevolve_lib.judge import judge, parse_judge
+from coevolve_lib.pool import pool_task_to_bfcl
+from coevolve_lib.triplets import group_triplets
+from coevolve_lib.validation import content_id, to_pool_task, validate
 
 CONFIG = SynthesisConfig()
 FILE_RUN = ["ls()", "cd(folder='nope')", "cd(folder='document')", "mkdir(dir_name='temp')",
             "mv(source='final_report.pdf', destination='temp')", "cd(folder='temp')", "ls()", "wc(file_name='zz')"]
 ECHO_RUN = ["cd(folder='archive')", "touch(file_name='notes.txt')",
             "echo(content='budget 2024', file_name='notes.txt')", "cat(file_name='notes.txt')", "rm -rf /"]
+
+
+
+def checker_accepts(task: dict, steps: list[list[str]]) -> bool:
+    """The BFCL checker's verdict on an agent's steps (each a list of call strings) on a pool task: the RL reward."""
+    return grade(pool_task_to_bfcl(task), [[call for calls in steps for call in calls]])
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,6 @@ def test_short_queries_name_each_step_by_the_first_words_of_its_description(task
     assert "create a new directory in the current directory (dir_name: 'temp')" in full["query"]
     # four words still tell the functions of a class apart
     docs = {d["name"]: ("GorillaFileSystem", d) for d in bfcl_backend.func_docs("v3", "GorillaFileSystem")}
-    from coevolve_lib.synthesize import _description
     phrases = [_description(name, docs, 4) for name in docs]
     assert len(set(phrases)) == len(phrases)
 
@@ -176,7 +176,7 @@ def test_positive_reward_keeps_the_successful_calls(task):
     assert verdict["reference_actions"] == [a for a in actions if not a.startswith("cat")]
     pool_task = to_pool_task(spec, verdict, pool_version=1)
     assert pool_task["task_id"] == verdict["task_id"] != spec["spec_id"]
-    assert synthetic_reward(pool_task, [[a] for a in pool_task["reference_actions"]]) == 1.0
+    assert checker_accepts(pool_task, [[a] for a in pool_task["reference_actions"]])
     # Too few successful calls left: no positive reward.
     short = validate(spec_of(task, ["mkdir(dir_name='a')", "cat(file_name='missing.txt')", "ls()"]), CONFIG)
     assert short["reasons"] == ["call_error"]
@@ -195,10 +195,10 @@ def test_pool_task_reward_is_the_bfcl_checker(task):
     bfcl_task = pool_task_to_bfcl(pool_task)
     assert bfcl_task.turns == [[{"role": "user", "content": spec["query"]}]]
     assert bfcl_task.ground_truth == [actions] and bfcl_task.category == "synthetic" and not bfcl_task.long_context
-    assert synthetic_reward(pool_task, [[a] for a in actions]) == 1.0
-    assert synthetic_reward(pool_task, [actions[:2], actions[2:]]) == 1.0  # parallel calls in one step
-    assert synthetic_reward(pool_task, [[a] for a in actions if not a.startswith("mv")]) == 0.0
-    assert synthetic_reward(pool_task, []) == 0.0
+    assert checker_accepts(pool_task, [[a] for a in actions])
+    assert checker_accepts(pool_task, [actions[:2], actions[2:]])  # parallel calls in one step
+    assert not checker_accepts(pool_task, [[a] for a in actions if not a.startswith("mv")])
+    assert not checker_accepts(pool_task, [])
     with pytest.raises(ValueError, match="no accepting verdict"):
         to_pool_task(spec, {**verdict, "accepted": False, "reason": "call_error"}, 0)
 
@@ -302,7 +302,7 @@ def test_llm_abstraction_survives_faults(task, tiny, faults, specs_expected, req
     assert cost["skipped"] == ({} if specs_expected else {"api_error": 1})
 
 
-def test_judge_api_error_keeps_the_execution_verdict_and_judge_reward(task, tiny):
+def test_judge_api_error_keeps_the_execution_verdict_and_the_judge_reads_rollouts(task, tiny):
     spec = spec_of(task, ["cd(folder='document')", "mkdir(dir_name='temp')", "ls()"])
     with ChatServer(tiny, faults=FaultConfig(always="500")) as server:
         verdict = validate(spec, SynthesisConfig(judge=True), client(server, max_retries=0))
@@ -311,6 +311,8 @@ def test_judge_api_error_keeps_the_execution_verdict_and_judge_reward(task, tiny
     rollout = {"schema": "rollout/v1", "steps": [
         {"turn": 0, "step": 0, "calls": spec["action_sequence"][:2], "observations": verdict["observations"][:2]},
         {"turn": 0, "step": 1, "calls": spec["action_sequence"][2:], "observations": verdict["observations"][2:]}]}
-    for reply, expected in [("Success: true\nReason: ok", 1.0), ("Success: false\nReason: no", 0.0), ("hmm", None)]:
+    for reply, expected in [("Success: true\nReason: ok", True), ("Success: false\nReason: no", False), ("hmm", None)]:
         with ChatServer(tiny, faults=FaultConfig(scripted_reply=reply)) as server:
-            assert judge_reward(pool_task, rollout, client(server)) == expected
+            verdict, _ = judge(pool_task["intent"], pool_task["query"], pool_task["reference_actions"],
+                               rollout["steps"], client(server), SynthesisConfig(max_new_tokens=256), Cost())
+            assert (None if verdict is None else verdict["success"]) == expected

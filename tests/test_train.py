@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 import coevolve_lib.feedback as feedback
 import coevolve_lib.train as train_lib
+import coevolve_lib.train_cli as train_cli
 from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
 from coevolve_lib.models import MODELS_DIR
 from coevolve_lib.pool import TaskPool
@@ -170,7 +171,7 @@ def test_run_config_rejects_unknown_fields_and_bad_batches():
 
 
 def test_cli_dry_run_prints_the_plan(capsys, tmp_path):
-    assert train_lib.main(["--profile", "tiny", "--dry-run", "--out", str(tmp_path)]) == 0
+    assert train_cli.main(["--profile", "tiny", "--dry-run", "--out", str(tmp_path)]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["grpo_config"]["num_generations"] == plan["batch"]["group_size"]
 

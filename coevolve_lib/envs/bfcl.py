@@ -18,7 +18,7 @@ import datetime
 import inspect
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -95,6 +95,17 @@ class BFCLTask:
             if added_at <= turn:
                 tools += [by_name[name] for name in self.missed_functions[added_at]]
         return copy.deepcopy(tools)
+
+
+def docs_by_name(data_version: str, involved_classes: Sequence[str]) -> dict[str, tuple[str, dict]]:
+    """Function name -> (class, func doc) of a task's classes; a later class wins a name clash, as in the executor."""
+    return {doc["name"]: (name, doc) for name in involved_classes for doc in bfcl_backend.func_docs(data_version, name)}
+
+
+def start_env(task: Mapping) -> BFCLEnv:
+    """A fresh environment in the start state of a task-like record (a pool task, a task spec, an exploration
+    source: its `initial_config`, `involved_classes` and `data_version`)."""
+    return BFCLEnv.from_config(task["initial_config"], task["involved_classes"], task.get("data_version", "v3"))
 
 
 def load_tasks(data_version: str = "v3", category: str = "multi_turn_base") -> list[BFCLTask]:

@@ -28,3 +28,14 @@ def available_prompts() -> list[str]:
 def prompt_fields(name: str) -> set[str]:
     """The `{placeholder}` names a prompt expects."""
     return {field for _, field, _, _ in string.Formatter().parse(load_prompt(name)) if field}
+
+
+OBSERVATION_CHARS = 300
+"""Observations are cut to this length in prompts (file contents and listings can be long)."""
+
+
+def clip(text, limit: int) -> str:
+    """`text` (any value, as str) cut to `limit` characters, saying how many were left out: long observations and
+    states would otherwise crowd out the rest of a prompt."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
