@@ -395,7 +395,8 @@ class TrainConfig:
     reward: Literal["binary", "prefix"] = "binary"
     """`binary` (the paper: 1 when the BFCL checker passes, else 0) or `prefix` (a kit addition: 1 on success, else
     the reference calls reproduced in order from the start, divided by one more than the larger of the reference and
-    executed call counts). Success is logged either way; signals read the reward."""
+    executed call counts). Rollout records keep the checker's `score` and `success` and add `reward`, which the
+    signals read."""
     pool_updates: Literal[POOL_UPDATES] = "signals"
     """How the pool grows every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
     trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,

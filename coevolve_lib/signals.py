@@ -13,7 +13,7 @@ A new type is one class:
 
         def observe(self, step, rollouts):
             return [self.fire(r, step, {"calls": len(action_names(r))})
-                    for r in rollouts if r["score"] < 0.5 and len(action_names(r)) > 20]
+                    for r in rollouts if outcome(r) < 0.5 and len(action_names(r)) > 20]
 
 It is then enabled by name: `SignalExtractor(SignalConfig(enabled=("boundary", "long")))`.
 """
@@ -115,6 +115,12 @@ def register(cls: type[Signal]) -> type[Signal]:
     return cls
 
 
+def outcome(rollout: dict) -> float:
+    """The [0, 1] score s a signal reads: the training reward when the record has one (training rollouts; the prefix
+    reward when the profile optimises it), else the checker's score (probe and evaluation rollouts)."""
+    return rollout["reward"] if "reward" in rollout else rollout["score"]
+
+
 def _solved(score: float, config: SignalConfig) -> bool:
     return score >= config.success_threshold
 
@@ -140,13 +146,13 @@ class Forgetting(Signal):
         for rollout in rollouts:
             key = self.key(rollout)
             window = list(self.windows.get(key, ()))
-            if not _solved(rollout["score"], self.config) and any(_solved(s, self.config) for s in window):
-                fired.append(self.fire(rollout, step, {"key": key, "window": window, "score": rollout["score"]}))
+            if not _solved(outcome(rollout), self.config) and any(_solved(s, self.config) for s in window):
+                fired.append(self.fire(rollout, step, {"key": key, "window": window, "score": outcome(rollout)}))
         # The window grows only after the whole step. Mixed outcomes within one step come from the same
         # policy, and that spread is a boundary signal, not forgetting.
         for rollout in rollouts:
             key = self.key(rollout)
-            self.windows.setdefault(key, deque(maxlen=self.config.forgetting_window)).append(rollout["score"])
+            self.windows.setdefault(key, deque(maxlen=self.config.forgetting_window)).append(outcome(rollout))
         return fired
 
     def state_dict(self) -> dict:
@@ -173,9 +179,9 @@ class Boundary(Signal):
             groups[rollout.get("group_id", rollout["task_id"])].append(rollout)
         fired = []
         for group in groups.values():
-            solved = [_solved(r["score"], self.config) for r in group]
+            solved = [_solved(outcome(r), self.config) for r in group]
             if any(solved) and not all(solved):
-                scores = [r["score"] for r in group]
+                scores = [outcome(r) for r in group]
                 fired += [self.fire(r, step, {"group_scores": scores}) for r in group]
         return fired
 
@@ -239,7 +245,7 @@ class Compositional(Signal):
             classes = set(rollout["involved_classes"])
             if len(classes) == 1:
                 self.outcomes.setdefault(classes.pop(), []).append(
-                    [step, int(_solved(rollout["score"], self.config))])
+                    [step, int(_solved(outcome(rollout), self.config))])
         oldest = step - self.config.compositional_window
         recent = {c: [o for o in seen if o[0] > oldest] for c, seen in self.outcomes.items()}
         self.outcomes = {c: seen for c, seen in recent.items() if seen}
@@ -247,9 +253,9 @@ class Compositional(Signal):
         fired = []
         for rollout in rollouts:
             classes = sorted(set(rollout["involved_classes"]))
-            if (len(classes) >= 2 and not _solved(rollout["score"], self.config)
+            if (len(classes) >= 2 and not _solved(outcome(rollout), self.config)
                     and all(rates.get(c, -1.0) >= self.config.compositional_min_rate for c in classes)):
-                fired.append(self.fire(rollout, step, {"classes": classes, "score": rollout["score"],
+                fired.append(self.fire(rollout, step, {"classes": classes, "score": outcome(rollout),
                                                        "single_class_rates": {c: rates[c] for c in classes}}))
         return fired
 
@@ -266,9 +272,10 @@ def _problem(record: object, required: tuple[str, ...]) -> str | None:
         return f"not a mapping but {type(record).__name__}"
     if not isinstance(record.get("task_id"), str):
         return "no task_id"
-    score = record.get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        return f"no numeric score ({score!r})"
+    for name in ("score", "reward") if "reward" in record else ("score",):
+        value = record.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"no numeric {name} ({value!r})"
     steps = record.get("steps")
     if not isinstance(steps, list) or not all(
             isinstance(s, dict) and isinstance(s.get("calls"), list) and all(isinstance(c, str) for c in s["calls"])

@@ -74,9 +74,9 @@ def percent(outcomes: dict[str, list[int]]) -> float | None:
     return round(100.0 * sum(episodes) / len(episodes), 2) if episodes else None
 
 
-def environment_reward(completions, score, **kwargs) -> list[float]:
-    """The reward TRL sees: each episode's score from the environment's checker (computed in the rollout)."""
-    return [float(s) for s in score]
+def environment_reward(completions, reward, **kwargs) -> list[float]:
+    """The reward TRL sees: each episode's reward, computed in the rollout from the environment's checker."""
+    return [float(r) for r in reward]
 
 
 def training_rollouts(run: RunConfig) -> RolloutConfig:
@@ -126,10 +126,11 @@ class PoolRollouts:
                   "logprobs": None}  # TRL recomputes what it needs from the policy
         for record, mask in zip(records, output["env_mask"]):
             record["model_tokens"] = sum(mask)
-        if self.cfg.reward == "prefix":  # signals read `score` too: the paper's s_now is any [0, 1] task score
-            for record, task in zip(records, (t for t in tasks for _ in range(self.cfg.group_size))):
-                record["score"] = prefix_reward(record, task["reference_actions"])
-        output["score"] = [r["score"] for r in records]
+        # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read).
+        for record, task in zip(records, (t for t in tasks for _ in range(self.cfg.group_size))):
+            record["reward"] = prefix_reward(record, task["reference_actions"]) if self.cfg.reward == "prefix" \
+                else float(record["score"])
+        output["reward"] = [r["reward"] for r in records]
         self.pending += stamp_rollouts(records, step, tasks, drawn_before)
         return output
 
@@ -253,10 +254,10 @@ class CoEvolveLoop:
         write_jsonl_atomic(self.out_dir / "signals" / f"step_{step:05d}.jsonl", signals)
         groups: dict[str, list[float]] = {}
         for r in records:
-            groups.setdefault(r["group_id"], []).append(r["score"])
+            groups.setdefault(r["group_id"], []).append(r["reward"])
         counts = Counter(s["type"] for s in signals)
         return {
-            "train/reward": round(sum(r["score"] for r in records) / max(len(records), 1), 4),
+            "train/reward": round(sum(r["reward"] for r in records) / max(len(records), 1), 4),
             "train/success": round(sum(r["success"] for r in records) / max(len(records), 1), 4),
             "train/episodes": len(records),
             "train/groups_mixed": sum(len(set(g)) > 1 for g in groups.values()),  # the groups with an advantage

@@ -69,11 +69,17 @@ def test_grpo_steps_change_the_parameters(tmp_path, monkeypatch):
 
 
 def test_rollouts_hand_trl_the_generated_tokens_with_environment_tokens_masked(tmp_path):
-    run, out = _run(tmp_path, "run", **{"training.max_steps": 1, "training.pool_updates": "none"})
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 1, "training.pool_updates": "none",
+                                        "training.reward": "prefix"})
     train_lib.train(run, out, progress=False)
-    [record] = read_jsonl(out / "rollouts" / "step_00001.jsonl")[:1]
+    records = read_jsonl(out / "rollouts" / "step_00001.jsonl")
+    record = records[0]
     assert record["step"] == 1 and record["group_id"].startswith("1/") and record["model_tokens"] > 0
     assert "completion_ids" not in record  # token ids go to TRL, not to disk
+    # The prefix reward is what GRPO optimises; `score` and `success` stay the checker's verdict.
+    assert all(r["score"] == float(r["success"]) and 0.0 <= r["reward"] <= 1.0 for r in records)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert rows[0]["train/reward"] == round(sum(r["reward"] for r in records) / len(records), 4)
 
 
 def test_feedback_rounds_grow_the_pool_and_metrics_cover_every_step(tmp_path):
