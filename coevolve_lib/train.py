@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, replace
@@ -302,15 +303,16 @@ class CoEvolveLoop:
             out["pool/size_after_round"] = len(self.engine.pool)
         return out
 
-    def on_log(self, step: int, logs: dict) -> None:
-        """TRL's logs of the step join our row, which is then appended to metrics.jsonl. TRL's `report_to` loggers
-        (TensorBoard, W&B) receive the same `logs` from the trainer itself, not our row."""
+    def on_log(self, step: int, logs: dict) -> dict | None:
+        """TRL's logs of the step join our row, which is then appended to metrics.jsonl; returns the row (None when
+        the logs are not a step's)."""
         if self.row is None or self.row["step"] != step or "loss" not in logs:
-            return
-        self.row.update({f"trl/{k}": v for k, v in logs.items()})
+            return None
+        row, self.row = self.row, None
+        row.update({f"trl/{k}": v for k, v in logs.items()})
         if self.is_main:
-            append_jsonl(self.out_dir / "metrics.jsonl", self.row)
-        self.row = None
+            append_jsonl(self.out_dir / "metrics.jsonl", row)
+        return row
 
     def on_save(self, checkpoint: Path, step: int) -> None:
         if self.is_main:
@@ -328,12 +330,27 @@ def _callback(loop: CoEvolveLoop):
             loop.after_step(state.global_step)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            loop.on_log(state.global_step, logs or {})
+            row = loop.on_log(state.global_step, logs or {})
+            if row is None or loop.trainer is None:
+                return
+            # TRL's `report_to` loggers (TensorBoard, W&B, ...) got TRL's own logs from the trainer; they get the
+            # kit's numeric columns (train/*, signals/*, pool/*, feedback/*, eval/*, time/*) here.
+            ours = {k: v for k, v in row.items() if not k.startswith("trl/") and k != "step"
+                    and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for sink in loop.trainer.callback_handler.callbacks:
+                if type(sink).__module__.startswith("transformers.integrations"):
+                    sink.on_log(args, state, control, logs=ours)
 
         def on_save(self, args, state, control, **kwargs):
             loop.on_save(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
 
     return CoEvolveCallback()
+
+
+def announce(progress: bool, message: str) -> None:
+    """One line on stderr when a long stage starts (with progress on)."""
+    if progress:
+        print(f"[coevolve] {message}", file=sys.stderr, flush=True)
 
 
 def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True) -> dict:
@@ -356,6 +373,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     engine = DataEngine(run.data_engine, out_dir)
     timings = {}
     if state.is_main_process:  # D_0 and the warm start are cached in the run folder; other processes wait
+        announce(progress, f"D_0: {run.data_engine.d0_size} validated tasks (cached in {out_dir.name}/round_000; "
+                           "a minute or two with the offline explorer, longer with an LLM explorer)")
         start = time.perf_counter()
         engine.initial_pool(progress=progress)
         timings["d0_s"] = round(time.perf_counter() - start, 2)
@@ -370,6 +389,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         engine.pool.__init__(engine.pool.path)
     policy_path = engine.policy()
 
+    announce(progress, f"training: {cfg.max_steps} GRPO steps of {cfg.tasks_per_step} tasks x K = {cfg.group_size}, "
+                       f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
     rollouts = PoolRollouts(engine.pool, run, process_index=state.process_index)
     loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress)
     if checkpoint is not None:

@@ -213,3 +213,27 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     monkeypatch.setenv("COEVOLVE_SCALE", "huge")
     with pytest.raises(ValueError, match="unknown COEVOLVE_SCALE"):
         run_config("tiny")
+
+
+def test_report_to_loggers_get_the_kits_columns():
+    """The kit's numeric columns reach the trainer's `report_to` callbacks (transformers.integrations), beside TRL's
+    own logs. A stand-in sink records what it gets (tensorboard/wandb are not installed here; checked by hand with
+    tensorboard, docs/log.md)."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerCallback
+
+    received = []
+
+    class Sink(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            received.append(logs)
+
+    Sink.__module__ = "transformers.integrations.integration_utils"  # where the report_to callbacks live
+    row = {"step": 1, "train/reward": 0.5, "pool/size": 8, "trl/loss": 0.1, "eval/heldout_set": "k", "x/flag": True}
+    loop = SimpleNamespace(on_log=lambda step, logs: row if "loss" in logs else None,
+                           trainer=SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[Sink(), object()])))
+    callback = train_lib._callback(loop)
+    callback.on_log(None, SimpleNamespace(global_step=1), None, logs={"grad_norm": 1.0})  # not a step's logs
+    callback.on_log(None, SimpleNamespace(global_step=1), None, logs={"loss": 0.1})
+    assert received == [{"train/reward": 0.5, "pool/size": 8}]
