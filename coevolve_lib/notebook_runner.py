@@ -44,9 +44,12 @@ def run_notebook(notebook: str | Path, output: str | Path, parameters: dict, pro
                                progress_bar=progress)
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
 def clean_notebook(notebook: dict) -> dict:
-    """`notebook` (nbformat JSON) as it is committed: no widget state, no papermill or timing metadata (they hold
-    temporary paths and dates), no `injected-parameters` cell; outputs stay, for readers on GitHub."""
+    """`notebook` (nbformat JSON) as it is committed: no widget state or views, no papermill or timing metadata (they
+    hold temporary paths and dates), no `injected-parameters` cell; other outputs stay, for readers on GitHub."""
     notebook = {**notebook, "metadata": {k: v for k, v in notebook["metadata"].items()
                                          if k not in ("widgets", "papermill")}}
     cells = []
@@ -54,8 +57,21 @@ def clean_notebook(notebook: dict) -> dict:
         metadata = {k: v for k, v in cell.get("metadata", {}).items() if k not in ("papermill", "execution")}
         if "injected-parameters" in metadata.get("tags", []):
             continue
-        cells.append({**cell, "metadata": metadata})
+        cell = {**cell, "metadata": metadata}
+        if "outputs" in cell:
+            cell["outputs"] = [o for o in map(_without_widget_view, cell["outputs"]) if o is not None]
+        cells.append(cell)
     return {**notebook, "cells": cells}
+
+
+def _without_widget_view(output: dict) -> dict | None:
+    """A display output without its widget view (a progress bar's; its text fallback stays), None when nothing is
+    left."""
+    data = output.get("data")
+    if not data or WIDGET_VIEW not in data:
+        return output
+    rest = {k: v for k, v in data.items() if k != WIDGET_VIEW}
+    return {**output, "data": rest} if rest else None
 
 
 def main(argv: list[str] | None = None) -> int:

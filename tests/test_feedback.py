@@ -3,22 +3,18 @@ and the LLM path against the real loopback server with injected faults."""
 
 
 import pytest
+from helpers import checker_accepts
 
 import coevolve_lib.feedback as feedback
-from coevolve_lib.envs.bfcl import BFCLEnv, grade, load_tasks, split_tasks
+from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks, split_tasks
 from coevolve_lib.config import ExploreConfig
 from coevolve_lib.contexts import ExplorationTarget
 from coevolve_lib.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.openai_server import ChatServer, FaultConfig
-from coevolve_lib.pool import TaskPool, pool_task_to_bfcl
+from coevolve_lib.pool import TaskPool
 from coevolve_lib.config import SynthesisConfig
 
-
-
-def checker_accepts(task: dict, steps: list[list[str]]) -> bool:
-    """The BFCL checker's verdict on an agent's steps (each a list of call strings) on a pool task: the RL reward."""
-    return grade(pool_task_to_bfcl(task), [[call for calls in steps for call in calls]])
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ loopback server (scripted replies and injected faults)."""
 from collections import Counter
 
 import pytest
+from helpers import checker_accepts
 
 from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import BFCLEnv, grade, load_tasks
+from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
 from coevolve_lib.envs.safe_calls import parse_call
 from coevolve_lib.model_artifacts import build_tiny
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
@@ -27,11 +28,6 @@ FILE_RUN = ["ls()", "cd(folder='nope')", "cd(folder='document')", "mkdir(dir_nam
 ECHO_RUN = ["cd(folder='archive')", "touch(file_name='notes.txt')",
             "echo(content='budget 2024', file_name='notes.txt')", "cat(file_name='notes.txt')", "rm -rf /"]
 
-
-
-def checker_accepts(task: dict, steps: list[list[str]]) -> bool:
-    """The BFCL checker's verdict on an agent's steps (each a list of call strings) on a pool task: the RL reward."""
-    return grade(pool_task_to_bfcl(task), [[call for calls in steps for call in calls]])
 
 
 @pytest.fixture(scope="module")
