@@ -24,7 +24,7 @@ def one_line_error(capsys, argv, status=2) -> str:
     ("training.tasks_per_step=abc", "training.tasks_per_step: Input should be a valid integer"),
     ("training.learning_rate=fast", "training.learning_rate: Input should be a valid number"),
     ("training.max_steps=-5", "training.max_steps: Input should be greater than 0 (got -5)"),
-    ("training.lr_scheduler_type=sometimes", "training.lr_scheduler_type: unknown scheduler 'sometimes'"),
+    ("training.lr_scheduler_type=sometimes", "training.lr_scheduler_type: Input should be 'linear', 'cosine'"),
     ("data_engine.signals.enabled=[nosuch]", "data_engine.signals.enabled: unknown signal type(s) ['nosuch']"),
     ("data_engine.explore.explorer=magic", "data_engine.explore.explorer: Input should be 'schema' or 'llm'"),
     ("data_engine.classes=[NoSuchAPI]", "data_engine.classes: unknown BFCL class(es) ['NoSuchAPI']"),
@@ -64,7 +64,12 @@ def test_evaluate_bad_input_writes_nothing(capsys, tmp_path, argv, expected):
     assert not any(tmp_path.iterdir())
 
 
-def test_evaluate_against_a_dead_endpoint_fails_and_writes_no_result(capsys, tmp_path):
+def test_evaluate_against_a_dead_endpoint_fails_and_writes_no_result(capsys, monkeypatch, tmp_path):
+    from coevolve_lib.models import OpenAIChatModel
+
+    # The real client against a closed port, without the default retries and their backoff (~12 s).
+    monkeypatch.setattr(evaluate_lib, "load_chat_model",
+                        lambda spec, base_url: OpenAIChatModel(spec.removeprefix("openai:"), base_url, max_retries=0))
     out = tmp_path / "result.json"
     err = one_line_error(capsys, ["evaluate", "--model", "openai:nothing", "--base-url", "http://127.0.0.1:9/v1",
                                   "--limit", "1", "--quiet", "--out", str(out)], status=1)
@@ -95,3 +100,11 @@ def test_a_notebook_with_an_unknown_profile_stops_with_one_line(tmp_path):
     assert run.returncode == 2, run.stderr[-2000:]
     last = run.stderr.strip().splitlines()[-1]
     assert "ConfigError: unknown profile 'nosuch'" in last and "Traceback" not in run.stderr
+
+
+def test_the_scheduler_names_are_transformers_own():
+    from transformers.trainer_utils import SchedulerType
+
+    from coevolve_lib.config import LR_SCHEDULERS
+
+    assert LR_SCHEDULERS == tuple(s.value for s in SchedulerType)
