@@ -208,13 +208,11 @@ def build_all(force: bool = False) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    import argparse
-
+    from coevolve_lib.profiles import ArgumentParser
     from coevolve_lib.runtime import configure_process
 
     configure_process()
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser("python -m coevolve_lib.model_artifacts", __doc__)
     parser.add_argument("--force", action="store_true", help="rebuild even if the artifacts exist")
     force = parser.parse_args().force
     for name, builder in BUILDERS.items():

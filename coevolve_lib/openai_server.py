@@ -197,11 +197,13 @@ class ChatServer:
 
 
 def main():
-    import argparse
+    from coevolve_lib.runtime import configure_process
 
+    configure_process()
     from coevolve_lib.models import load_chat_model
+    from coevolve_lib.profiles import ArgumentParser
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser("python -m coevolve_lib.openai_server", __doc__)
     parser.add_argument("--model", default="tiny", help="load_chat_model spec: tiny, smollm2-135m, a local path")
     parser.add_argument("--served-name", default=None, help="model name clients must send (default: the spec)")
     parser.add_argument("--host", default="127.0.0.1", choices=LOOPBACK_HOSTS)

@@ -9,7 +9,6 @@
 Each step is idempotent: what exists is kept.
 """
 
-import argparse
 import subprocess
 import sys
 import time
@@ -40,8 +39,9 @@ def install_kernel() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coevolve_lib setup", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from coevolve_lib.profiles import ArgumentParser
+
+    parser = ArgumentParser("python -m coevolve_lib setup", __doc__)
     parser.add_argument("--skip-models", action="store_true", help="do not build the offline chat models")
     args = parser.parse_args(argv)
     for version in BFCL_RELEASES:
