@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevolve_lib.envs.safe_calls import MAX_SOURCE_CHARS
-from coevolve_lib.paths import MODELS_DIR
+from coevolve_lib.paths import MODELS_DIR, shown_path
 
 BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m"}
 """Spec -> folder under MODELS_DIR of the models `python -m coevolve_lib.model_artifacts` builds."""
@@ -158,7 +158,7 @@ class HFChatModel(ChatModel):
         except OSError as e:
             raise FileNotFoundError(_missing_model_message(str(path_or_id), local_only, e)) from e
         self.model.to(device).eval()
-        self._attach(self.model, self.tokenizer, name or str(path_or_id), max_batch_size)
+        self._attach(self.model, self.tokenizer, name or shown_path(path_or_id), max_batch_size)
 
     @classmethod
     def from_loaded(cls, model, tokenizer, name: str, max_batch_size: int | None = None) -> "HFChatModel":

@@ -18,3 +18,10 @@ def repo_relative(path: str | Path) -> str:
     """`path` relative to the repository root, `../...` when it lies outside the checkout (e.g. a test's folder):
     results must not name a machine's folders."""
     return os.path.relpath(Path(path).expanduser().resolve(), REPO_ROOT)
+
+
+def shown_path(path: str | Path) -> str:
+    """How a path is printed or names a model: relative to the repository root when it lies inside it, else as given
+    (a hub id such as `Qwen/Qwen3-4B-Instruct-2507` stays what it is)."""
+    resolved = Path(path).expanduser().resolve()
+    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)

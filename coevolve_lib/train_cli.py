@@ -13,7 +13,7 @@ from pathlib import Path
 import coevolve_lib.train as train_lib
 from coevolve_lib import profiles
 from coevolve_lib.config import RunConfig
-from coevolve_lib.paths import REPO_ROOT, RUNS_DIR
+from coevolve_lib.paths import REPO_ROOT, RUNS_DIR, shown_path
 from coevolve_lib.train import train, training_rollouts
 from coevolve_lib.train_summary import summarize
 from coevolve_lib.trl_args import grpo_kwargs
@@ -22,14 +22,15 @@ from coevolve_lib.trl_args import grpo_kwargs
 def plan(run: RunConfig, out_dir: str | Path) -> dict:
     """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
     cfg, launch = run.training, run.training.launch
-    command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", str(out_dir)]
+    out = shown_path(out_dir)  # commands run from the repository root
+    command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
     if launch.num_processes > 1 or launch.accelerate_config:
         accelerate = ["accelerate", "launch", "--config_file", launch.accelerate_config or "default",
                       "--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
         if launch.num_machines > 1:
             accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR",
                            "--main_process_port", "29500"]
-        command = accelerate + ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", str(out_dir)]
+        command = accelerate + ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
     commands = {"train": " ".join(command)}
     explorer = run.data_engine.explorer_model
     notes = []
@@ -46,7 +47,7 @@ def plan(run: RunConfig, out_dir: str | Path) -> dict:
                      "all nodes share")
     if launch.num_processes > 1:
         notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
-                     f"--profile {run.profile} --model {out_dir}/final --all-tasks --out <results.json>")
+                     f"--profile {run.profile} --model {out}/final --all-tasks --out <results.json>")
     completions = cfg.tasks_per_step * cfg.group_size
     return {
         "profile": run.profile, "policy_model": run.model, "explorer_model": explorer,
