@@ -381,6 +381,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         start = time.perf_counter()
         policy_path = engine.policy()
         timings["warm_start_s"] = round(time.perf_counter() - start, 2)
+        if (out_dir / "run_config.json").exists():  # a resumed run: D_0 and the warm start came from the cache
+            timings = json.loads((out_dir / "run_config.json").read_text())["timings_before_training"]
         write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
                                                         "training": asdict(cfg), "policy": policy_path,
                                                         "timings_before_training": timings})
