@@ -114,7 +114,7 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
         "benchmark": cfg.benchmark, "data_version": cfg.data_version, "eval_set": eval_set(cfg),
         "metric": "multi_turn_success_rate",
         "k": 1, "temperature": cfg.temperature, "seed": cfg.seed, "n": len(outcomes), "correct": correct,
-        "value": round(100.0 * correct / len(outcomes), 2) if outcomes else None,
+        "value": round(100.0 * correct / len(outcomes), 2),
         "per_task": [{"task_id": r["task_id"], "success": r["success"], "error_type": r["error_type"],
                       "terminated": r["terminated"], "steps": len(r["steps"]),
                       "completion_tokens": r["completion_tokens"]} for r in outcomes],

@@ -60,11 +60,6 @@ def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
     return deep_merge(_read(base, chain + (name,)), raw) if base else raw
 
 
-def load_profile(name: str) -> dict:
-    """The raw mapping of `configs/<name>.yaml`, its bases merged in, at the scale $COEVOLVE_SCALE asks for."""
-    return at_scale(_read(_profile_name(name)))
-
-
 def _profile_name(name) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"profile must be a profile name, not {name!r}; choose from {profile_names()}")
@@ -145,9 +140,7 @@ def _build(section: str, cls, values):
 
 
 def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
-    if isinstance(overrides, (list, tuple)):
-        overrides = parse_overrides(list(overrides))
-    raw = at_scale(deep_merge(_read(_profile_name(profile)), overrides or {}))
+    raw = at_scale(deep_merge(_read(_profile_name(profile)), _as_mapping(overrides)))
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"unknown profile section(s) {unknown}; valid: {list(SECTIONS)}")
@@ -169,15 +162,19 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
 
 def eval_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> EvalConfig:
     """The evaluation config of a profile; `fields` override evaluation fields (None keeps the profile's)."""
-    section = {key: value for key, value in fields.items() if value is not None}
-    return run_config(profile, deep_merge(_as_mapping(overrides), {"evaluation": section})).evaluation
+    return _section_config("evaluation", profile, overrides, fields)
 
 
 def data_engine_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> DataEngineConfig:
     """The data-engine config of a profile; `fields` override data_engine fields (None keeps the profile's; a
     section's value is a mapping of its fields, e.g. `explore={"runs": 5}`)."""
-    section = {key: value for key, value in fields.items() if value is not None}
-    return run_config(profile, deep_merge(_as_mapping(overrides), {"data_engine": section})).data_engine
+    return _section_config("data_engine", profile, overrides, fields)
+
+
+def _section_config(section: str, profile: str, overrides, fields: dict):
+    """One section of the validated run config, with `fields` (None values dropped) merged over `overrides`."""
+    given = {key: value for key, value in fields.items() if value is not None}
+    return getattr(run_config(profile, deep_merge(_as_mapping(overrides), {section: given})), section)
 
 
 def _as_mapping(overrides: dict | list[str] | None) -> dict:
