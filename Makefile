@@ -4,7 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
-NOTEBOOK_OUT := runs/notebooks
 
 .PHONY: setup test reproduce lab clean
 
@@ -26,13 +25,11 @@ test: setup
 	rm -rf runs/nbval && COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
-# Runs the numbered notebooks with papermill on the embedded default profile; results/ and figures/ are rewritten.
-# `python -m coevolve_lib notebook` refuses a parameter the notebook does not define before running it.
+# Every table and figure of the embedded default profile: the numbered notebooks run with papermill, in order, by the
+# batch driver (results/<profile>/ with tables.md, figures/<profile>/, executed notebooks in runs/reproduce/<profile>/).
+# Complete notebooks are skipped and training runs resume, so a second run takes seconds.
 reproduce: setup
-	for nb in notebooks/[0-9][0-9]_*.ipynb; do \
-	  echo "== $$nb ($$(date +%H:%M:%S))"; \
-	  $(PY) -m coevolve_lib notebook $$nb $(NOTEBOOK_OUT)/$$(basename $$nb) -p profile $(PROFILE) || exit 1; \
-	done
+	$(PY) -m coevolve_lib.reproduce --profile $(PROFILE)
 
 # Jupyter refuses to run as root without --allow-root (containers often run as root).
 lab: setup

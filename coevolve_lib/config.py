@@ -227,6 +227,10 @@ class SynthesisConfig:
     """Deterministic abstraction: words of each function's description that name its step in the query (None: the
     description's whole first sentence). 4 gives short clauses that still tell every function of a BFCL class apart
     ("Create a new directory (dir_name: 'x'), then copy a file or (source: ...)"); the tiny profile uses it."""
+    validate: bool = True
+    """Execute every abstracted task before it joins the pool (the paper's validation). False: the "w/o validation"
+    ablation of Table 11: every abstracted task is kept unexecuted (duplicates and tasks under `min_calls` are still
+    refused: the pool holds each task once, and the abstraction's own rule is not validation)."""
     judge: bool = False
     """Also ask the LLM judge (Fig. 13) whether the validated execution answers the query (needs a model)."""
     max_new_tokens: PositiveInt = 768

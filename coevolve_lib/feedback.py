@@ -32,7 +32,7 @@ from coevolve_lib.models import ChatModel
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import append_jsonl, read_jsonl, write_json_atomic
 from coevolve_lib.triplets import group_triplets
-from coevolve_lib.validation import to_pool_task, validate
+from coevolve_lib.validation import accept_unvalidated, to_pool_task, validate
 
 
 @dataclass
@@ -127,7 +127,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     known = set(pool.ids) | {v["task_id"] for v in verdicts.values() if v["accepted"]}
     for spec in tqdm(specs, desc=f"round {round_index}: validate", disable=not progress):
         if spec["spec_id"] not in verdicts:
-            verdict = validate(spec, config.synthesis, model, known_task_ids=known)
+            verdict = (validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
+                       else accept_unvalidated(spec, config.synthesis, known))
             verdicts[spec["spec_id"]] = verdict
             append_jsonl(round_dir / "verdicts.jsonl", verdict)
             if verdict["accepted"]:

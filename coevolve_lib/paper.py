@@ -33,3 +33,22 @@ def bfcl_zero_shot() -> dict[str, float]:
         if value is not None and not name.startswith("-w/"):
             values[name] = value
     return values
+
+
+def title(table_id: str) -> str:
+    """"table5" -> "Table 5"."""
+    return table_id.replace("table", "Table ").replace("fig", "Fig. ")
+
+
+def column(table_id: str, name: str) -> dict[str, str]:
+    """Row label -> the paper's cell in column `name` of a table. A row's label is its first cell; in Table 4, whose
+    first column names a group of rows ("Initial Data Size (N)", then blank cells), it is the group's symbol and the
+    value, "N = 50", as Table 14 writes its rows."""
+    table = tables()[table_id]
+    index = table["columns"].index(name)
+    grouped = table["columns"][:2] == ["Dimension", "Value"]
+    cells, group = {}, ""
+    for row in table["rows"]:
+        group = row[0].split("(")[-1].rstrip(")") if grouped and row[0] else group
+        cells[f"{group} = {row[1]}" if grouped else row[0]] = row[index]
+    return cells

@@ -12,9 +12,11 @@ from coevolve_lib.results import metric_row
 
 
 def _save(fig, path):
+    """Save `fig` to `path` (PNG) and beside it as PDF, when a path is given."""
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)
+        fig.savefig(Path(path).with_suffix(".pdf"))
     return fig
 
 
@@ -58,7 +60,6 @@ def failure_breakdown(result: dict) -> pd.Series:
     per_task = metric_row(result)["per_task"]
     counts = Counter("success" if t["success"] else (t["error_type"] or "failed") for t in per_task)
     return pd.Series(counts, name="episodes").sort_values(ascending=False)
-
 
 
 def plot_interaction_turns(groups: dict[str, list[int]], path: str | Path | None = None):
@@ -142,6 +143,41 @@ def plot_training(rows: list[dict], path: str | Path | None = None):
     return _save(fig, path)
 
 
+def plot_dynamics(summary: dict, path: str | Path | None = None):
+    """The paper's Fig. 3 for one training run: (a) training reward per step, (b) signals per feedback round by type,
+    (c) new tasks per round and the pool size, (d) the share of abstracted tasks validation accepted per round."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
+    steps = range(1, len(summary["reward_curve"]) + 1)
+    axes[0].plot(steps, summary["reward_curve"], marker="o")
+    axes[0].set(title="(a) training reward", xlabel="GRPO step", ylim=(-0.02, 1.02))
+    rounds = pd.DataFrame([{"round": r["round"], **r["signals"], "added": r["tasks_added"], "rejected": r["rejected"],
+                            "pool": r["pool_size_after"]} for r in summary["rounds"]]).set_index("round") \
+        if summary["rounds"] else pd.DataFrame()
+    if rounds.empty:
+        for ax in axes[1:]:
+            ax.text(0.5, 0.5, "no feedback round", ha="center", va="center")
+            ax.set_axis_off()
+        fig.tight_layout()
+        return _save(fig, path)
+    signal_columns = [c for c in rounds.columns if c not in ("added", "rejected", "pool")]
+    rounds[signal_columns].plot.bar(ax=axes[1], stacked=True, rot=0)
+    axes[1].set(title="(b) signals per round", ylabel="trajectories marked")
+    rounds["added"].plot.bar(ax=axes[2], rot=0, color="tab:green", label="new tasks")
+    axes[2].set(title="(c) new tasks per round", ylabel="tasks")
+    pool_ax = axes[2].twinx()
+    pool_ax.plot(range(len(rounds)), rounds["pool"], color="black", marker=".", label="pool after")
+    pool_ax.set_ylabel("pool size")
+    accepted = rounds["added"] / (rounds["added"] + rounds["rejected"]).where(lambda n: n > 0)
+    (100 * accepted).plot.bar(ax=axes[3], rot=0, color="tab:purple")
+    axes[3].set(title="(d) validation pass rate", ylabel="% of abstracted tasks kept", ylim=(0, 105))
+    fig.suptitle(f"Training dynamics (paper Fig. 3): profile={summary['profile']}, {summary['steps']} steps, "
+                 f"F={summary['feedback_every']}, seed {summary['seed']}", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def feedback_cost_table(summary: dict) -> pd.DataFrame:
     """The paper's Table 7 (feedback time ratio, single feedback cost, total time) beside this run's."""
     table = paper.tables()["table7"]
@@ -179,10 +215,7 @@ def training_metrics(summary: dict, cost: pd.DataFrame, val_set: str) -> list[di
     return rows
 
 
-# ------------------------------------------------------------------------------------- Tables 2-3 at small scale
-
-VARIANT_ORDER = ("zero_shot", "static", "random", "coevolve")
-
+# ------------------------------------------------------------------------------------------------------ studies
 
 def bootstrap_ci(rows: list[list[float]], resamples: int = 2000, seed: int = 0, level: float = 0.95) -> tuple:
     """(mean, low, high) of the mean of a seeds x tasks matrix, with a two-level bootstrap: seeds, then tasks (the
@@ -206,38 +239,41 @@ def _matrix(results: list[dict], variant: str, metric: str, eval_set: str) -> tu
     return [r["seed"] for r in picked], tasks, [[r["per_task"][t] for t in tasks] for r in picked]
 
 
-def comparison_table(results: list[dict], metric: str = "greedy_success") -> pd.DataFrame:
-    """One row per variant: held-out `metric` (mean over seeds, bootstrap 95% CI, each seed), its paired difference
-    to the starting policy, pass@k, BFCL val success, the paper's Table 3 number, and the scale."""
-    heldout = next(r["eval_set"] for r in results if r["eval_set"].startswith("heldout/"))
+def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column: str,
+                metric: str = "greedy_success", baseline: str | None = None) -> pd.DataFrame:
+    """One row per variant of a study (zero-shot first, then in the order its rows come): held-out `metric` (mean over
+    seeds, bootstrap 95% CI, each seed; the BFCL val split for a profile without a held-out set), the paired
+    difference to `baseline` (default: the first variant), pass@k when measured, BFCL val success, the paper's number
+    (`paper_column` of `paper_tables`, on the variant's `paper_row`) and the scale."""
     bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
-    pass_metric = next(r["metric"] for r in results if r["metric"].startswith("pass@"))
-    paper_bfcl = {row[0]: row[2] for row in paper.tables()["table3"]["rows"]}
-    _, _, zero = _matrix(results, "zero_shot", metric, heldout)
+    heldout = next((r["eval_set"] for r in results if r["eval_set"].startswith("heldout/")), bfcl)  # paper: BFCL
+    pass_metric = next((r["metric"] for r in results if r["metric"].startswith("pass@")), None)
+    paper_cells = {label: cell for table in paper_tables for label, cell in paper.column(table, paper_column).items()}
+    where = " / ".join(map(paper.title, paper_tables))
+    variants = sorted(dict.fromkeys(r["variant"] for r in results), key=lambda v: v != "zero_shot")  # zero-shot first
+    baseline = baseline or variants[0]
+    _, _, reference = _matrix(results, baseline, metric, heldout)
     rows = []
-    for variant in VARIANT_ORDER:
+    for variant in variants:
         seeds, _, matrix = _matrix(results, variant, metric, heldout)
-        if not matrix:
-            continue
         first = next(r for r in results if r["variant"] == variant)
         mean, low, high = bootstrap_ci(matrix)
-        diff = bootstrap_ci([[a - b for a, b in zip(row, zero_row)] for row, zero_row in zip(matrix, zero)])
-        _, _, passed = _matrix(results, variant, pass_metric, heldout)
-        pass_mean, pass_low, pass_high = bootstrap_ci(passed)
+        diff = bootstrap_ci([[a - b for a, b in zip(row, ref_row)] for row, ref_row in zip(matrix, reference)])
+        row = {"variant": variant, f"paper row ({where})": first["paper_row"] or "-",
+               f"held-out {metric} %": f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]",
+               f"vs {baseline} (points)": "-" if variant == baseline else
+               f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]",
+               "per seed": " / ".join(f"{100 * sum(r) / len(r):.1f}" for r in matrix)}
+        if pass_metric:
+            pass_mean, pass_low, pass_high = bootstrap_ci(_matrix(results, variant, pass_metric, heldout)[2])
+            row[f"held-out {pass_metric} %"] = f"{100 * pass_mean:.1f} [{100 * pass_low:.1f}, {100 * pass_high:.1f}]"
         val = _matrix(results, variant, "greedy_success", bfcl)[2] if bfcl else []
-        rows.append({
-            "variant": variant, "paper row (Table 3)": first["paper_row"],
-            f"held-out {metric} %": f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]",
-            "vs zero-shot (points)": "-" if variant == "zero_shot" else
-            f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]",
-            "per seed": " / ".join(f"{100 * sum(row) / len(row):.1f}" for row in matrix),
-            f"held-out {pass_metric} %": f"{100 * pass_mean:.1f} [{100 * pass_low:.1f}, {100 * pass_high:.1f}]",
-            "BFCL val %": f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-",
-            "paper BFCL-v3 (Qwen3-4B)": paper_bfcl.get(first["paper_row"], "-"),
-            "scale": f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
-                     f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {seeds}, "
-                     f"held-out n={len(matrix[0])} ({heldout})",
-        })
+        row["BFCL val %"] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
+        row[f"paper {paper_column}"] = paper_cells.get(first["paper_row"], "-")
+        row["scale"] = (f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
+                        f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {seeds}, "
+                        f"held-out n={len(matrix[0])} ({heldout})")
+        rows.append(row)
     return pd.DataFrame(rows).set_index("variant")
 
 

@@ -142,6 +142,19 @@ def validate(spec: dict, config: SynthesisConfig, model: ChatModel | None = None
     }
 
 
+def accept_unvalidated(spec: dict, config: SynthesisConfig, known_task_ids: set | None = None) -> dict:
+    """The verdict of the "w/o validation" ablation (Table 11, `synthesis.validate: false`): nothing is executed; the
+    spec is kept as abstracted ("unvalidated") unless it is a duplicate or shorter than `min_calls`."""
+    actions = list(spec["action_sequence"])
+    task_id = content_id(spec["initial_config"], spec["query"], actions)
+    reasons = (["duplicate"] if spec["spec_id"] in (known_task_ids or ()) or task_id in (known_task_ids or ()) else [])
+    reasons += ["too_short"] if len(actions) < config.min_calls else []
+    return {"schema": "verdict/v1", "spec_id": spec["spec_id"], "accepted": not reasons,
+            "reason": reasons[0] if reasons else "unvalidated", "reasons": reasons,
+            "detail": "validation off (synthesis.validate: false): not executed", "observations": [], "judge": None,
+            "judge_error": None, "task_id": task_id, "reference_actions": actions, "cost": Cost().as_dict(skipped=False)}
+
+
 def to_pool_task(spec: dict, verdict: dict, pool_version: int, provenance_extra: dict | None = None) -> dict:
     """The task/v1 record of an accepted spec (its reference actions are the verdict's, see `validate`)."""
     if not verdict["accepted"] or verdict["spec_id"] != spec["spec_id"]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coevolve_lib.notebook_runner import WIDGET_VIEW, check_parameters, clean_notebook
+from coevolve_lib.notebook_runner import WIDGET_VIEW, check_parameters, clean_notebook, notebook_parameters
 from coevolve_lib.profiles import ConfigError
 from coevolve_lib.paths import REPO_ROOT
 
@@ -32,3 +32,15 @@ def test_parameters_are_checked_against_the_parameters_cell():
     check_parameters(notebook, {"profile": "tiny", "overrides": {}})
     with pytest.raises(ConfigError, match=r"unknown parameter\(s\) \['overides'\] for 06_coevolve_training.ipynb"):
         check_parameters(notebook, {"overides": {}})
+
+
+def test_papermill_reads_every_parameter_of_every_notebook():
+    # papermill skips a line it cannot parse (e.g. a comment with "="), and the parameter then cannot be set
+    import ast
+
+    import nbformat
+
+    for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cell = next(c for c in nbformat.read(path, 4).cells if "parameters" in c.metadata.get("tags", []))
+        assigned = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign) for t in node.targets}
+        assert set(notebook_parameters(path)) == assigned, path.name

@@ -20,7 +20,7 @@ from coevolve_lib.cost import Cost
 from coevolve_lib.judge import judge, parse_judge
 from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.triplets import group_triplets
-from coevolve_lib.validation import content_id, to_pool_task, validate
+from coevolve_lib.validation import accept_unvalidated, content_id, to_pool_task, validate
 
 CONFIG = SynthesisConfig()
 FILE_RUN = ["ls()", "cd(folder='nope')", "cd(folder='document')", "mkdir(dir_name='temp')",
@@ -152,6 +152,17 @@ def test_duplicate_and_all_reasons_recorded(task):
     assert validate(spec, CONFIG, known_task_ids={spec["spec_id"]})["reasons"] == ["duplicate"]
     several = validate(spec_of(task, ["echo(content='')", "nope()"]), CONFIG, known_task_ids=set())
     assert several["reasons"] == ["too_short", "invalid_call", "no_effect"]
+
+
+def test_without_validation_a_failing_spec_is_kept_unexecuted(task):
+    failing = spec_of(task, ["ls()", "cat(file_name='missing.txt')", "pwd()"])  # validation says call_error
+    assert validate(failing, CONFIG)["reason"] == "call_error"
+    verdict = accept_unvalidated(failing, CONFIG)
+    assert verdict["accepted"] and verdict["reason"] == "unvalidated" and verdict["observations"] == []
+    assert verdict["reference_actions"] == failing["action_sequence"]
+    assert to_pool_task(failing, verdict, 1)["provenance"]["verdict"] == "unvalidated"
+    assert accept_unvalidated(failing, CONFIG, known_task_ids={verdict["task_id"]})["reason"] == "duplicate"
+    assert accept_unvalidated(spec_of(task, ["ls()", "pwd()"]), CONFIG)["reason"] == "too_short"
 
 
 def test_nondeterministic_backend_is_rejected(task, monkeypatch):

@@ -1,0 +1,307 @@
+"""Every table of the paper beside the kit's numbers, assembled only from one profile's results folder (results/v2
+files written by the notebooks), and written out as `tables.md`.
+
+Two rules keep a table honest:
+- A results file the tables need but that does not exist is an error (`MissingResults`, naming the notebook that
+  writes it), unless the caller allows it: then the kit's cells read "not run" with the reason (a paper profile's
+  runs that have not been launched, a partial `--only` pass).
+- A results file whose runs no longer match the current configuration (the profile or a study's variants changed
+  since it was written) is always an error (`StaleResults`): a table never shows numbers of another configuration.
+
+Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its server and data, issue 12),
+ALFWorld and WebShop (not offline), and the studies not built yet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from coevolve_lib import paper
+from coevolve_lib.report import bootstrap_ci, study_table
+from coevolve_lib.study import Study, Variant, results_file, run_hash, settings_hash, variant_run
+from coevolve_lib.studies import COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
+from coevolve_lib.studies import sensitivity as sensitivity_grid
+
+APPWORLD = "not run: AppWorld needs its own server and task data (issue 12)"
+OFFLINE = "not reproducible offline: no {} environment in the kit"
+NOT_BUILT = "not run: this study is not built yet (docs/log.md)"
+PAPER_COLUMN = "BFCL"
+
+
+class MissingResults(RuntimeError):
+    pass
+
+
+class StaleResults(RuntimeError):
+    pass
+
+
+def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
+    """A GitHub-flavoured markdown table (pandas' own needs the `tabulate` package)."""
+    frame = frame.reset_index() if index else frame
+    cell = lambda value: str(value).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["| " + " | ".join(map(cell, frame.columns)) + " |", "|" + " --- |" * len(frame.columns)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+@dataclass
+class KitTable:
+    """The kit's rows for one or more of the paper's tables (Tables 4 and 14 share one study), with notes (scale,
+    what is not run and why)."""
+    table_ids: tuple[str, ...]
+    kit: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        parts = []
+        for table_id in self.table_ids:
+            source = paper.tables()[table_id]
+            parts += [f"## {paper.title(table_id)}. {source['caption']}", "", "**Paper:**", "",
+                      markdown_table(pd.DataFrame(source["rows"], columns=source["columns"]), index=False), ""]
+        parts += ["**Kit (measured):**", "", markdown_table(self.kit), ""]
+        parts += [f"- {note}" for note in self.notes]
+        return "\n".join(parts) + "\n"
+
+
+class Results:
+    """The results/v2 files of one profile's results folder, checked against the current configuration."""
+
+    def __init__(self, results_dir: str | Path, profile: str, seeds: list[int], allow_missing: bool = False):
+        self.dir, self.profile, self.seeds, self.allow_missing = Path(results_dir), profile, list(seeds), allow_missing
+        self.missing: list[str] = []
+
+    def _absent(self, what: str, notebook: str) -> None:
+        message = f"{what} not found in {self.dir}: run {notebook} (or python -m coevolve_lib.reproduce)"
+        if not self.allow_missing:
+            raise MissingResults(message)
+        self.missing.append(message)
+
+    def study(self, study: Study, notebook: str) -> dict | None:
+        """The study's results document for these seeds (any training length), checked to be current."""
+        pattern = results_file(self.dir, study.name, self.profile, self.seeds, 0).name.replace("_steps0", "_steps*")
+        files = sorted((self.dir / study.name).glob(pattern))
+        if not files:
+            self._absent(f"{study.name} results for seeds {self.seeds}", notebook)
+            return None
+        if len(files) > 1:
+            raise StaleResults(f"several {study.name} results for seeds {self.seeds} ({[f.name for f in files]}): "
+                               "remove the ones of an older configuration")
+        doc = json.loads(files[0].read_text())
+        check_current(doc, study if study.name in STUDIES else None)
+        return doc
+
+    def training(self) -> dict | None:
+        path = self.dir / "training" / f"train_{self.profile}.json"
+        if not path.exists():
+            self._absent(f"training result {path.name}", "notebooks/06_coevolve_training.ipynb")
+            return None
+        return json.loads(path.read_text())
+
+
+def check_current(doc: dict, study: Study | None = None) -> None:
+    """StaleResults unless every row's run has the config hash the current profile gives it (and, for a fixed study,
+    the variants are the current ones)."""
+    config, profile = doc["config"], doc["profile"]
+    variants = {v["name"]: Variant(v["name"], tuple(v["overrides"]), v["paper_row"]) for v in config["variants"]}
+    if study is not None and tuple(variants.values()) != study.variants:
+        raise StaleResults(f"{doc['experiment']} results ran variants {list(variants)} with other settings than the "
+                           "current study: run the notebook again")
+    hashes = {}
+    for row in doc["metrics"]:
+        variant = variants.get(row["variant"]) or next(iter(variants.values()))  # zero-shot: the first run's start
+        key = (variant.name, row["seed"])
+        if key not in hashes:
+            hashes[key] = run_hash(variant_run(profile, config["overrides"], variant, row["seed"]))
+        if row["config_hash"] != hashes[key]:
+            raise StaleResults(f"{doc['experiment']} results: run {row['run_dir']} was made with another configuration "
+                               f"of profile {profile} (config hash {row['config_hash']}, now {hashes[key]}): run the "
+                               "notebook again")
+    expected = settings_hash(profile, config["seeds"], config["overrides"],
+                             Study(doc["experiment"], (), tuple(variants.values()), pass_k=config["pass_k"]))
+    if doc["config_hash"] != expected:
+        raise StaleResults(f"{doc['experiment']} results: settings hash {doc['config_hash']} != {expected}")
+
+
+# ------------------------------------------------------------------------------------------------- the tables
+
+def _rows(doc: dict, variant: str, eval_prefix: str, metric: str = "greedy_success") -> list[dict]:
+    return [r for r in doc["metrics"] if r["variant"] == variant and r["metric"] == metric
+            and r["eval_set"].startswith(eval_prefix)]
+
+
+def _mean_ci(rows: list[dict]) -> str:
+    if not rows:
+        return "-"
+    tasks = sorted(rows[0]["per_task"])
+    mean, low, high = bootstrap_ci([[r["per_task"][t] for t in tasks] for r in rows])
+    return f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _scale(doc: dict) -> str:
+    row = next(r for r in doc["metrics"] if r["variant"] != "zero_shot")
+    return (f"profile={doc['profile']}, model={doc['model']}, {row['steps']} steps x {row['tasks_per_step']} tasks x "
+            f"K={row['group_size']}, seeds {doc['config']['seeds']}")
+
+
+def _kit_cells(doc: dict | None, variant: str) -> dict:
+    """Held-out and BFCL val success of one variant (mean [95% CI] over seeds and tasks)."""
+    if doc is None:
+        return {"kit held-out %": "not run", "kit BFCL val %": "not run", "scale": "-"}
+    return {"kit held-out %": _mean_ci(_rows(doc, variant, "heldout/")),
+            "kit BFCL val %": _mean_ci(_rows(doc, variant, "bfcl/")), "scale": _scale(doc)}
+
+
+def table1(comparison: dict | None) -> KitTable:
+    cells = paper.column("table1", "BFCL-V3 Multi-turn")
+    rows = [{"row": label, "paper BFCL": cells.get(paper_label, "-"), **_kit_cells(comparison, variant),
+             "AppWorld (TGC/SGC)": APPWORLD}
+            for label, paper_label, variant in (("backbone, zero-shot", "Qwen3-4B", "zero_shot"),
+                                                ("+ CoEvolve", "-w/ CoEvolve", "coevolve"))]
+    return KitTable(("table1",), pd.DataFrame(rows).set_index("row"), [
+        "The paper's backbone rows are Qwen3-4B; the kit's are the profile's model (scale column). Other closed and "
+        "open models of Table 1 are not evaluated by the kit."])
+
+
+def table2(comparison: dict | None) -> KitTable:
+    paper_row = paper.tables()["table2"]["rows"][0]
+    columns = paper.tables()["table2"]["columns"]
+    row = {"backbone": "kit: profile model"}
+    for variant, name in (("zero_shot", "Zero-shot"), ("static", "GRPO"), ("coevolve", "CoEvolve")):
+        row[f"kit {name} BFCL val %"] = _kit_cells(comparison, variant)["kit BFCL val %"]
+        row[f"kit {name} held-out %"] = _kit_cells(comparison, variant)["kit held-out %"]
+    row["paper (first row)"] = ", ".join(f"{c}: {v}" for c, v in zip(columns, paper_row))
+    row["scale"] = _scale(comparison) if comparison else "-"
+    return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), ["AppWorld TestN: " + APPWORLD])
+
+
+def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study) -> KitTable:
+    """A study's table (coevolve_lib.report.study_table) beside the paper's BFCL column."""
+    if doc is None:
+        rows = [{"variant": v.name, "paper row": v.paper_row, "kit": "not run"} for v in study.variants]
+        return KitTable(table_ids, pd.DataFrame(rows).set_index("variant"), [f"{study.name} results: not run"])
+    return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN),
+                    ["AppWorld column: " + APPWORLD])
+
+
+def table6(comparison: dict | None) -> KitTable:
+    cells = paper.column("table6", "BFCL")
+    rows = [{"training domain": "Zero-shot baseline", "paper BFCL": cells["Zero-shot Baseline (Qwen3-4B)"],
+             **_kit_cells(comparison, "zero_shot"), "AppWorld": APPWORLD},
+            {"training domain": "AppWorld (Ours)", "paper BFCL": cells["AppWorld (Ours)"],
+             "kit held-out %": APPWORLD, "kit BFCL val %": APPWORLD, "scale": "-", "AppWorld": APPWORLD},
+            {"training domain": "BFCL (Ours)", "paper BFCL": cells["BFCL (Ours)"],
+             **_kit_cells(comparison, "coevolve"), "AppWorld": APPWORLD}]
+    return KitTable(("table6",), pd.DataFrame(rows).set_index("training domain"))
+
+
+def table7(training: dict | None, comparison: dict | None) -> KitTable:
+    if training is None:
+        return KitTable(("table7",), pd.DataFrame([{"benchmark": "BFCL", "kit": "not run"}]).set_index("benchmark"))
+    measured = next(r for r in training["details"]["table7"] if r["source"].startswith("measured"))
+    gain = "-"
+    if comparison is not None:
+        static, coevolve = (_rows(comparison, v, "heldout/") for v in ("static", "coevolve"))
+        if static and coevolve:
+            before, after = (sum(r["value"] for r in rows) / len(rows) for rows in (static, coevolve))
+            relative = f"{100 * (after - before) / before:+.2f}%" if before else "n/a (baseline 0)"
+            gain = f"{before:.2f} -> {after:.2f} held-out % ({relative})"
+    row = {"benchmark": "BFCL (kit)", "feedback time ratio %": measured["feedback_time_ratio_%"],
+           "single feedback cost s": measured["single_feedback_s"], "total time s": measured["total_s"],
+           "performance gain (static -> CoEvolve)": gain, "scale": measured["scale"]}
+    return KitTable(("table7",), pd.DataFrame([row]).set_index("benchmark"), ["AppWorld row: " + APPWORLD])
+
+
+def cross_comparison(doc: dict, eval_prefix: str) -> dict[str, float] | None:
+    """Table 8's four cells (% of tasks): baseline (static GRPO) correct/wrong x CoEvolve correct/wrong, per task
+    and seed."""
+    static, coevolve = _rows(doc, "static", eval_prefix), _rows(doc, "coevolve", eval_prefix)
+    pairs = [(a["per_task"][t] >= 0.5, b["per_task"][t] >= 0.5) for a, b in zip(
+        sorted(static, key=lambda r: r["seed"]), sorted(coevolve, key=lambda r: r["seed"])) for t in a["per_task"]]
+    if not pairs:
+        return None
+    share = lambda base, ours: round(100 * sum(p == (base, ours) for p in pairs) / len(pairs), 2)  # noqa: E731
+    return {"baseline correct, CoEvolve correct": share(True, True), "baseline correct, CoEvolve wrong": share(True, False),
+            "baseline wrong, CoEvolve correct": share(False, True), "baseline wrong, CoEvolve wrong": share(False, False),
+            "n (task x seed)": len(pairs)}
+
+
+def table8(comparison: dict | None) -> KitTable:
+    paper_rows = paper.tables()["table8"]["rows"][:2]
+    paper_cells = {"baseline correct, CoEvolve correct": paper_rows[0][2], "baseline correct, CoEvolve wrong":
+                   paper_rows[0][3], "baseline wrong, CoEvolve correct": paper_rows[1][2],
+                   "baseline wrong, CoEvolve wrong": paper_rows[1][3], "n (task x seed)": "-"}
+    columns = {"paper BFCL": paper_cells}
+    if comparison is None:
+        columns["kit"] = {cell: "not run" for cell in paper_cells}
+    else:
+        for label, prefix in (("kit held-out", "heldout/"), ("kit BFCL val", "bfcl/")):
+            cells = cross_comparison(comparison, prefix)
+            if cells:
+                columns[label] = cells
+    notes = [f"scale: {_scale(comparison)}" if comparison else "comparison results: not run",
+             "AppWorld rows: " + APPWORLD]
+    return KitTable(("table8",), pd.DataFrame(columns), notes)
+
+
+def table10(comparison: dict | None, baselines: dict | None) -> KitTable:
+    cells = paper.column("table10", "BFCL")
+    rows = []
+    for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"),
+                            ("Curriculum Learning", "curriculum"), ("ReST", "rest"), ("CoEvolve (Ours)", "coevolve")):
+        doc = comparison if variant in ("zero_shot", "coevolve") else baselines
+        kit = _kit_cells(doc, variant) if doc is not None else \
+            {"kit held-out %": NOT_BUILT, "kit BFCL val %": NOT_BUILT, "scale": "-"}
+        rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **kit, "AppWorld": APPWORLD,
+                     "ALFWorld": OFFLINE.format("ALFWorld"), "WebShop": OFFLINE.format("WebShop")})
+    return KitTable(("table10",), pd.DataFrame(rows).set_index("method"))
+
+
+def table12() -> KitTable:
+    rows = [{"exploration model": r[0], "paper synthesis only": r[1], "paper CoEvolve": r[2], "kit": NOT_BUILT}
+            for r in paper.tables()["table12"]["rows"]]
+    return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"),
+                    ["The kit's explorers: `schema` (offline, the tiny profile's) and `llm` behind any OpenAI-compatible "
+                     "endpoint (the paper profiles'); the matched-explorer study is not assembled yet."])
+
+
+def not_built(table_id: str, reason: str) -> KitTable:
+    return KitTable((table_id,), pd.DataFrame([{"kit": reason}], index=pd.Index(["all rows"], name="row")))
+
+
+def assemble(results: Results) -> list[KitTable]:
+    """Every table the kit reproduces, from `results` (see the module docstring for missing and stale files)."""
+    comparison = results.study(COMPARISON, "notebooks/07_learning_and_comparison.ipynb")
+    signals = results.study(STUDIES["signals"], "notebooks/08_ablations_signals_and_validation.ipynb")
+    validation = results.study(STUDIES["validation"], "notebooks/08_ablations_signals_and_validation.ipynb")
+    sensitivity_study = sensitivity_grid(PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY)  # names the rows of a study not run
+    sensitivity = results.study(sensitivity_study, "notebooks/09_sensitivity_pool_size_and_frequency.ipynb")
+    training = results.training()
+    if training is not None and comparison is not None:
+        coevolve = next((r for r in comparison["metrics"] if r["variant"] == "coevolve" and r["seed"] == 0), None)
+        if coevolve is not None and coevolve["config_hash"] != training["config_hash"]:
+            raise StaleResults(f"the training result (notebook 06, config {training['config_hash']}) is not the "
+                               f"comparison's CoEvolve seed-0 run ({coevolve['config_hash']}): run notebook 06 again")
+    return [
+        table1(comparison), table2(comparison),
+        from_study(("table3",), comparison, COMPARISON),
+        from_study(("table4", "table14"), sensitivity, sensitivity_study),
+        from_study(("table5",), signals, STUDIES["signals"]),
+        table6(comparison), table7(training, comparison), table8(comparison),
+        table10(comparison, None),
+        from_study(("table11",), validation, STUDIES["validation"]),
+        table12(),
+        not_built("table13", NOT_BUILT), not_built("table15", NOT_BUILT),
+    ]
+
+
+def write_markdown(tables: list[KitTable], path: str | Path, header: str) -> Path:
+    """`tables.md`: every table, the paper's beside the kit's."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + "\n\n" + "\n".join(t.markdown() for t in tables))
+    return path

@@ -1,0 +1,63 @@
+"""The paper's comparisons and ablations as studies (coevolve_lib/study.py): which runs each table needs.
+
+    comparison   Tables 2-3   zero-shot, GRPO on the static D_0, + random exploration, + feedback (CoEvolve)
+    signals      Table 5      CoEvolve without the forgetting, rare or boundary signals
+    validation   Table 11     CoEvolve without validating abstracted tasks
+    sensitivity  Tables 4,14  CoEvolve with other initial pool sizes N and feedback frequencies F
+
+The variants differ from the profile only by their overrides, so the CoEvolve run of one study is the reference of
+the others when they run at the same scale (the same study overrides and seeds).
+"""
+
+from __future__ import annotations
+
+from coevolve_lib.study import Study, Variant
+
+COEVOLVE = Variant("coevolve", ("training.pool_updates=signals",), "+ Feedback")
+"""The full method: every F steps, the weakness signals' trajectories re-explored with guidance."""
+
+COMPARISON = Study("comparison", ("table2", "table3"), (
+    Variant("static", ("training.pool_updates=none",), "+ Synthetic Data"),
+    Variant("random", ("training.pool_updates=random",), "+ Random Exploration"),
+    COEVOLVE,
+), zero_shot="Zero-shot (Qwen3-4B)", pass_k=4)
+"""Tables 2-3. `static` is the paper's GRPO baseline; `random` re-explores randomly drawn pool tasks unguided."""
+
+
+def _without(signal: str, paper_row: str) -> Variant:
+    kept = [s for s in ("forgetting", "boundary", "rare") if s != signal]
+    return Variant(f"no_{signal}", (*COEVOLVE.overrides, f"data_engine.signals.enabled=[{','.join(kept)}]"), paper_row)
+
+
+SIGNALS = Study("signals", ("table5",), (
+    Variant(COEVOLVE.name, COEVOLVE.overrides, "CoEvolve"),
+    _without("forgetting", "w/o Forgotten Signals"),
+    _without("rare", "w/o Rare Signals"),
+    _without("boundary", "w/o Boundary Signals"),
+))
+"""Table 5: each run drops one signal type from the targets the feedback round re-explores."""
+
+VALIDATION = Study("validation", ("table11",), (
+    Variant(COEVOLVE.name, COEVOLVE.overrides, "Default"),
+    Variant("no_validation", (*COEVOLVE.overrides, "data_engine.synthesis.validate=false"), "+ w/o validation"),
+))
+"""Table 11: abstracted tasks join the pool without being executed first."""
+
+
+PAPER_D0_SIZES = (50, 200, 25, 500)
+"""Tables 4 and 14: the initial pool sizes N the paper tried besides its 100."""
+PAPER_FEEDBACK_EVERY = (5, 20, 2, 40)
+"""Tables 4 and 14: the feedback frequencies F the paper tried besides its 10."""
+
+
+def sensitivity(d0_sizes: list[int], feedback_every: list[int]) -> Study:
+    """Tables 4 and 14: CoEvolve at the profile's N and F, then one run per other N and per other F."""
+    return Study("sensitivity", ("table4", "table14"), (
+        Variant(COEVOLVE.name, COEVOLVE.overrides, "profile's N and F"),
+        *(Variant(f"n{n}", (*COEVOLVE.overrides, f"data_engine.d0_size={n}"), f"N = {n}") for n in d0_sizes),
+        *(Variant(f"f{f}", (*COEVOLVE.overrides, f"training.feedback_every={f}"), f"F = {f}") for f in feedback_every),
+    ))
+
+
+STUDIES = {study.name: study for study in (COMPARISON, SIGNALS, VALIDATION)}
+"""The fixed studies by name (`sensitivity` is built from its N and F values)."""

@@ -1,0 +1,103 @@
+"""Assembling the paper's tables from results files: a missing file is an error naming the notebook to run (or a
+"not run" cell when allowed), a file from another configuration is always an error, and every kit row carries its
+scale. The results documents here are written by the same `run_study` path's row builder from a config the test
+resolves, with per-task outcomes chosen by the test (the checks under test read hashes, not training)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from coevolve_lib import paper_tables
+from coevolve_lib.results import write_result
+from coevolve_lib.study import results_file, run_hash, settings_hash, variant_run
+from coevolve_lib.studies import COMPARISON
+
+OVERRIDES = ["training.max_steps=2"]
+
+
+def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], overrides=OVERRIDES) -> Path:
+    """A comparison results file of profile tiny, seed 0: held-out and BFCL val rows per variant."""
+    rows = []
+    for variant in ("zero_shot", *[v.name for v in COMPARISON.variants]):
+        study_variant = next((v for v in COMPARISON.variants if v.name == variant), COMPARISON.variants[0])
+        run = variant_run("tiny", overrides, study_variant, 0)
+        per_task = {f"t{i}": value for i, value in enumerate(outcomes[variant])}
+        for eval_set in ("heldout/abc", "bfcl/v3/multi_turn_base/val"):
+            rows.append({"variant": variant, "paper_row": study_variant.paper_row, "benchmark": "bfcl",
+                         "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0, "seed": 0,
+                         "n": len(per_task), "value": 100 * sum(per_task.values()) / len(per_task),
+                         "steps": run.training.max_steps, "tasks_per_step": 8, "group_size": 8, "profile": "tiny",
+                         "model": "tiny", "config_hash": run_hash(run), "run_dir": "runs/x", "per_task": per_task})
+    settings = {"profile": "tiny", "seeds": [0], "overrides": overrides, "pass_k": COMPARISON.pass_k,
+                "variants": [{"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row}
+                             for v in COMPARISON.variants]}
+    path = results_file(results_dir, "comparison", "tiny", [0], 2)
+    write_result(path, experiment="comparison", profile="tiny", model="tiny",
+                 config_hash=settings_hash("tiny", [0], overrides, COMPARISON), config=settings, metrics=rows)
+    return path
+
+
+OUTCOMES = {"zero_shot": [0, 0, 1, 0], "static": [1, 0, 1, 0], "random": [1, 0, 1, 0], "coevolve": [1, 1, 1, 0]}
+
+
+def test_a_missing_results_file_names_the_notebook_to_run(tmp_path):
+    with pytest.raises(paper_tables.MissingResults, match="comparison results .* run notebooks/07"):
+        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0]))
+
+
+def test_allowed_missing_files_give_not_run_cells_never_zeros(tmp_path):
+    results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
+    tables = paper_tables.assemble(results)
+    assert len(results.missing) == 5
+    for table in tables:  # every cell the kit would have measured says it did not run, with the reason
+        kit_columns = [c for c in table.kit.columns if c.startswith("kit")] or list(table.kit.columns)
+        cells = [str(v) for c in kit_columns for v in table.kit[c] if str(v) != "-"]
+        assert cells and all("not run" in cell or "not reproducible" in cell for cell in cells), table.table_ids
+    text = "\n".join(t.markdown() for t in tables)
+    for table_id in ("table1", "table2", "table3", "table4", "table14", "table5", "table6", "table7", "table8",
+                     "table10", "table11", "table12", "table13", "table15"):
+        assert f"## {table_id.replace('table', 'Table ')}." in text
+
+
+def test_measured_rows_sit_beside_the_paper_with_their_scale(tmp_path):
+    comparison_doc(tmp_path, OUTCOMES)
+    results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
+    tables = {t.table_ids[0]: t for t in paper_tables.assemble(results)}
+    table3 = tables["table3"].kit
+    assert list(table3.index) == ["zero_shot", "static", "random", "coevolve"]
+    assert table3.loc["coevolve", "held-out greedy_success %"].startswith("75.0 [")
+    assert table3.loc["coevolve", "paper BFCL"] == "63.00"
+    assert "profile=tiny, model=tiny, 2 steps" in table3.loc["static", "scale"]
+    cross = tables["table8"].kit["kit held-out"]
+    assert cross["baseline wrong, CoEvolve correct"] == 25.0 and cross["baseline correct, CoEvolve correct"] == 50.0
+    assert tables["table10"].kit.loc["Reflexion", "kit held-out %"].startswith("not run")
+    path = paper_tables.write_markdown(list(tables.values()), tmp_path / "tables.md", "# t")
+    assert "| coevolve |" in path.read_text() and "63.00" in path.read_text()
+
+
+def test_results_of_another_configuration_are_refused(tmp_path):
+    path = comparison_doc(tmp_path, OUTCOMES)
+    doc = json.loads(path.read_text())
+    doc["metrics"][2]["config_hash"] = "0" * 12  # a run of another configuration
+    path.write_text(json.dumps(doc))
+    with pytest.raises(paper_tables.StaleResults, match="another configuration"):
+        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+
+
+def test_a_changed_study_is_refused(tmp_path, monkeypatch):
+    comparison_doc(tmp_path, OUTCOMES)
+    changed = COMPARISON.__class__(COMPARISON.name, COMPARISON.tables, COMPARISON.variants[:2],
+                                   COMPARISON.zero_shot, COMPARISON.pass_k)
+    monkeypatch.setattr(paper_tables, "COMPARISON", changed)
+    monkeypatch.setitem(paper_tables.STUDIES, "comparison", changed)
+    with pytest.raises(paper_tables.StaleResults, match="other settings than the current study"):
+        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+
+
+def test_two_files_for_the_same_seeds_are_ambiguous(tmp_path):
+    comparison_doc(tmp_path, OUTCOMES)
+    path = results_file(tmp_path, "comparison", "tiny", [0], 2)
+    path.with_name(path.name.replace("steps2", "steps10")).write_text(path.read_text())
+    with pytest.raises(paper_tables.StaleResults, match="several comparison results"):
+        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))

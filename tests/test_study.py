@@ -1,0 +1,120 @@
+"""Studies at small scale: the four-way comparison (Tables 2-3), every variant trained once and reused (also by
+another study), results on the held-out set and the BFCL val split, bootstrap intervals, the table and the
+learning-curve figure; the ablation studies' variants."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from coevolve_lib.__main__ import main as cli
+
+import coevolve_lib.study as study_lib
+from coevolve_lib import paper, profiles, report
+from coevolve_lib.results import validate_result
+from coevolve_lib.studies import COMPARISON, SIGNALS, VALIDATION, sensitivity
+
+SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",
+         "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.size=5",
+         "data_engine.heldout.runs=1", "training.max_steps=2", "training.tasks_per_step=2", "training.group_size=2",
+         "training.feedback_every=1", "rollout.max_new_tokens=12", "rollout.max_steps_per_episode=2",
+         "training.max_completion_tokens=64", "training.eval_limit=1", "training.eval_pool_tasks=2"]
+
+
+STUDY = replace(COMPARISON, pass_k=2)
+
+
+def folders(study, folder):
+    return {p["variant"]: p["folder"] for p in study_lib.planned_runs(study, "tiny", [0], SMALL, folder / "runs")}
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compare")
+    results = study_lib.run_study(STUDY, "tiny", [0], SMALL, folder / "runs", results_path=folder / "r.json",
+                                  progress=False)
+    return folder, results
+
+
+def test_every_variant_is_trained_and_measured_on_the_held_out_set_and_bfcl_val(compared):
+    folder, results = compared
+    for variant, run_dir in folders(STUDY, folder).items():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["steps"] == 2 and summary["pool_updates"] == {"static": "none", "random": "random",
+                                                                     "coevolve": "signals"}[variant]
+    assert {r["variant"] for r in results} == {"zero_shot", "static", "random", "coevolve"}
+    heldout = [r for r in results if r["eval_set"].startswith("heldout/")]
+    assert {r["metric"] for r in heldout} == {"greedy_success", "pass@2", "sampled_success"}
+    assert all(r["n"] == 5 and 0 <= r["value"] <= 100 and len(r["per_task"]) == 5 for r in heldout)
+    bfcl = [r for r in results if r["eval_set"] == "bfcl/v3/multi_turn_base/val"]
+    assert len(bfcl) == 4 and all(r["n"] == 1 for r in bfcl)
+    assert all(r["profile"] == "tiny" and r["config_hash"] and r["run_dir"] for r in results)
+    saved = json.loads((folder / "r.json").read_text())
+    assert validate_result(saved) == [] and saved["experiment"] == "comparison" and saved["config"]["seeds"] == [0]
+    assert saved["metrics"] == json.loads(json.dumps(results))
+    hashes = {r["variant"]: r["config_hash"] for r in results}
+    assert len(set(hashes.values())) == 3 and hashes["zero_shot"] == hashes["static"]
+
+
+def test_a_second_call_reuses_every_run_and_another_study_shares_the_coevolve_run(compared, monkeypatch):
+    folder, results = compared
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(study_lib, "train", no_training)
+    monkeypatch.setattr(study_lib, "HFChatModel", no_training)  # sampled evaluations are cached too
+    again = study_lib.run_study(STUDY, "tiny", [0], SMALL, folder / "runs", results_path=folder / "r2.json",
+                                progress=False)
+    assert [(r["variant"], r["metric"], r["value"]) for r in again] == \
+        [(r["variant"], r["metric"], r["value"]) for r in results]
+    reference = replace(SIGNALS, variants=SIGNALS.variants[:1])  # Table 5's reference is Table 3's CoEvolve run
+    [planned] = study_lib.planned_runs(reference, "tiny", [0], SMALL, folder / "runs")
+    assert planned["finished"] and planned["folder"] == folders(STUDY, folder)["coevolve"]
+    rows = study_lib.run_study(reference, "tiny", [0], SMALL, folder / "runs", results_path=folder / "r3.json",
+                               progress=False)
+    assert {r["paper_row"] for r in rows} == {"CoEvolve"}
+
+
+def test_the_table_puts_each_variant_beside_the_paper_with_its_scale(compared):
+    _, results = compared
+    table = report.study_table(results, ("table3",), "BFCL")
+    assert list(table.index) == ["zero_shot", "static", "random", "coevolve"]
+    assert table.loc["coevolve", "paper BFCL"] == "63.00" and table.loc["zero_shot", "paper BFCL"] == "26.50"
+    assert table.loc["zero_shot", "vs zero_shot (points)"] == "-"
+    assert "seeds [0]" in table.loc["static", "scale"] and "K=2" in table.loc["static", "scale"]
+    assert table.loc["static", "held-out pass@2 %"].count("[") == 1
+
+
+def test_ablation_variants_change_only_what_they_name():
+    base = profiles.run_config("tiny", [])
+    runs = {v.name: study_lib.variant_run("tiny", [], v, 0) for v in (*SIGNALS.variants, *VALIDATION.variants)}
+    assert list(runs["no_rare"].data_engine.signals.enabled) == ["forgetting", "boundary"]
+    assert runs["no_validation"].data_engine.synthesis.validate is False
+    assert runs["coevolve"].data_engine == base.data_engine and runs["coevolve"].training == base.training
+    grid = sensitivity([50], [2])
+    assert [v.paper_row for v in grid.variants[1:]] == ["N = 50", "F = 2"]
+    assert {"N = 50", "F = 20", "N = 25"} <= set(paper.column("table4", "BFCL")) | set(paper.column("table14", "BFCL"))
+    assert study_lib.variant_run("tiny", [], grid.variants[2], 0).training.feedback_every == 2
+
+
+def test_learning_curves_plot(compared, tmp_path):
+    folder, _ = compared
+    summaries = {v: [json.loads((d / "summary.json").read_text())] for v, d in folders(STUDY, folder).items()}
+    report.plot_learning_curves(summaries, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 5000
+
+
+def test_bootstrap_interval_brackets_the_mean_and_keeps_pairs():
+    mean, low, high = report.bootstrap_ci([[1, 0, 1, 1], [1, 1, 0, 1]])
+    assert mean == 0.75 and 0.0 <= low < mean < high <= 1.0
+    assert report.bootstrap_ci([[0.5] * 4] * 3) == (0.5, 0.5, 0.5)
+    # a difference that is the same on every task has no spread, whatever the task draw
+    assert report.bootstrap_ci([[1 - 0, 1 - 0], [1 - 0, 1 - 0]]) == (1.0, 1.0, 1.0)
+
+
+def test_cli_rejects_a_bad_override(capsys):
+    assert cli(["compare", "--set", "training.nope=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m coevolve_lib compare: error: training.nope: unknown field; valid: ")
+    assert err.count("\n") == 1 and "group_size" in err
