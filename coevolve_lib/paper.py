@@ -4,6 +4,7 @@ beside what the kit measured."""
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from importlib import resources
 
@@ -52,3 +53,9 @@ def column(table_id: str, name: str) -> dict[str, str]:
         group = row[0].split("(")[-1].rstrip(")") if grouped and row[0] else group
         cells[f"{group} = {row[1]}" if grouped else row[0]] = row[index]
     return cells
+
+
+def similarity_bin_means() -> dict[str, float]:
+    """Table 13's caption: the mean similarity (%) of the low, medium and high bins."""
+    caption = tables()["table13"]["caption"]
+    return {name: float(re.search(rf"{name} ([0-9.]+)%", caption).group(1)) for name in ("low", "medium", "high")}

@@ -22,8 +22,10 @@ import pandas as pd
 
 from coevolve_lib import paper
 from coevolve_lib.report import bootstrap_ci, study_table
-from coevolve_lib.study import Study, Variant, results_file, run_hash, settings_hash, variant_run
-from coevolve_lib.studies import COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
+from coevolve_lib.paths import repo_relative
+from coevolve_lib.study import (Study, Variant, default_runs_dir, results_file, run_folder, run_hash, settings_hash,
+                                variant_run)
+from coevolve_lib.studies import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
 from coevolve_lib.studies import sensitivity as sensitivity_grid
 
 APPWORLD = "not run: AppWorld needs its own server and task data (issue 12)"
@@ -93,6 +95,18 @@ class Results:
                                "remove the ones of an older configuration")
         doc = json.loads(files[0].read_text())
         check_current(doc, study if study.name in STUDIES else None)
+        return doc
+
+    def similarity(self, expected_run: Path) -> dict | None:
+        """Notebook 11's measurement, checked to be of `expected_run` (the current CoEvolve seed-0 run)."""
+        path = self.dir / "similarity" / f"{self.profile}.json"
+        if not path.exists():
+            self._absent(f"similarity result {path.name}", "notebooks/11_task_similarity.ipynb")
+            return None
+        doc = json.loads(path.read_text())
+        if doc["run_dir"] != repo_relative(expected_run):
+            raise StaleResults(f"the similarity result measured {doc['run_dir']}, not the current CoEvolve run "
+                               f"{repo_relative(expected_run)}: run notebook 11 again")
         return doc
 
     def training(self) -> dict | None:
@@ -269,6 +283,39 @@ def table12() -> KitTable:
                      "endpoint (the paper profiles'); the matched-explorer study is not assembled yet."])
 
 
+def _similarity_rows(doc: dict, metric: str, eval_set: str | None = None) -> list[dict]:
+    return [r for r in doc["metrics"] if r["metric"] == metric and (eval_set is None or r["eval_set"] == eval_set)]
+
+
+def table13(similarity: dict | None) -> KitTable:
+    """The similarity bins of the whole pool beside the paper's bin means; the per-bin training runs are not run."""
+    paper_means = paper.similarity_bin_means()
+    bins = {r["bin"]: r for r in _similarity_rows(similarity, "max_sim_bin_mean", "pool/all")} if similarity else {}
+    rows = [{"bin": name, "paper mean similarity %": paper_means[name],
+             "kit mean similarity %": round(100 * bins[name]["value"], 2) if name in bins else "not run",
+             "kit tasks": bins[name]["n"] if name in bins else "-",
+             "kit BFCL after training on the bin": "not run: the per-bin training runs are not built"}
+            for name in ("low", "medium", "high")]
+    notes = [f"pool of {similarity['run_dir']}; embeddings {similarity['config']['embedding_model']}; bins are "
+             f"{similarity['config']['bins']}" if similarity else "similarity results: not run"]
+    return KitTable(("table13",), pd.DataFrame(rows).set_index("bin"), notes)
+
+
+def table15(similarity: dict | None) -> KitTable:
+    """SR@k and ED_rel (vs the val tasks) of each feedback round's new tasks."""
+    if similarity is None:
+        return not_built("table15", "not run")
+    k = similarity["config"]["k"]
+    rows = {}
+    for metric, column in ((f"sr@{k}", f"kit SR@{k} %"), ("ed_rel", "kit ED_rel %")):
+        for r in _similarity_rows(similarity, metric):
+            if r["round"] > 0 and r["value"] is not None:
+                rows.setdefault(r["round"], {"step": r.get("step"), "tasks": r["n"]})[column] = round(100 * r["value"], 2)
+    frame = pd.DataFrame.from_dict(rows, orient="index").rename_axis("round")
+    return KitTable(("table15",), frame, [f"pool of {similarity['run_dir']}; k = {k}; ED_rel against the BFCL val "
+                                          "tasks (see notebook 11 for the definitions and deviations)"])
+
+
 def not_built(table_id: str, reason: str) -> KitTable:
     return KitTable((table_id,), pd.DataFrame([{"kit": reason}], index=pd.Index(["all rows"], name="row")))
 
@@ -281,6 +328,8 @@ def assemble(results: Results) -> list[KitTable]:
     sensitivity_study = sensitivity_grid(PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY)  # names the rows of a study not run
     sensitivity = results.study(sensitivity_study, "notebooks/09_sensitivity_pool_size_and_frequency.ipynb")
     training = results.training()
+    similarity = results.similarity(run_folder(default_runs_dir(results.profile),
+                                               variant_run(results.profile, [], COEVOLVE, 0)))
     if training is not None and comparison is not None:
         coevolve = next((r for r in comparison["metrics"] if r["variant"] == "coevolve" and r["seed"] == 0), None)
         if coevolve is not None and coevolve["config_hash"] != training["config_hash"]:
@@ -295,7 +344,7 @@ def assemble(results: Results) -> list[KitTable]:
         table10(comparison, None),
         from_study(("table11",), validation, STUDIES["validation"]),
         table12(),
-        not_built("table13", NOT_BUILT), not_built("table15", NOT_BUILT),
+        table13(similarity), table15(similarity),
     ]
 
 

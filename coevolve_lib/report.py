@@ -11,7 +11,7 @@ from coevolve_lib import paper
 from coevolve_lib.results import metric_row
 
 
-def _save(fig, path):
+def save_figure(fig, path):
     """Save `fig` to `path` (PNG) and beside it as PDF, when a path is given."""
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +52,7 @@ def plot_zero_shot(table: pd.DataFrame, path: str | Path | None = None):
     ax.set_xlim(0, 100)
     ax.set_title("Zero-shot BFCL multi-turn: paper vs. measured")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def failure_breakdown(result: dict) -> pd.Series:
@@ -77,7 +77,7 @@ def plot_interaction_turns(groups: dict[str, list[int]], path: str | Path | None
     ax.set_title("Interaction turns per task: original vs. synthesized (paper Fig. 7)")
     ax.legend()
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_signal_counts(signals: list[dict], path: str | Path | None = None):
@@ -89,7 +89,7 @@ def plot_signal_counts(signals: list[dict], path: str | Path | None = None):
         for ax in (left, right):
             ax.text(0.5, 0.5, "no signal fired", ha="center", va="center")
             ax.set_axis_off()
-        return _save(fig, path)
+        return save_figure(fig, path)
     counts = pd.crosstab(pd.Series([s["step"] for s in signals], name="step"),
                          pd.Series([s["type"] for s in signals], name="signal"))
     counts.plot.bar(ax=left, rot=0)
@@ -99,7 +99,7 @@ def plot_signal_counts(signals: list[dict], path: str | Path | None = None):
     right.pie(totals, labels=[f"{k}\n{v} ({v / totals.sum():.0%})" for k, v in totals.items()])
     right.set_title("share by type (paper: boundary 45.5% on BFCL)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def round_table(reports: list[dict]) -> pd.DataFrame:
@@ -140,7 +140,7 @@ def plot_training(rows: list[dict], path: str | Path | None = None):
         pool_ax.axvline(step, color="grey", alpha=0.3)
     pool_ax.set_title("tasks the trainer samples (D_t); lines: rounds")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_dynamics(summary: dict, path: str | Path | None = None):
@@ -160,7 +160,7 @@ def plot_dynamics(summary: dict, path: str | Path | None = None):
             ax.text(0.5, 0.5, "no feedback round", ha="center", va="center")
             ax.set_axis_off()
         fig.tight_layout()
-        return _save(fig, path)
+        return save_figure(fig, path)
     signal_columns = [c for c in rounds.columns if c not in ("added", "rejected", "pool")]
     rounds[signal_columns].plot.bar(ax=axes[1], stacked=True, rot=0)
     axes[1].set(title="(b) signals per round", ylabel="trajectories marked")
@@ -175,7 +175,7 @@ def plot_dynamics(summary: dict, path: str | Path | None = None):
     fig.suptitle(f"Training dynamics (paper Fig. 3): profile={summary['profile']}, {summary['steps']} steps, "
                  f"F={summary['feedback_every']}, seed {summary['seed']}", fontsize=9)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def feedback_cost_table(summary: dict) -> pd.DataFrame:
@@ -310,4 +310,4 @@ def plot_learning_curves(summaries: dict[str, list[dict]], path: str | Path | No
     pool_ax.set_ylabel("tasks in the pool")
     pool_ax.set_title("Pool size D_t (rounds every F steps)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -57,15 +57,16 @@ EXPERIMENTS = (
     Experiment("00_quickstart_bfcl_environment.ipynb", ("bfcl-checker",), minutes=1.0),
     Experiment("01_zero_shot_evaluation.ipynb", ("table1-zero-shot",), minutes=1.0),
     Experiment("02_initial_synthesis_d0.ipynb", ("d0",), minutes=0.5),
-    Experiment("03_weakness_signals.ipynb", ("fig4-probe",), minutes=1.5),
+    Experiment("03_weakness_signals.ipynb", ("fig4",), minutes=1.5),
     Experiment("04_signal_guided_reexploration.ipynb", (), minutes=0.5),
-    Experiment("05_abstraction_and_validation.ipynb", (), minutes=1.0),
+    Experiment("05_abstraction_and_validation.ipynb", ("fig7",), minutes=1.0),
     Experiment("06_coevolve_training.ipynb", ("table7", "fig3"), minutes=6.0),
     Experiment("07_learning_and_comparison.ipynb", ("table2", "table3", "table8"), ("comparison",), minutes=12.0),
     Experiment("08_ablations_signals_and_validation.ipynb", ("table5", "table11"), ("signals", "validation"),
                minutes=8.0),
     Experiment("09_sensitivity_pool_size_and_frequency.ipynb", ("table4", "table14"), ("sensitivity",), minutes=8.0),
-    Experiment("20_paper_tables.ipynb", ("table1", "table6", "tables"), minutes=0.5),
+    Experiment("11_task_similarity.ipynb", ("table13", "table15", "fig5"), minutes=1.5),
+    Experiment("20_paper_tables.ipynb", ("table1", "table6", "table10", "table12", "tables"), minutes=0.5),
 )
 """In running order. The last one assembles `tables.md` from the results the others wrote."""
 ASSEMBLY = EXPERIMENTS[-1]

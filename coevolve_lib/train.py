@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections import Counter
@@ -38,7 +39,8 @@ from coevolve_lib.engine import DataEngine, stamp_rollouts
 from coevolve_lib.envs.safe_calls import CallParseError, parse_call
 from coevolve_lib.evaluate import evaluate, task_outcomes
 from coevolve_lib.models import HFChatModel, set_torch_threads
-from coevolve_lib.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.paths import repo_relative
+from coevolve_lib.records import append_jsonl, config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.results import metric_row
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.pool import pool_task_to_bfcl
@@ -146,8 +148,9 @@ class CoEvolveLoop:
     """What happens around TRL's update: records, signals, feedback rounds, evaluation, metrics, state."""
 
     def __init__(self, run: RunConfig, out_dir: Path, engine: DataEngine, rollouts: PoolRollouts,
-                 is_main: bool = True, progress: bool = True):
+                 is_main: bool = True, progress: bool = True, start_evaluations: Path | None = None):
         self.run, self.cfg, self.out_dir = run, run.training, out_dir
+        self.start_evaluations = start_evaluations
         self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
         self.extractor = SignalExtractor(run.data_engine.signals)
         self.totals = {"train_s": 0.0, "feedback_s": 0.0, "eval_s": 0.0}
@@ -190,6 +193,11 @@ class CoEvolveLoop:
         metric) when `val`; cached per step, so a resumed run does not evaluate the same checkpoint twice. Per-task
         outcomes are kept in the file for paired comparisons."""
         path = self.out_dir / "eval" / f"step_{step:05d}.json"
+        shared = self._shared_start(step == 0 and val)
+        if not path.exists() and shared is not None and shared.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for file in sorted(shared.iterdir(), key=lambda f: f.name == path.name):  # the same evaluation, made
+                shutil.copyfile(file, path.parent / file.name)  # by another run; its step file last (the marker)
         if path.exists():
             return json.loads(path.read_text())
         start = time.perf_counter()
@@ -212,8 +220,27 @@ class CoEvolveLoop:
             row = metric_row(bfcl)
             result.update({"eval/val_success": row["value"], "eval/val_n": row["n"]})
         write_json_atomic(path, result)
+        if shared is not None and not shared.exists():  # step 0: kept for the next run that starts alike
+            staging = shared.with_name(shared.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            for file in path.parent.glob("*_00000*"):
+                shutil.copyfile(file, staging / file.name)
+            staging.rename(shared)  # complete or absent
         self.totals["eval_s"] += time.perf_counter() - start
         return result
+
+    def _shared_start(self, wanted: bool) -> Path | None:
+        """Where the step-0 evaluation of runs that start alike is shared: the same starting policy, held-out set,
+        D_0 sample, rollout, evaluation and budget give the same greedy episodes, so a study's variants evaluate
+        their common start once (None: sharing is off, or not step 0)."""
+        if not (wanted and self.start_evaluations):
+            return None
+        key = config_hash({"policy": repo_relative(self.engine.policy()), "heldout": self.heldout_key,
+                           "d0_sample": self.eval_pool_ids, "rollout": asdict(self.run.rollout),
+                           "evaluation": asdict(self.run.evaluation), "eval_limit": self.cfg.eval_limit,
+                           "max_completion_tokens": self.cfg.max_completion_tokens})
+        return self.start_evaluations / key
 
     def on_train_begin(self, step: int) -> None:
         if step == 0 and self.is_main and self.cfg.launch.num_processes == 1:
@@ -353,8 +380,11 @@ def announce(progress: bool, message: str) -> None:
         print(f"[coevolve] {message}", file=sys.stderr, flush=True)
 
 
-def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True) -> dict:
-    """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json)."""
+def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True,
+          start_evaluations: str | Path | None = None) -> dict:
+    """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json).
+    `start_evaluations`: a folder where runs that start from the same policy and settings share their step-0
+    evaluation (the studies' runs do)."""
     import torch
     from accelerate import PartialState
     from datasets import Dataset
@@ -394,7 +424,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     announce(progress, f"training: {cfg.max_steps} GRPO steps of {cfg.tasks_per_step} tasks x K = {cfg.group_size}, "
                        f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
     rollouts = PoolRollouts(engine.pool, run, process_index=state.process_index)
-    loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress)
+    loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress,
+                        start_evaluations=Path(start_evaluations) if start_evaluations else None)
     if checkpoint is not None:
         loop.restore(checkpoint)
     else:

@@ -49,7 +49,7 @@ def test_a_missing_results_file_names_the_notebook_to_run(tmp_path):
 def test_allowed_missing_files_give_not_run_cells_never_zeros(tmp_path):
     results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
     tables = paper_tables.assemble(results)
-    assert len(results.missing) == 5
+    assert len(results.missing) == 6
     for table in tables:  # every cell the kit would have measured says it did not run, with the reason
         kit_columns = [c for c in table.kit.columns if c.startswith("kit")] or list(table.kit.columns)
         cells = [str(v) for c in kit_columns for v in table.kit[c] if str(v) != "-"]
@@ -101,3 +101,20 @@ def test_two_files_for_the_same_seeds_are_ambiguous(tmp_path):
     path.with_name(path.name.replace("steps2", "steps10")).write_text(path.read_text())
     with pytest.raises(paper_tables.StaleResults, match="several comparison results"):
         paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+
+
+def test_the_tables_notebook_stops_on_missing_results(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from coevolve_lib.paths import REPO_ROOT
+
+    env = {**os.environ, "COEVOLVE_RESULTS_DIR": str(tmp_path / "results"),
+           "COEVOLVE_FIGURES_DIR": str(tmp_path / "figures"), "COEVOLVE_RUNS_DIR": str(tmp_path / "runs")}
+    done = subprocess.run([sys.executable, "-m", "coevolve_lib", "notebook", "notebooks/20_paper_tables.ipynb",
+                           str(tmp_path / "out.ipynb"), "--quiet"], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    assert "MissingResults: comparison results for seeds [0] not found" in done.stderr
+    assert not (tmp_path / "results" / "tables.md").exists()

@@ -54,6 +54,12 @@ def test_every_variant_is_trained_and_measured_on_the_held_out_set_and_bfcl_val(
     assert saved["metrics"] == json.loads(json.dumps(results))
     hashes = {r["variant"]: r["config_hash"] for r in results}
     assert len(set(hashes.values())) == 3 and hashes["zero_shot"] == hashes["static"]
+    # the three runs start from the same policy and settings: their step-0 evaluation is made once and shared
+    [shared] = list((folder / "runs" / study_lib.START_EVALUATIONS).iterdir())
+    starts = [(d / "eval" / "step_00000.json").read_text() for d in folders(STUDY, folder).values()]
+    assert starts[0] == starts[1] == starts[2] == (shared / "step_00000.json").read_text()
+    assert {f.name for f in shared.iterdir()} == {"step_00000.json", "val_step_00000.json",
+                                                   "val_step_00000.rollouts.jsonl"}
 
 
 def test_a_second_call_reuses_every_run_and_another_study_shares_the_coevolve_run(compared, monkeypatch):
