@@ -32,7 +32,7 @@ STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 Temperature = Annotated[float, Field(ge=0.0, le=10.0)]
 ToolDocs = Literal["full", "compact", "none"]
-POOL_UPDATES = ("signals", "random", "none")
+POOL_UPDATES = ("signals", "random", "curriculum", "rest", "reflexion", "none")
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                  "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
                  "warmup_stable_decay", "greedy")
@@ -360,6 +360,30 @@ class LoraSettings:
 
 
 @dataclass(config=STRICT)
+class BaselineSettings:
+    """Settings of the paper's Table 10 baselines (`pool_updates: curriculum | rest | reflexion`; the paper gives no
+    details, our readings are in `coevolve_lib/baselines.py` and docs/deviations.md)."""
+
+    curriculum_start: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """Curriculum: the competence c_0, the share of the pool (easiest first) sampled before the first round; it
+    grows linearly to 1 at `max_steps` (c(t) = c_0 + (1 - c_0) t / max_steps, re-chosen every F steps)."""
+    curriculum_prior: NonNegativeFloat = 4.0
+    """Curriculum: pseudo-episodes of the pool's mean success added to each task's own record (shrinks the estimate
+    of a task seen a few times towards the mean; a task never seen gets the mean)."""
+    rest_threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    """ReST: the Improve filter, reward >= threshold (1.0 with the binary reward = successful episodes only)."""
+    reflexion_reflector: Literal["policy", "explorer"] = "policy"
+    """Reflexion: who writes the reflection: `policy` (the model being trained, as in Reflexion, where the agent
+    reflects on itself; single-process runs only) or `explorer` (`data_engine.explorer_model`)."""
+    reflexion_memory: PositiveInt = 3
+    """Reflexion: reflections kept per task (Reflexion's memory bound Omega, 1-3 in the paper); the oldest drop out."""
+    reflexion_max_new_tokens: PositiveInt = 128
+    """Reflexion: most tokens per reflection (greedy)."""
+    reflexion_chars: PositiveInt = 600
+    """Reflexion: a reflection is cut to this many characters before it goes into a task's query."""
+
+
+@dataclass(config=STRICT)
 class LaunchConfig:
     """Where a run executes (used to compute per-device batches and to print launch commands)."""
 
@@ -407,10 +431,15 @@ class TrainConfig:
     executed call counts). Rollout records keep the checker's `score` and `success` and add `reward`, which the
     signals read."""
     pool_updates: Literal[POOL_UPDATES] = "signals"
-    """How the pool grows every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
+    """What changes every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
     trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
-    re-explored unguided, no signals) or `none` (GRPO on the fixed D_0, the paper's GRPO baseline). Signals are
-    extracted and logged in every mode."""
+    re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/baselines.py`): `curriculum` (no new
+    tasks; which pool tasks GRPO draws, easiest first by the policy's recorded success, widening to the whole pool),
+    `rest` (ReST: the policy's own rollouts with reward >= `baselines.rest_threshold` abstracted and validated into
+    new tasks), `reflexion` (failed tasks re-posed with the reflector's verbal self-reflection in the query), or
+    `none` (GRPO on the fixed D_0, the paper's GRPO baseline). Signals are extracted and logged in every mode."""
+    baselines: BaselineSettings = field(default_factory=BaselineSettings)
+    """Settings of the `curriculum`, `rest` and `reflexion` pool updates."""
     feedback_every: PositiveInt = 10
     """F: a feedback round after every F steps (the paper: 10)."""
     eval_every: NonNegativeInt | None = None
@@ -455,6 +484,12 @@ class TrainConfig:
                 f"tasks_per_step x group_size = {completions} completions must split into whole groups over "
                 f"{self.launch.num_processes} process(es) and into {self.gradient_accumulation_steps} equal "
                 "accumulation micro-batch(es)")
+        if self.pool_updates == "reflexion" and self.baselines.reflexion_reflector == "policy" \
+                and self.launch.num_processes > 1:
+            raise ValueError(
+                "pool_updates=reflexion with baselines.reflexion_reflector=policy runs single-process only (the "
+                "reflections are generated on the main process while the others wait); set "
+                "training.baselines.reflexion_reflector=explorer (data_engine.explorer_model writes them)")
         if self.use_vllm:
             raise ValueError(
                 "use_vllm=true is not supported: vLLM generation inside the kit's multi-turn rollouts is not "
@@ -488,3 +523,10 @@ class RunConfig:
     evaluation: EvalConfig
     data_engine: DataEngineConfig
     training: TrainConfig
+
+    def __post_init__(self):
+        cfg = self.training
+        if cfg.pool_updates == "reflexion" and cfg.baselines.reflexion_reflector == "explorer" \
+                and not self.data_engine.explorer_model:
+            raise ValueError("training.baselines.reflexion_reflector=explorer needs data_engine.explorer_model "
+                             "(e.g. openai:<name>); or let the policy reflect (reflexion_reflector=policy)")

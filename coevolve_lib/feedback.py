@@ -80,8 +80,12 @@ def _target_key(target: ExplorationTarget) -> str:
 
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
               config: FeedbackConfig, model: ChatModel | None = None, max_new_tasks: int | None = None,
-              progress: bool = True) -> dict:
-    """Run (or resume, or return the finished report of) one round; returns its report."""
+              progress: bool = True, explore_fn=None, report_extra: dict | None = None) -> dict:
+    """Run (or resume, or return the finished report of) one round; returns its report.
+
+    `explore_fn(target, explore_config, model) -> (context, triplets, cost)` replaces stage 2's exploration (default:
+    `explore`; ReST passes the policy's own trajectory as the triplets); `report_extra` joins the report."""
+    explore_fn = explore_fn or explore
     round_dir = Path(round_dir)
     report_path = round_dir / "report.json"
     if report_path.exists():
@@ -96,7 +100,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     for target in tqdm(targets, desc=f"round {round_index}: explore", disable=not progress):
         key = _target_key(target)
         if key not in explorations:
-            context, triplets, cost = explore(target, config.explore, model)
+            context, triplets, cost = explore_fn(target, config.explore, model)
             explorations[key] = {"key": key, "source": target.source(context), "signal": target.signal,
                                  "context": context, "triplets": triplets, "cost": cost}
             append_jsonl(round_dir / "explorations.jsonl", explorations[key])
@@ -173,6 +177,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         "pool_version": pool.version,
         "cost": {stage: {**c.as_dict(), "wall_seconds": wall_seconds[stage]} for stage, c in costs.items()},
         "seconds": round(time.perf_counter() - start, 2),
+        **(report_extra or {}),
     }
     write_json_atomic(report_path, report)
     return report

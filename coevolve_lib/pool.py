@@ -72,10 +72,11 @@ class TaskPool:
         self._rounds.add(round_index)
         return copy.deepcopy(added)
 
-    def sample(self, n: int, seed: int, versions: set[int] | None = None) -> list[dict]:
-        """`n` tasks drawn uniformly (from the given versions only, if any): without replacement, or with
-        replacement when n exceeds the candidates. The same seed gives the same draw."""
-        candidates = [t for t in self.tasks if versions is None or t["pool_version"] in versions]
+    def sample(self, n: int, seed: int, versions: set[int] | None = None, ids: set[str] | None = None) -> list[dict]:
+        """`n` tasks drawn uniformly (from the given versions only, if any, and among `ids` only, if given): without
+        replacement, or with replacement when n exceeds the candidates. The same seed gives the same draw."""
+        candidates = [t for t in self.tasks if (versions is None or t["pool_version"] in versions)
+                      and (ids is None or t["task_id"] in ids)]
         if not candidates or n <= 0:
             return []
         rng = random.Random(seed)

@@ -154,10 +154,13 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
     raw = _sections(profile, overrides)
     rollout = _build("rollout", RolloutSettings, raw.get("rollout") or {})
     common = {"model": raw["model"], "profile": profile, "rollout": rollout}
-    return RunConfig(profile=profile, model=raw["model"], rollout=rollout,
-                     evaluation=_build("evaluation", EvalConfig, {**common, **(raw.get("evaluation") or {})}),
-                     data_engine=_build("data_engine", DataEngineConfig, {**common, **(raw.get("data_engine") or {})}),
-                     training=_build("training", TrainConfig, raw.get("training") or {}))
+    sections = {"evaluation": _build("evaluation", EvalConfig, {**common, **(raw.get("evaluation") or {})}),
+                "data_engine": _build("data_engine", DataEngineConfig, {**common, **(raw.get("data_engine") or {})}),
+                "training": _build("training", TrainConfig, raw.get("training") or {})}
+    try:
+        return RunConfig(profile=profile, model=raw["model"], rollout=rollout, **sections)
+    except ValidationError as exc:  # a check across sections (RunConfig.__post_init__)
+        raise ConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
 
 
 def eval_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> EvalConfig:

@@ -279,10 +279,11 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
 
 def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
     """Signals fired and tasks added per feedback round, for every run that has rounds (`summaries`: variant -> the
-    runs' summary.json contents)."""
+    runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/baselines.py`) as columns."""
     rows = [{"variant": variant, "seed": run["seed"], "round": r["round"], "at step": r["step"],
              **{f"signals: {k}": v for k, v in r["signals"].items()}, "targets": r["targets"],
-             "tasks added": r["tasks_added"], "pool after": r["pool_size_after"]}
+             "tasks added": r["tasks_added"], "pool after": r["pool_size_after"],
+             **{k.replace("_", " "): v for k, v in r.get("counts", {}).items()}}
             for variant, runs in summaries.items() for run in runs for r in run["rounds"]]
     return pd.DataFrame(rows).set_index(["variant", "seed", "round"]) if rows else pd.DataFrame()
 

@@ -8,6 +8,8 @@ round every F steps that grows the pool from the training rollouts' weakness sig
         update     TRL's GRPO loss; tool results and later user turns are masked out (`env_mask`)
         signals    forgetting / boundary / rare on this step's rollouts
         every F    contexts -> re-exploration -> abstraction -> validation -> D_{t+1}; then a checkpoint
+                   (`training.pool_updates`: `signals` is CoEvolve; `random`, `none` and the Table 10 baselines
+                   `curriculum`, `rest`, `reflexion` of `baselines.py` replace this round, same steps and rollouts)
 
 Shortcuts, stated up front:
 - TRL builds its dataloader once but D_t grows, so the trainer's dataset holds placeholder "slots" only, and
@@ -33,6 +35,7 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from coevolve_lib import baselines
 from coevolve_lib.config import RunConfig
 from coevolve_lib.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.engine import DataEngine, stamp_rollouts
@@ -95,6 +98,8 @@ class PoolRollouts:
         self.rollout = training_rollouts(run)
         self.allowed_version = 0
         """Highest pool version training samples (rounds committed after the last checkpoint wait)."""
+        self.admitted: list[str] | None = None
+        """The task ids training samples among (`curriculum`: the admitted share of the pool); None: all."""
         self.pending: list[dict] = []
         """This step's rollout records (without token ids), collected by the loop after the update."""
         self.seconds = 0.0
@@ -104,7 +109,8 @@ class PoolRollouts:
         """This process's `count` tasks of `step` (a seeded draw of the step's tasks over all processes), and the
         task ids drawn before them (other processes' shares: a task drawn twice in a step is two groups)."""
         drawn = self.pool.sample(self.cfg.tasks_per_step, seed=self.cfg.seed * 1_000_003 + step,
-                                 versions=set(range(self.allowed_version + 1)))
+                                 versions=set(range(self.allowed_version + 1)),
+                                 ids=None if self.admitted is None else set(self.admitted))
         start = self.process_index * count
         return drawn[start:start + count], [t["task_id"] for t in drawn[:start]]
 
@@ -169,11 +175,18 @@ class CoEvolveLoop:
         """Load our state of `checkpoint` and drop what later steps wrote (they are replayed)."""
         state = json.loads((checkpoint / STATE_FILE).read_text())
         step = state["step"]
-        self.rollouts.allowed_version = state["allowed_version"]
+        self.allow(state["allowed_version"])
         self.extractor.load_state_dict(state["extractor"])
         self.totals = state["totals"]
         self.drop_after(step)
         return step
+
+    def allow(self, version: int) -> None:
+        """Let training sample pool versions up to `version` (and, for `curriculum`, that round's admitted tasks,
+        read from the round's file: every process sees the same)."""
+        self.rollouts.allowed_version = version
+        if self.cfg.pool_updates == "curriculum":
+            self.rollouts.admitted = baselines.admitted_ids(self.out_dir, version)
 
     def drop_after(self, step: int) -> None:
         """Remove the records of steps after `step` (a killed run's, replayed now): metrics.jsonl is then appended
@@ -297,6 +310,7 @@ class CoEvolveLoop:
             **{f"signals/{name}": counts.get(name, 0) for name in self.extractor.signals},
             "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.engine.pool.tasks),
             "pool/version": self.rollouts.allowed_version,
+            **({"pool/admitted": len(self.rollouts.admitted)} if self.rollouts.admitted is not None else {}),
         }
 
     def _feedback_round(self, step: int) -> dict:
@@ -307,28 +321,51 @@ class CoEvolveLoop:
             window = range(step - self.cfg.feedback_every + 1, step + 1)
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
-            if self.cfg.pool_updates == "signals":
+            mode, settings = self.cfg.pool_updates, self.cfg.baselines
+            if mode == "signals":
                 report = self.engine.signal_feedback_round(round_index, signals, rollouts, progress=self.progress)
-            else:
+            elif mode == "random":
                 report = self.engine.random_feedback_round(round_index, progress=self.progress)
+            elif mode == "curriculum":  # the success rates of every step so far, not only the window's
+                history = [r for k in range(1, step + 1)
+                           for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
+                report = baselines.curriculum_round(self.engine, round_index, step, history, self.cfg.max_steps,
+                                                    settings, minimum=self.cfg.tasks_per_step)
+            elif mode == "rest":
+                report = baselines.rest_round(self.engine, round_index, rollouts, settings, progress=self.progress)
+            elif mode == "reflexion":
+                report = baselines.reflexion_round(self.engine, round_index, rollouts, settings,
+                                                   self._reflector(step), progress=self.progress)
+            else:
+                raise ValueError(f"unknown pool_updates {mode!r}")
             out = {"feedback/round": round_index, "feedback/targets": report["targets"],
                    "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
                    "feedback/tasks_added": report["added_to_pool"],
                    "feedback/rejected": sum(report["rejection_reasons"].values()),
                    "feedback/rejection_reasons": report["rejection_reasons"]}
+            if "counts" in report:  # a Table 10 baseline's own numbers (admitted tasks, filtered rollouts, ...)
+                out["feedback/counts"] = report["counts"]
         if self.cfg.launch.num_processes > 1:
             from accelerate import PartialState
 
             PartialState().wait_for_everyone()
             if not self.is_main:
                 self.engine.pool.__init__(self.engine.pool.path)  # re-read the grown pool
-        self.rollouts.allowed_version = round_index
+        self.allow(round_index)
         seconds = time.perf_counter() - start
         self.totals["feedback_s"] += seconds
         out["feedback/seconds"] = round(seconds, 2)
         if self.is_main:
             out["pool/size_after_round"] = len(self.engine.pool)
         return out
+
+    def _reflector(self, step: int):
+        """Who writes Reflexion's reflections: the policy being trained (as it is now) or the explorer model."""
+        if self.cfg.baselines.reflexion_reflector == "explorer":
+            return self.engine.explorer_model
+        trainer = self.trainer
+        return HFChatModel.from_loaded(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class,
+                                       name=f"{self.run.model}@step{step}")
 
     def on_log(self, step: int, logs: dict) -> dict | None:
         """TRL's logs of the step join our row, which is then appended to metrics.jsonl; returns the row (None when
@@ -411,6 +448,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         start = time.perf_counter()
         policy_path = engine.policy()
         timings["warm_start_s"] = round(time.perf_counter() - start, 2)
+        if cfg.pool_updates == "curriculum":  # the selection of the first F steps (by reference length)
+            baselines.curriculum_round(engine, 0, 0, [], cfg.max_steps, cfg.baselines, cfg.tasks_per_step)
         if (out_dir / "run_config.json").exists():  # a resumed run: D_0 and the warm start came from the cache
             timings = json.loads((out_dir / "run_config.json").read_text())["timings_before_training"]
         write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
@@ -429,6 +468,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     if checkpoint is not None:
         loop.restore(checkpoint)
     else:
+        loop.allow(0)
         loop.drop_after(0)  # a run killed before its first checkpoint starts over
     args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()),
                       disable_tqdm=not progress)

@@ -24,7 +24,8 @@ def summarize(out_dir: str | Path) -> dict:
                               "signals": {t: sum(x.get(f"signals/{t}", 0) for x in window) for t in signal_types},
                               "targets": r["feedback/targets"], "tasks_added": r["feedback/tasks_added"],
                               "rejected": r["feedback/rejected"], "pool_size_after": r.get("pool/size_after_round"),
-                              "seconds": r["feedback/seconds"]})
+                              "seconds": r["feedback/seconds"],
+                              **({"counts": r["feedback/counts"]} if "feedback/counts" in r else {})})
     evals = sorted(({k: v for k, v in json.loads(p.read_text()).items() if k == "step" or k.startswith("eval/")}
                     for p in (out_dir / "eval").glob("step_*.json")), key=lambda e: e["step"])
     pool_size = {r["step"]: r.get("pool/size") for r in rows}

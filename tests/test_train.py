@@ -169,7 +169,7 @@ def test_run_config_rejects_unknown_fields_and_bad_batches():
         run_config("tiny", ["trainin.max_steps=3"])
     with pytest.raises(ConfigError, match="whole groups"):
         run_config("tiny", ["training.tasks_per_step=3", "training.launch.num_processes=2"])
-    with pytest.raises(ConfigError, match="training.pool_updates: Input should be 'signals', 'random' or 'none'"):
+    with pytest.raises(ConfigError, match="training.pool_updates: Input should be 'signals', 'random', 'curriculum', 'rest', 'reflexion' or 'none'"):
         run_config("tiny", ["training.pool_updates=sometimes"])
     with pytest.raises(ConfigError, match="not of the form"):
         parse_overrides(["training.max_steps"])
