@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
 
-.PHONY: setup test reproduce lab clean
+.PHONY: setup test test-unit test-notebooks reproduce lab clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,11 +18,18 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 setup: $(STAMP)
 	$(PY) -m coevolve_lib setup
 
-# The notebooks run under nbval at the smoke scale (configs/scales/smoke.yaml: the same profile, smaller sizes), with
-# results, figures and runs sent to a scratch folder (the committed ones stay).
+# The unit tests and the notebooks (under nbval, at the smoke scale: configs/scales/smoke.yaml, the same profile with
+# smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
+# ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay).
 test: setup
+	rm -rf runs/nbval
+	COEVOLVE_MAX_TORCH_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-notebooks
+
+test-unit:
 	$(PY) -m pytest tests
-	rm -rf runs/nbval && COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
+
+test-notebooks:
+	COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
 # Every table and figure of the embedded default profile: the numbered notebooks run with papermill, in order, by the

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -29,10 +31,12 @@ COMMITTED_SETS = Path(__file__).resolve().parent / "data" / "heldout_sets.json"
 
 def heldout_key(data_version: str, classes: list[str] | None, explore: ExploreConfig, synthesis: SynthesisConfig,
                 heldout: HeldoutConfig) -> str:
-    """The set's identity: everything that decides which tasks it holds."""
+    """The set's identity: everything that decides which tasks it holds (not `synthesis.validate`: an evaluation set
+    is always validated, so that a "w/o validation" run is measured on the same tasks as the others)."""
+    synthesis_settings = {k: v for k, v in asdict(synthesis).items() if k != "validate"}
     return config_hash({"data_version": data_version, "classes": classes, "explorer": explore.explorer,
                         "explore_steps": explore.calls_per_run,
-                        "synthesis": asdict(synthesis), "heldout": asdict(heldout)})
+                        "synthesis": synthesis_settings, "heldout": asdict(heldout)})
 
 
 def ids_digest(task_ids: list[str]) -> str:
@@ -44,13 +48,22 @@ def heldout_tasks(data_version: str, classes: list[str] | None, explore: Explore
     """(key, tasks) of the held-out set: built once (seconds) and cached; checked against the committed ids."""
     key = heldout_key(data_version, classes, explore, synthesis, heldout)
     folder = CACHE_DIR / "heldout" / key
-    pool = TaskPool(folder / "pool.jsonl")
     if not (folder / "round_000" / "report.json").exists():
+        # built aside and moved into place whole: two processes (e.g. `make test`'s two halves) never share a
+        # half-built set
+        staging = folder.with_name(f"{key}.partial-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
         sources = restrict_classes(split_tasks(load_tasks(data_version, "multi_turn_base"), "val"), classes)
         unguided = FeedbackConfig(explore=replace(explore, runs=heldout.runs, seed=heldout.seed, guided=False),
-                                  synthesis=synthesis)
-        synthesize_initial(sources, pool, folder / "round_000", unguided, size=heldout.size, progress=progress)
-    tasks = pool.tasks
+                                  synthesis=replace(synthesis, validate=True))
+        synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided,
+                           size=heldout.size, progress=progress)
+        shutil.rmtree(folder, ignore_errors=True)  # a set left half-built by an older version
+        try:
+            staging.rename(folder)
+        except OSError:  # another process moved its copy first: the same set
+            shutil.rmtree(staging, ignore_errors=True)
+    tasks = TaskPool(folder / "pool.jsonl").tasks
     committed = json.loads(COMMITTED_SETS.read_text()) if COMMITTED_SETS.exists() else {}
     if key in committed and committed[key]["ids_sha256"] != ids_digest([t["task_id"] for t in tasks]):
         raise RuntimeError(

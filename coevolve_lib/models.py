@@ -121,13 +121,15 @@ def _missing_model_message(spec: str, local_only: bool, exc: Exception) -> str:
 
 def set_torch_threads(threads: int | None = None) -> int:
     """Set torch's CPU threads: `threads`, else $COEVOLVE_TORCH_THREADS, else 1 (more threads are often slower on a
-    shared machine). A given number is also written to $COEVOLVE_TORCH_THREADS, so that models loaded later in the
+    shared machine), at most $COEVOLVE_MAX_TORCH_THREADS when set (`make test` sets 1: it runs two processes side by
+    side on two cores). A given number is also written to $COEVOLVE_TORCH_THREADS, so that models loaded later in the
     process (evaluation inside a training run) keep it. Returns the number set."""
     import torch
 
     if threads:
         os.environ["COEVOLVE_TORCH_THREADS"] = str(threads)
     threads = int(os.environ.get("COEVOLVE_TORCH_THREADS", "1"))
+    threads = min(threads, int(os.environ.get("COEVOLVE_MAX_TORCH_THREADS", threads)))
     torch.set_num_threads(threads)
     return threads
 

@@ -9,7 +9,7 @@ Two rules keep a table honest:
   since it was written) is always an error (`StaleResults`): a table never shows numbers of another configuration.
 
 Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its server and data, issue 12),
-ALFWorld and WebShop (not offline), and the studies not built yet.
+ALFWorld and WebShop (not offline), and the studies not built yet (Table 12's matched explorers).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from coevolve_lib.paths import repo_relative
 from coevolve_lib.study import (Study, Variant, default_runs_dir, results_file, run_folder, run_hash, settings_hash,
                                 variant_run)
 from coevolve_lib.studies import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
+from coevolve_lib.studies import baselines as baselines_study
 from coevolve_lib.studies import sensitivity as sensitivity_grid
 
 APPWORLD = "not run: AppWorld needs its own server and task data (issue 12)"
@@ -170,25 +171,38 @@ def _kit_cells(doc: dict | None, variant: str) -> dict:
             "kit BFCL val %": _mean_ci(_rows(doc, variant, "bfcl/")), "scale": _scale(doc)}
 
 
+PAPER_BACKBONE = "Qwen3-4B"
+"""The paper's backbone the kit's rows stand beside (its ablations and Tables 3-15 use Qwen3-4B-Instruct)."""
+
+
+def _backbone_rows(table_id: str) -> tuple[list[str], list[str]]:
+    """Table 1's Qwen3-4B row and the "-w/ CoEvolve" row under it."""
+    rows = paper.tables()[table_id]["rows"]
+    index = next(i for i, row in enumerate(rows) if row[0].startswith(PAPER_BACKBONE))
+    return rows[index], rows[index + 1]
+
+
 def table1(comparison: dict | None) -> KitTable:
-    cells = paper.column("table1", "BFCL-V3 Multi-turn")
-    rows = [{"row": label, "paper BFCL": cells.get(paper_label, "-"), **_kit_cells(comparison, variant),
-             "AppWorld (TGC/SGC)": APPWORLD}
-            for label, paper_label, variant in (("backbone, zero-shot", "Qwen3-4B", "zero_shot"),
-                                                ("+ CoEvolve", "-w/ CoEvolve", "coevolve"))]
+    column = paper.tables()["table1"]["columns"].index("BFCL-V3 Multi-turn")
+    backbone, with_coevolve = _backbone_rows("table1")
+    rows = [{"row": label, "paper row": paper_row[0], "paper BFCL": paper_row[column],
+             **_kit_cells(comparison, variant), "AppWorld (TGC/SGC)": APPWORLD}
+            for label, paper_row, variant in (("starting policy (zero-shot)", backbone, "zero_shot"),
+                                              ("+ CoEvolve", with_coevolve, "coevolve"))]
     return KitTable(("table1",), pd.DataFrame(rows).set_index("row"), [
-        "The paper's backbone rows are Qwen3-4B; the kit's are the profile's model (scale column). Other closed and "
-        "open models of Table 1 are not evaluated by the kit."])
+        f"The paper's rows are {backbone[0]}'s; the kit's are the profile's model (scale column). The other models "
+        "of Table 1 are not evaluated by the kit."])
 
 
 def table2(comparison: dict | None) -> KitTable:
-    paper_row = paper.tables()["table2"]["rows"][0]
     columns = paper.tables()["table2"]["columns"]
-    row = {"backbone": "kit: profile model"}
+    paper_row = next(r for r in paper.tables()["table2"]["rows"] if r[0].startswith(PAPER_BACKBONE))
+    row = {"backbone": "profile model (kit)"}
     for variant, name in (("zero_shot", "Zero-shot"), ("static", "GRPO"), ("coevolve", "CoEvolve")):
-        row[f"kit {name} BFCL val %"] = _kit_cells(comparison, variant)["kit BFCL val %"]
-        row[f"kit {name} held-out %"] = _kit_cells(comparison, variant)["kit held-out %"]
-    row["paper (first row)"] = ", ".join(f"{c}: {v}" for c, v in zip(columns, paper_row))
+        cells = _kit_cells(comparison, variant)
+        row[f"kit {name} BFCL val %"] = cells["kit BFCL val %"]
+        row[f"kit {name} held-out %"] = cells["kit held-out %"]
+    row[f"paper ({paper_row[0]})"] = ", ".join(f"{c}: {v}" for c, v in zip(columns[1:], paper_row[1:]))
     row["scale"] = _scale(comparison) if comparison else "-"
     return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), ["AppWorld TestN: " + APPWORLD])
 
@@ -259,20 +273,22 @@ def table8(comparison: dict | None) -> KitTable:
                 columns[label] = cells
     notes = [f"scale: {_scale(comparison)}" if comparison else "comparison results: not run",
              "AppWorld rows: " + APPWORLD]
-    return KitTable(("table8",), pd.DataFrame(columns), notes)
+    frame = pd.DataFrame(columns).rename_axis("outcome (% of task x seed pairs)")
+    return KitTable(("table8",), frame, notes)
 
 
-def table10(comparison: dict | None, baselines: dict | None) -> KitTable:
+def table10(baselines: dict | None) -> KitTable:
+    """The baselines study (zero-shot and CoEvolve from the same study, so every row has one scale) beside the
+    paper's BFCL column; the other environments are not offline."""
     cells = paper.column("table10", "BFCL")
     rows = []
     for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"),
                             ("Curriculum Learning", "curriculum"), ("ReST", "rest"), ("CoEvolve (Ours)", "coevolve")):
-        doc = comparison if variant in ("zero_shot", "coevolve") else baselines
-        kit = _kit_cells(doc, variant) if doc is not None else \
-            {"kit held-out %": NOT_BUILT, "kit BFCL val %": NOT_BUILT, "scale": "-"}
-        rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **kit, "AppWorld": APPWORLD,
-                     "ALFWorld": OFFLINE.format("ALFWorld"), "WebShop": OFFLINE.format("WebShop")})
-    return KitTable(("table10",), pd.DataFrame(rows).set_index("method"))
+        rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **_kit_cells(baselines, variant),
+                     "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"), "WebShop": OFFLINE.format("WebShop")})
+    return KitTable(("table10",), pd.DataFrame(rows).set_index("method"),
+                    ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/baselines.py, "
+                     "docs/deviations.md"])
 
 
 def table12() -> KitTable:
@@ -327,6 +343,7 @@ def assemble(results: Results) -> list[KitTable]:
     validation = results.study(STUDIES["validation"], "notebooks/08_ablations_signals_and_validation.ipynb")
     sensitivity_study = sensitivity_grid(PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY)  # names the rows of a study not run
     sensitivity = results.study(sensitivity_study, "notebooks/09_sensitivity_pool_size_and_frequency.ipynb")
+    baseline_runs = results.study(baselines_study(), "notebooks/10_adaptive_baselines.ipynb")
     training = results.training()
     similarity = results.similarity(run_folder(default_runs_dir(results.profile),
                                                variant_run(results.profile, [], COEVOLVE, 0)))
@@ -341,7 +358,7 @@ def assemble(results: Results) -> list[KitTable]:
         from_study(("table4", "table14"), sensitivity, sensitivity_study),
         from_study(("table5",), signals, STUDIES["signals"]),
         table6(comparison), table7(training, comparison), table8(comparison),
-        table10(comparison, None),
+        table10(baseline_runs),
         from_study(("table11",), validation, STUDIES["validation"]),
         table12(),
         table13(similarity), table15(similarity),

@@ -256,6 +256,9 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
     rows = []
     for variant in variants:
         seeds, _, matrix = _matrix(results, variant, metric, heldout)
+        if not matrix or len(matrix) != len(reference):
+            raise ValueError(f"variant {variant!r} has {len(matrix)} seed(s) of {metric} on {heldout}, {baseline!r} "
+                             f"has {len(reference)}: the runs were not measured on the same set")
         first = next(r for r in results if r["variant"] == variant)
         mean, low, high = bootstrap_ci(matrix)
         diff = bootstrap_ci([[a - b for a, b in zip(row, ref_row)] for row, ref_row in zip(matrix, reference)])

@@ -65,8 +65,9 @@ EXPERIMENTS = (
     Experiment("08_ablations_signals_and_validation.ipynb", ("table5", "table11"), ("signals", "validation"),
                minutes=8.0),
     Experiment("09_sensitivity_pool_size_and_frequency.ipynb", ("table4", "table14"), ("sensitivity",), minutes=8.0),
+    Experiment("10_adaptive_baselines.ipynb", ("table10",), ("baselines",), minutes=6.0),
     Experiment("11_task_similarity.ipynb", ("table13", "table15", "fig5"), minutes=1.5),
-    Experiment("20_paper_tables.ipynb", ("table1", "table6", "table10", "table12", "tables"), minutes=0.5),
+    Experiment("20_paper_tables.ipynb", ("table1", "table6", "table12", "tables"), minutes=0.5),
 )
 """In running order. The last one assembles `tables.md` from the results the others wrote."""
 ASSEMBLY = EXPERIMENTS[-1]
@@ -75,7 +76,7 @@ ASSEMBLY = EXPERIMENTS[-1]
 def settings(profile: str) -> dict:
     """configs/reproduce.yaml's entry for `profile` ({} when it has none)."""
     data = yaml.safe_load(SETTINGS_FILE.read_text()) or {}
-    return data.get(profile) or {}
+    return {} if profile.startswith("_") else data.get(profile) or {}
 
 
 def notebook_defaults(notebook: str) -> dict:
@@ -106,14 +107,15 @@ def parameters(experiment: Experiment, profile: str, seeds: list[int] | None, al
 
 def planned_runs(experiment: Experiment, values: dict) -> list[dict]:
     """The training runs an experiment needs, with their folders, status and launch commands."""
-    from coevolve_lib.studies import STUDIES, sensitivity
+    from coevolve_lib.studies import STUDIES, baselines, sensitivity
     from coevolve_lib.study import planned_runs as study_runs
 
     defaults = {**notebook_defaults(experiment.notebook), **values}
     runs = []
     for name in experiment.studies:
-        study = sensitivity(defaults["d0_sizes"], defaults["feedback_every"]) if name == "sensitivity" \
-            else STUDIES[name]
+        built = {"sensitivity": lambda: sensitivity(defaults["d0_sizes"], defaults["feedback_every"]),
+                 "baselines": lambda: baselines(defaults["reflector"])}
+        study = built[name]() if name in built else STUDIES[name]
         runs += study_runs(study, values["profile"], defaults.get("seeds", [0]), defaults.get("overrides", []))
     return runs
 

@@ -4,6 +4,8 @@
     signals      Table 5      CoEvolve without the forgetting, rare or boundary signals
     validation   Table 11     CoEvolve without validating abstracted tasks
     sensitivity  Tables 4,14  CoEvolve with other initial pool sizes N and feedback frequencies F
+    baselines    Table 10     the adaptive data-generation baselines (Reflexion, Curriculum Learning, ReST) beside
+                              CoEvolve, from the same start (coevolve_lib/baselines.py)
 
 The variants differ from the profile only by their overrides, so the CoEvolve run of one study is the reference of
 the others when they run at the same scale (the same study overrides and seeds).
@@ -59,5 +61,17 @@ def sensitivity(d0_sizes: list[int], feedback_every: list[int]) -> Study:
     ))
 
 
+def baselines(reflector: str = "policy") -> Study:
+    """Table 10: each baseline is a `training.pool_updates` value; `reflector` writes Reflexion's reflections
+    (`policy`: single-process runs; `explorer`: `data_engine.explorer_model`, the paper profiles')."""
+    return Study("baselines", ("table10",), (
+        Variant("reflexion", ("training.pool_updates=reflexion",
+                              f"training.baselines.reflexion_reflector={reflector}"), "Reflexion"),
+        Variant("curriculum", ("training.pool_updates=curriculum",), "Curriculum Learning"),
+        Variant("rest", ("training.pool_updates=rest",), "ReST"),
+        Variant(COEVOLVE.name, COEVOLVE.overrides, "CoEvolve (Ours)"),
+    ), zero_shot="Zero-shot")
+
+
 STUDIES = {study.name: study for study in (COMPARISON, SIGNALS, VALIDATION)}
-"""The fixed studies by name (`sensitivity` is built from its N and F values)."""
+"""The fixed studies by name (`sensitivity` and `baselines` are built from their parameters)."""

@@ -25,6 +25,8 @@ def test_the_tiny_held_out_set_comes_from_val_environments_and_matches_the_commi
     assert key in committed, "the tiny profile's held-out set is not committed: the comparison results need its ids"
     assert committed[key]["task_ids"] == sorted(t["task_id"] for t in tasks)
     assert _build(config) == (key, tasks)  # cached: the same set again
+    # the "w/o validation" ablation (Table 11) is measured on the same validated set
+    assert _build(data_engine_config("tiny", synthesis={"validate": False})) == (key, tasks)
 
 
 def test_a_changed_set_under_a_committed_key_is_an_error(tmp_path, monkeypatch):

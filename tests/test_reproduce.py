@@ -35,6 +35,8 @@ def test_parameters_come_from_the_profile_settings_and_are_checked(tmp_path, mon
     assert "training.max_steps=4" in values["overrides"]
     assert reproduce.parameters(ablations, "tiny", [0, 1, 2], False)["seeds"] == [0, 1, 2]
     assert reproduce.parameters(ablations, "paper-qwen3-4b", None, False) == {"profile": "paper-qwen3-4b"}
+    grid = next(e for e in reproduce.EXPERIMENTS if e.notebook.startswith("09"))
+    assert reproduce.parameters(grid, "paper-qwen3-4b", None, False)["d0_sizes"] == [50, 200, 25, 500]
     assert reproduce.parameters(reproduce.ASSEMBLY, "tiny", None, True)["allow_missing"] is True
     settings = tmp_path / "reproduce.yaml"
     settings.write_text("tiny:\n  notebooks:\n    '08': {overides: []}\n")
@@ -48,12 +50,14 @@ def test_a_paper_profile_lists_every_run_with_its_launch_command(capsys):
     assert cli(["reproduce", "--profile", "paper-qwen3-4b", "--dry-run"]) == 0
     out = capsys.readouterr().out
     runs = [line for line in out.splitlines() if line.strip().startswith("run ")]
-    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F: 18 runs (shared ones are listed per study)
-    assert len(runs) == 18 and all("[not run]" in line for line in runs)
+    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 4: 22 runs (shared ones are
+    # listed under each study that needs them)
+    assert len(runs) == 22 and all("[not run]" in line for line in runs)
     commands = [line.strip() for line in out.splitlines() if "accelerate launch" in line]
-    assert len(commands) == 18 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
+    assert len(commands) == 22 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
     assert "--set 'data_engine.signals.enabled=[forgetting,boundary]'" in out
     assert "--set data_engine.d0_size=500" in out and "--set training.feedback_every=40" in out
+    assert "--set training.baselines.reflexion_reflector=explorer" in out
     # the reference CoEvolve run is one folder for every study that needs it
     folders = {line.split("]")[-1].strip() for line in runs if "/coevolve seed 0" in line}
     assert len(folders) == 1
