@@ -282,8 +282,8 @@ def table10(baselines: dict | None) -> KitTable:
     paper's BFCL column; the other environments are not offline."""
     cells = paper.column("table10", "BFCL")
     rows = []
-    for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"),
-                            ("Curriculum Learning", "curriculum"), ("ReST", "rest"), ("CoEvolve (Ours)", "coevolve")):
+    for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"), ("Curriculum Learning", "curriculum"),
+                            ("ReST", "rest"), ("GRPO", "static"), ("CoEvolve", "coevolve")):
         rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **_kit_cells(baselines, variant),
                      "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"), "WebShop": OFFLINE.format("WebShop")})
     return KitTable(("table10",), pd.DataFrame(rows).set_index("method"),

@@ -14,7 +14,8 @@ with papermill, in order, for one profile.
 - Shared runs: training runs live in folders named by their config (coevolve_lib/study.py), so a run two tables need
   is trained once.
 - Skips and resumes: a notebook that finished with the same parameters and the same notebook file is skipped
-  (`--force` runs it again); a killed notebook runs again and its training runs resume from their checkpoints.
+  (`--force` runs it again; the tables are assembled again whenever another notebook ran); a killed notebook runs
+  again and its training runs resume from their checkpoints.
 - Paper profiles on a machine without CUDA: nothing is trained; the driver prints the launch command of every run not
   finished yet, then assembles the tables from the runs that exist (the others are "not run").
 """
@@ -206,6 +207,8 @@ class Driver:
         from coevolve_lib.notebook_runner import run_notebook
 
         todo = [e for e in self.runnable() if not self.done(e)]
+        if todo and ASSEMBLY not in todo:  # new results: the tables are assembled again
+            todo.append(ASSEMBLY)
         skipped = [e.notebook for e in self.runnable() if e not in todo]
         if skipped:
             print(f"complete, skipped: {', '.join(skipped)} (--force runs them again)")

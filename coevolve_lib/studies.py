@@ -5,7 +5,7 @@
     validation   Table 11     CoEvolve without validating abstracted tasks
     sensitivity  Tables 4,14  CoEvolve with other initial pool sizes N and feedback frequencies F
     baselines    Table 10     the adaptive data-generation baselines (Reflexion, Curriculum Learning, ReST) beside
-                              CoEvolve, from the same start (coevolve_lib/baselines.py)
+                              GRPO and CoEvolve, from the same start (coevolve_lib/baselines.py)
 
 The variants differ from the profile only by their overrides, so the CoEvolve run of one study is the reference of
 the others when they run at the same scale (the same study overrides and seeds).
@@ -55,7 +55,7 @@ PAPER_FEEDBACK_EVERY = (5, 20, 2, 40)
 def sensitivity(d0_sizes: list[int], feedback_every: list[int]) -> Study:
     """Tables 4 and 14: CoEvolve at the profile's N and F, then one run per other N and per other F."""
     return Study("sensitivity", ("table4", "table14"), (
-        Variant(COEVOLVE.name, COEVOLVE.overrides, "profile's N and F"),
+        Variant(COEVOLVE.name, COEVOLVE.overrides, "N = 100"),  # the paper's default run (N = 100, F = 10)
         *(Variant(f"n{n}", (*COEVOLVE.overrides, f"data_engine.d0_size={n}"), f"N = {n}") for n in d0_sizes),
         *(Variant(f"f{f}", (*COEVOLVE.overrides, f"training.feedback_every={f}"), f"F = {f}") for f in feedback_every),
     ))
@@ -69,7 +69,8 @@ def baselines(reflector: str = "policy") -> Study:
                               f"training.baselines.reflexion_reflector={reflector}"), "Reflexion"),
         Variant("curriculum", ("training.pool_updates=curriculum",), "Curriculum Learning"),
         Variant("rest", ("training.pool_updates=rest",), "ReST"),
-        Variant(COEVOLVE.name, COEVOLVE.overrides, "CoEvolve (Ours)"),
+        Variant("static", ("training.pool_updates=none",), "GRPO"),
+        Variant(COEVOLVE.name, COEVOLVE.overrides, "CoEvolve"),
     ), zero_shot="Zero-shot")
 
 

@@ -50,11 +50,11 @@ def test_a_paper_profile_lists_every_run_with_its_launch_command(capsys):
     assert cli(["reproduce", "--profile", "paper-qwen3-4b", "--dry-run"]) == 0
     out = capsys.readouterr().out
     runs = [line for line in out.splitlines() if line.strip().startswith("run ")]
-    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 4: 22 runs (shared ones are
+    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 5: 23 runs (shared ones are
     # listed under each study that needs them)
-    assert len(runs) == 22 and all("[not run]" in line for line in runs)
+    assert len(runs) == 23 and all("[not run]" in line for line in runs)
     commands = [line.strip() for line in out.splitlines() if "accelerate launch" in line]
-    assert len(commands) == 22 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
+    assert len(commands) == 23 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
     assert "--set 'data_engine.signals.enabled=[forgetting,boundary]'" in out
     assert "--set data_engine.d0_size=500" in out and "--set training.feedback_every=40" in out
     assert "--set training.baselines.reflexion_reflector=explorer" in out
@@ -125,3 +125,6 @@ def test_complete_notebooks_are_skipped_and_a_failed_one_resumes(small_registry,
     assert (folder / "runs" / "reproduce" / "tiny" / "02_tables.ipynb").exists()
     assert cli(["reproduce", "--quiet", "--force", "--only", "table1"]) == 0  # forced, and the selection's assembly
     assert log.read_text() == "first\ntables\nfirst\ntables\n"
+    (folder / "runs" / "reproduce" / "tiny" / "01_first.done.json").unlink()  # new results: the tables again
+    assert cli(["reproduce", "--quiet"]) == 0
+    assert log.read_text() == "first\ntables\nfirst\ntables\nfirst\ntables\n"
