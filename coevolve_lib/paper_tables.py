@@ -252,10 +252,10 @@ def cross_comparison(doc: dict, eval_prefix: str) -> dict[str, float] | None:
         sorted(static, key=lambda r: r["seed"]), sorted(coevolve, key=lambda r: r["seed"])) for t in a["per_task"]]
     if not pairs:
         return None
-    share = lambda base, ours: round(100 * sum(p == (base, ours) for p in pairs) / len(pairs), 2)  # noqa: E731
-    return {"baseline correct, CoEvolve correct": share(True, True), "baseline correct, CoEvolve wrong": share(True, False),
-            "baseline wrong, CoEvolve correct": share(False, True), "baseline wrong, CoEvolve wrong": share(False, False),
-            "n (task x seed)": len(pairs)}
+    cells = {f"baseline {'correct' if base else 'wrong'}, CoEvolve {'correct' if ours else 'wrong'}":
+             round(100 * sum(p == (base, ours) for p in pairs) / len(pairs), 2)
+             for base in (True, False) for ours in (True, False)}
+    return {**cells, "n (task x seed)": len(pairs)}
 
 
 def table8(comparison: dict | None) -> KitTable:
@@ -282,10 +282,12 @@ def table10(baselines: dict | None) -> KitTable:
     paper's BFCL column; the other environments are not offline."""
     cells = paper.column("table10", "BFCL")
     rows = []
-    for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"), ("Curriculum Learning", "curriculum"),
-                            ("ReST", "rest"), ("GRPO", "static"), ("CoEvolve", "coevolve")):
+    for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"),
+                            ("Curriculum Learning", "curriculum"), ("ReST", "rest"), ("GRPO", "static"),
+                            ("CoEvolve", "coevolve")):
         rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **_kit_cells(baselines, variant),
-                     "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"), "WebShop": OFFLINE.format("WebShop")})
+                     "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"),
+                     "WebShop": OFFLINE.format("WebShop")})
     return KitTable(("table10",), pd.DataFrame(rows).set_index("method"),
                     ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/baselines.py, "
                      "docs/deviations.md"])
@@ -295,8 +297,9 @@ def table12() -> KitTable:
     rows = [{"exploration model": r[0], "paper synthesis only": r[1], "paper CoEvolve": r[2], "kit": NOT_BUILT}
             for r in paper.tables()["table12"]["rows"]]
     return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"),
-                    ["The kit's explorers: `schema` (offline, the tiny profile's) and `llm` behind any OpenAI-compatible "
-                     "endpoint (the paper profiles'); the matched-explorer study is not assembled yet."])
+                    ["The kit's explorers: `schema` (offline, the tiny profile's) and `llm` behind any "
+                     "OpenAI-compatible endpoint (the paper profiles'); the matched-explorer study is not assembled "
+                     "yet."])
 
 
 def _similarity_rows(doc: dict, metric: str, eval_set: str | None = None) -> list[dict]:
@@ -326,7 +329,8 @@ def table15(similarity: dict | None) -> KitTable:
     for metric, column in ((f"sr@{k}", f"kit SR@{k} %"), ("ed_rel", "kit ED_rel %")):
         for r in _similarity_rows(similarity, metric):
             if r["round"] > 0 and r["value"] is not None:
-                rows.setdefault(r["round"], {"step": r.get("step"), "tasks": r["n"]})[column] = round(100 * r["value"], 2)
+                row = rows.setdefault(r["round"], {"step": r.get("step"), "tasks": r["n"]})
+                row[column] = round(100 * r["value"], 2)
     frame = pd.DataFrame.from_dict(rows, orient="index").rename_axis("round")
     return KitTable(("table15",), frame, [f"pool of {similarity['run_dir']}; k = {k}; ED_rel against the BFCL val "
                                           "tasks (see notebook 11 for the definitions and deviations)"])

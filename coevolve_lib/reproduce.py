@@ -228,7 +228,8 @@ class Driver:
                 "notebook": experiment.notebook, "parameters": values, "key": _stamp_key(experiment, values),
                 "seconds": round(time.perf_counter() - began, 1),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-        print(f"done in {_minutes(time.perf_counter() - start)}: tables in {shown_path(self.results_dir / 'tables.md')}")
+        tables = shown_path(self.results_dir / "tables.md")
+        print(f"done in {_minutes(time.perf_counter() - start)}: tables in {tables}")
         return 0
 
 

@@ -147,7 +147,8 @@ def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout:
         return json.loads(path.read_text())["outcomes"]
     sampled = replace(rollout, generation=replace(rollout.generation, seed=seed))
     outcomes = task_outcomes(HFChatModel(model_path), tasks, sampled, samples=samples)
-    write_json_atomic(path, {"model": repo_relative(model_path), "samples": samples, "seed": seed, "outcomes": outcomes})
+    write_json_atomic(path, {"model": repo_relative(model_path), "samples": samples, "seed": seed,
+                             "outcomes": outcomes})
     return outcomes
 
 
@@ -158,7 +159,8 @@ def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str,
             "benchmark": "bfcl", "data_version": run.data_engine.data_version, "eval_set": eval_set,
             "metric": metric, "k": k, "temperature": temperature, "seed": seed, "n": len(values),
             "value": round(100.0 * sum(values) / len(values), 2) if values else None,
-            "profile": run.profile, "model": run.model, "steps": 0 if variant.name == ZERO_SHOT else run.training.max_steps,
+            "profile": run.profile, "model": run.model,
+            "steps": 0 if variant.name == ZERO_SHOT else run.training.max_steps,
             "tasks_per_step": run.training.tasks_per_step, "group_size": run.training.group_size,
             "config_hash": run_hash(run), "run_dir": repo_relative(folder), "model_path": repo_relative(model),
             "per_task": per_task}

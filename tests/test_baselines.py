@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 import pytest
+from helpers import small_run
 
 import coevolve_lib.baselines as baselines
 import coevolve_lib.train as train_lib
@@ -13,7 +14,7 @@ from coevolve_lib.config import BaselineSettings
 from coevolve_lib.contexts import ExplorationTarget
 from coevolve_lib.envs.safe_calls import parse_call
 from coevolve_lib.pool import TaskPool
-from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
+from coevolve_lib.profiles import ConfigError, run_config
 from coevolve_lib.records import read_jsonl
 
 
@@ -180,14 +181,7 @@ class Killed(Exception):
 
 
 def _run(tmp_path, name, **extra):
-    merged = json.loads(json.dumps(SMOKE))
-    for section, values in parse_overrides([f"{k}={json.dumps(v)}" for k, v in extra.items()]).items():
-        for key, value in values.items():
-            if isinstance(value, dict):
-                merged[section].setdefault(key, {}).update(value)
-            else:
-                merged[section][key] = value
-    return run_config("tiny", merged), tmp_path / name
+    return small_run(SMOKE, tmp_path, name, **extra)
 
 
 def _rollouts(out, step):

@@ -4,6 +4,7 @@ mid-round resumes to the same end, configs reject bad values. Small sizes: a few
 import json
 
 import pytest
+from helpers import small_run
 import torch
 from safetensors.torch import load_file
 
@@ -40,15 +41,7 @@ class Killed(Exception):
 
 
 def _run(tmp_path, name, **extra):
-    overrides = parse_overrides([f"{k}={json.dumps(v)}" for k, v in extra.items()])
-    merged = json.loads(json.dumps(SMALL))
-    for section, values in overrides.items():
-        for key, value in values.items():
-            if isinstance(value, dict):
-                merged[section].setdefault(key, {}).update(value)
-            else:
-                merged[section][key] = value
-    return run_config("tiny", merged), tmp_path / name
+    return small_run(SMALL, tmp_path, name, **extra)
 
 
 def test_grpo_steps_change_the_parameters(tmp_path, monkeypatch):
