@@ -1,7 +1,7 @@
-"""The held-out set of a profile: validated synthetic tasks built exactly as the training pool is (unguided schema
-exploration, the profile's abstraction and validation), but only from *val-split* environments. The policy never
-trains on them and no round explores from them, so success there measures what a small model learned, at a scale
-where the BFCL val split itself stays at 0. The BFCL val split remains the headline metric; every result says which
+"""The held-out set of a profile: validated synthetic tasks built as the tiny profile's training pool is (unguided
+schema exploration, the deterministic abstraction, validation; `offline`), but only from *val-split* environments.
+The policy never trains on them and no round explores from them, so success there measures what a small model
+learned, at a scale where the BFCL val split itself stays at 0. The BFCL val split remains the headline metric; every result says which
 set it was measured on (`eval_set`).
 
 Frozen: a set is derived deterministically from its settings (`heldout_key`), cached under `.cache/heldout/<key>/`,
@@ -29,10 +29,18 @@ COMMITTED_SETS = Path(__file__).resolve().parent / "data" / "heldout_sets.json"
 """Task ids of the held-out sets behind the committed results, by key."""
 
 
+def offline(explore: ExploreConfig, synthesis: SynthesisConfig) -> tuple[ExploreConfig, SynthesisConfig]:
+    """How a held-out set is built whatever a run's own explorer and synthesis settings: the schema explorer, the
+    deterministic abstraction, validation on, no judge. The set is the profile's fixed benchmark, so every variant of
+    a study (without validation, with another explorer) is measured on the same tasks."""
+    return (replace(explore, explorer="schema", context_builder="heuristic"),
+            replace(synthesis, abstraction="deterministic", judge=False, validate=True))
+
+
 def heldout_key(data_version: str, classes: list[str] | None, explore: ExploreConfig, synthesis: SynthesisConfig,
                 heldout: HeldoutConfig) -> str:
-    """The set's identity: everything that decides which tasks it holds (not `synthesis.validate`: an evaluation set
-    is always validated, so that a "w/o validation" run is measured on the same tasks as the others)."""
+    """The set's identity: everything that decides which tasks it holds (`validate` is left out: always on)."""
+    explore, synthesis = offline(explore, synthesis)
     synthesis_settings = {k: v for k, v in asdict(synthesis).items() if k != "validate"}
     return config_hash({"data_version": data_version, "classes": classes, "explorer": explore.explorer,
                         "explore_steps": explore.calls_per_run,
@@ -54,8 +62,9 @@ def heldout_tasks(data_version: str, classes: list[str] | None, explore: Explore
         staging = folder.with_name(f"{key}.partial-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         sources = restrict_classes(split_tasks(load_tasks(data_version, "multi_turn_base"), "val"), classes)
+        explore, synthesis = offline(explore, synthesis)
         unguided = FeedbackConfig(explore=replace(explore, runs=heldout.runs, seed=heldout.seed, guided=False),
-                                  synthesis=replace(synthesis, validate=True))
+                                  synthesis=synthesis)
         synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided,
                            size=heldout.size, progress=progress)
         shutil.rmtree(folder, ignore_errors=True)  # a set left half-built by an older version

@@ -9,7 +9,7 @@ Two rules keep a table honest:
   since it was written) is always an error (`StaleResults`): a table never shows numbers of another configuration.
 
 Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its server and data, issue 12),
-ALFWorld and WebShop (not offline), and the studies not built yet (Table 12's matched explorers).
+ALFWorld and WebShop (not offline), and explorers no endpoint was given for (Table 12).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from coevolve_lib.study import (Study, Variant, default_runs_dir, results_file, 
                                 variant_run)
 from coevolve_lib.studies import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
 from coevolve_lib.studies import baselines as baselines_study
+from coevolve_lib.studies import explorers as explorers_study
 from coevolve_lib.studies import sensitivity as sensitivity_grid
 
 APPWORLD = "not run: AppWorld needs its own server and task data (issue 12)"
 OFFLINE = "not reproducible offline: no {} environment in the kit"
-NOT_BUILT = "not run: this study is not built yet (docs/log.md)"
 PAPER_COLUMN = "BFCL"
 
 
@@ -293,13 +293,32 @@ def table10(baselines: dict | None) -> KitTable:
                      "docs/deviations.md"])
 
 
-def table12() -> KitTable:
-    rows = [{"exploration model": r[0], "paper synthesis only": r[1], "paper CoEvolve": r[2], "kit": NOT_BUILT}
-            for r in paper.tables()["table12"]["rows"]]
-    return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"),
-                    ["The kit's explorers: `schema` (offline, the tiny profile's) and `llm` behind any "
-                     "OpenAI-compatible endpoint (the paper profiles'); the matched-explorer study is not assembled "
-                     "yet."])
+def table12(explorers: dict | None) -> KitTable:
+    """Each explorer's synthesis-only (GRPO on its D_0) and CoEvolve runs beside the paper's row it stands for."""
+    paper_rows = {r[0]: r for r in paper.tables()["table12"]["rows"]}
+    if explorers is None:
+        rows = [{"exploration model": name, "paper synthesis only": r[1], "paper CoEvolve": r[2], "kit": "not run"}
+                for name, r in paper_rows.items()]
+        return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"))
+    rows = []
+    for variant in explorers["config"]["variants"]:
+        group, kind = variant["name"].rsplit("_", 1)
+        if kind != "static":
+            continue
+        model = next((o.split("=", 1)[1] for o in variant["overrides"] if o.startswith("data_engine.explorer_model=")),
+                     f"the profile's ({explorers['profile']})")
+        paper_row = paper_rows.get(variant["paper_row"], ["-", "-", "-"])
+        only, coevolve = _kit_cells(explorers, f"{group}_static"), _kit_cells(explorers, f"{group}_coevolve")
+        rows.append({"exploration model": model, "paper row": variant["paper_row"] or "-",
+                     "paper synthesis only": paper_row[1], "paper CoEvolve": paper_row[2],
+                     "kit synthesis only held-out %": only["kit held-out %"],
+                     "kit CoEvolve held-out %": coevolve["kit held-out %"],
+                     "kit synthesis only BFCL val %": only["kit BFCL val %"],
+                     "kit CoEvolve BFCL val %": coevolve["kit BFCL val %"], "scale": only["scale"]})
+    missing = [name for name in paper_rows if name not in {r["paper row"] for r in rows}]
+    notes = [f"not run: the paper's {', '.join(missing)} explorer(s); give them to notebook 12 as `explorer_models` "
+             "(an OpenAI-compatible endpoint each)"] if missing else []
+    return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"), notes)
 
 
 def _similarity_rows(doc: dict, metric: str, eval_set: str | None = None) -> list[dict]:
@@ -348,6 +367,7 @@ def assemble(results: Results) -> list[KitTable]:
     sensitivity_study = sensitivity_grid(PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY)  # names the rows of a study not run
     sensitivity = results.study(sensitivity_study, "notebooks/09_sensitivity_pool_size_and_frequency.ipynb")
     baseline_runs = results.study(baselines_study(), "notebooks/10_adaptive_baselines.ipynb")
+    explorer_runs = results.study(explorers_study({}), "notebooks/12_explorer_models.ipynb")
     training = results.training()
     similarity = results.similarity(run_folder(default_runs_dir(results.profile),
                                                variant_run(results.profile, [], COEVOLVE, 0)))
@@ -364,7 +384,7 @@ def assemble(results: Results) -> list[KitTable]:
         table6(comparison), table7(training, comparison), table8(comparison),
         table10(baseline_runs),
         from_study(("table11",), validation, STUDIES["validation"]),
-        table12(),
+        table12(explorer_runs),
         table13(similarity), table15(similarity),
     ]
 

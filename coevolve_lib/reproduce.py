@@ -68,7 +68,8 @@ EXPERIMENTS = (
     Experiment("09_sensitivity_pool_size_and_frequency.ipynb", ("table4", "table14"), ("sensitivity",), minutes=8.0),
     Experiment("10_adaptive_baselines.ipynb", ("table10",), ("baselines",), minutes=6.0),
     Experiment("11_task_similarity.ipynb", ("table13", "table15", "fig5"), minutes=1.5),
-    Experiment("20_paper_tables.ipynb", ("table1", "table6", "table12", "tables"), minutes=0.5),
+    Experiment("12_explorer_models.ipynb", ("table12",), ("explorers",), minutes=0.5),
+    Experiment("20_paper_tables.ipynb", ("table1", "table6", "tables"), minutes=0.5),
 )
 """In running order. The last one assembles `tables.md` from the results the others wrote."""
 ASSEMBLY = EXPERIMENTS[-1]
@@ -108,14 +109,15 @@ def parameters(experiment: Experiment, profile: str, seeds: list[int] | None, al
 
 def planned_runs(experiment: Experiment, values: dict) -> list[dict]:
     """The training runs an experiment needs, with their folders, status and launch commands."""
-    from coevolve_lib.studies import STUDIES, baselines, sensitivity
+    from coevolve_lib.studies import STUDIES, baselines, explorers, sensitivity
     from coevolve_lib.study import planned_runs as study_runs
 
     defaults = {**notebook_defaults(experiment.notebook), **values}
     runs = []
     for name in experiment.studies:
         built = {"sensitivity": lambda: sensitivity(defaults["d0_sizes"], defaults["feedback_every"]),
-                 "baselines": lambda: baselines(defaults["reflector"])}
+                 "baselines": lambda: baselines(defaults["reflector"]),
+                 "explorers": lambda: explorers(defaults["explorer_models"], defaults["default_row"])}
         study = built[name]() if name in built else STUDIES[name]
         runs += study_runs(study, values["profile"], defaults.get("seeds", [0]), defaults.get("overrides", []))
     return runs

@@ -4,6 +4,7 @@
     signals      Table 5      CoEvolve without the forgetting, rare or boundary signals
     validation   Table 11     CoEvolve without validating abstracted tasks
     sensitivity  Tables 4,14  CoEvolve with other initial pool sizes N and feedback frequencies F
+    explorers    Table 12     synthesis only (GRPO on D_0) and CoEvolve with each explorer model, beside the profile's own
     baselines    Table 10     the adaptive data-generation baselines (Reflexion, Curriculum Learning, ReST) beside
                               GRPO and CoEvolve, from the same start (coevolve_lib/baselines.py)
 
@@ -74,5 +75,24 @@ def baselines(reflector: str = "policy") -> Study:
     ), zero_shot="Zero-shot")
 
 
+LLM_EXPLORER = ("data_engine.explore.explorer=llm", "data_engine.explore.context_builder=llm",
+                "data_engine.synthesis.abstraction=llm")
+"""What an LLM explorer drives: re-exploration (Figs. 9-10), the exploration contexts (Fig. 11), abstraction (Fig. 12)."""
+
+
+def explorers(models: dict[str, str], default_row: str = "") -> Study:
+    """Table 12: each explorer builds D_0 and runs the feedback rounds; "synthesis only" is GRPO on its D_0, "CoEvolve"
+    adds its feedback rounds. First the profile's own explorer (`default_row`: the paper's row it stands for, e.g.
+    "Qwen-Max" on the paper profiles), then `models`: the paper's row -> a chat model (`openai:<name>` behind
+    OPENAI_BASE_URL, or a local model folder)."""
+    variants = [Variant("default_static", ("training.pool_updates=none",), default_row),
+                Variant("default_coevolve", COEVOLVE.overrides, default_row)]
+    for index, (row, model) in enumerate(models.items()):
+        llm = (f"data_engine.explorer_model={model}", *LLM_EXPLORER)
+        variants += [Variant(f"explorer{index + 1}_static", (*llm, "training.pool_updates=none"), row),
+                     Variant(f"explorer{index + 1}_coevolve", (*llm, *COEVOLVE.overrides), row)]
+    return Study("explorers", ("table12",), tuple(variants))
+
+
 STUDIES = {study.name: study for study in (COMPARISON, SIGNALS, VALIDATION)}
-"""The fixed studies by name (`sensitivity` and `baselines` are built from their parameters)."""
+"""The fixed studies by name (`sensitivity`, `baselines` and `explorers` are built from their parameters)."""

@@ -27,6 +27,10 @@ def test_the_tiny_held_out_set_comes_from_val_environments_and_matches_the_commi
     assert _build(config) == (key, tasks)  # cached: the same set again
     # the "w/o validation" ablation (Table 11) is measured on the same validated set
     assert _build(data_engine_config("tiny", synthesis={"validate": False})) == (key, tasks)
+    # and so is a run whose own explorer is an LLM (Table 12): the set is built offline whatever the run's explorer
+    llm = data_engine_config("tiny", explorer_model="openai:x", explore={"explorer": "llm", "context_builder": "llm"},
+                             synthesis={"abstraction": "llm", "judge": True})
+    assert _build(llm) == (key, tasks)
 
 
 def test_a_changed_set_under_a_committed_key_is_an_error(tmp_path, monkeypatch):

@@ -49,7 +49,7 @@ def test_a_missing_results_file_names_the_notebook_to_run(tmp_path):
 def test_allowed_missing_files_give_not_run_cells_never_zeros(tmp_path):
     results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
     tables = paper_tables.assemble(results)
-    assert len(results.missing) == 7
+    assert len(results.missing) == 8
     for table in tables:  # every cell the kit would have measured says it did not run, with the reason
         kit_columns = [c for c in table.kit.columns if c.startswith("kit")] or list(table.kit.columns)
         cells = [str(v) for c in kit_columns for v in table.kit[c] if str(v) != "-"]
@@ -118,3 +118,22 @@ def test_the_tables_notebook_stops_on_missing_results(tmp_path):
     assert done.returncode == 1
     assert "MissingResults: comparison results for seeds [0] not found" in done.stderr
     assert not (tmp_path / "results" / "tables.md").exists()
+
+
+def test_table12_puts_each_explorer_beside_the_paper_row_it_stands_for():
+    from coevolve_lib.studies import explorers
+
+    study = explorers({"Qwen-Plus": "openai:qwen-plus"}, "Qwen-Max")
+    rows = [{"variant": v.name, "metric": "greedy_success", "eval_set": eval_set, "seed": 0, "steps": 2,
+             "tasks_per_step": 8, "group_size": 8, "per_task": {"t0": float(v.name.endswith("coevolve")), "t1": 0.0}}
+            for v in study.variants for eval_set in ("heldout/abc", "bfcl/v3/multi_turn_base/val")]
+    doc = {"profile": "paper-qwen3-4b", "model": "m", "config": {"seeds": [0], "variants": [
+        {"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row} for v in study.variants]},
+        "metrics": rows}
+    table = paper_tables.table12(doc)
+    kit = table.kit
+    assert list(kit.index) == ["the profile's (paper-qwen3-4b)", "openai:qwen-plus"]
+    assert list(kit["paper row"]) == ["Qwen-Max", "Qwen-Plus"] and list(kit["paper CoEvolve"]) == ["63.00", "59.50"]
+    assert kit.loc["openai:qwen-plus", "kit CoEvolve held-out %"].startswith("50.0")
+    assert kit.loc["openai:qwen-plus", "kit synthesis only held-out %"].startswith("0.0")
+    assert "Qwen3-4B" in table.notes[0]  # the paper's explorer no endpoint was given for

@@ -22,6 +22,7 @@ def test_every_notebook_is_in_the_registry_in_running_order():
 
 def test_only_selects_the_notebooks_that_make_a_table_and_the_assembly():
     assert names(reproduce.select(["table5"])) == ["08", "20"]
+    assert names(reproduce.select(["table12"])) == ["12", "20"]
     assert names(reproduce.select(["table11", "table3"])) == ["07", "08", "20"]
     assert len(reproduce.select(None)) == len(reproduce.EXPERIMENTS)
     with pytest.raises(ConfigError, match=r"unknown table\(s\)/figure\(s\) \['table99'\]"):
@@ -50,14 +51,15 @@ def test_a_paper_profile_lists_every_run_with_its_launch_command(capsys):
     assert cli(["reproduce", "--profile", "paper-qwen3-4b", "--dry-run"]) == 0
     out = capsys.readouterr().out
     runs = [line for line in out.splitlines() if line.strip().startswith("run ")]
-    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 5: 23 runs (shared ones are
-    # listed under each study that needs them)
-    assert len(runs) == 23 and all("[not run]" in line for line in runs)
+    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 5, explorers 3 x 2: 29 runs
+    # (shared ones are listed under each study that needs them)
+    assert len(runs) == 29 and all("[not run]" in line for line in runs)
     commands = [line.strip() for line in out.splitlines() if "accelerate launch" in line]
-    assert len(commands) == 23 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
+    assert len(commands) == 29 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
     assert "--set 'data_engine.signals.enabled=[forgetting,boundary]'" in out
     assert "--set data_engine.d0_size=500" in out and "--set training.feedback_every=40" in out
     assert "--set training.baselines.reflexion_reflector=explorer" in out
+    assert "--set data_engine.explorer_model=openai:qwen-plus --set data_engine.explore.explorer=llm" in out
     # the reference CoEvolve run is one folder for every study that needs it
     folders = {line.split("]")[-1].strip() for line in runs if "/coevolve seed 0" in line}
     assert len(folders) == 1

@@ -12,7 +12,7 @@ from coevolve_lib.__main__ import main as cli
 import coevolve_lib.study as study_lib
 from coevolve_lib import paper, profiles, report
 from coevolve_lib.results import validate_result
-from coevolve_lib.studies import COMPARISON, SIGNALS, VALIDATION, sensitivity
+from coevolve_lib.studies import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
 SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",
          "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.size=5",
@@ -102,6 +102,15 @@ def test_ablation_variants_change_only_what_they_name():
     assert [v.paper_row for v in grid.variants[1:]] == ["N = 50", "F = 2"]
     assert {"N = 50", "F = 20", "N = 25"} <= set(paper.column("table4", "BFCL")) | set(paper.column("table14", "BFCL"))
     assert study_lib.variant_run("tiny", [], grid.variants[2], 0).training.feedback_every == 2
+    # Table 12: the profile's own explorer is the comparison's static and CoEvolve runs; another explorer is an LLM
+    matched = explorers({"Qwen-Plus": "openai:qwen-plus"}, "Qwen-Max")
+    runs = {v.name: study_lib.variant_run("tiny", [], v, 0) for v in matched.variants}
+    comparison = {v.name: study_lib.variant_run("tiny", [], v, 0) for v in COMPARISON.variants}
+    assert study_lib.run_hash(runs["default_static"]) == study_lib.run_hash(comparison["static"])
+    assert study_lib.run_hash(runs["default_coevolve"]) == study_lib.run_hash(comparison["coevolve"])
+    plus = runs["explorer1_coevolve"].data_engine
+    assert plus.explorer_model == "openai:qwen-plus" and plus.explore.explorer == "llm"
+    assert plus.synthesis.abstraction == "llm" and runs["explorer1_static"].training.pool_updates == "none"
 
 
 def test_learning_curves_plot(compared, tmp_path):
