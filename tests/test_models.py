@@ -141,10 +141,13 @@ def test_a_run_thread_count_survives_models_loaded_later(tiny, monkeypatch):
     from coevolve_lib.models import set_torch_threads
 
     monkeypatch.setenv("COEVOLVE_TORCH_THREADS", "1")  # restored afterwards, whatever set_torch_threads writes
+    monkeypatch.delenv("COEVOLVE_MAX_TORCH_THREADS", raising=False)  # `make test` caps threads at 1
     before = torch.get_num_threads()
     try:
         assert set_torch_threads(2) == 2
         HFChatModel(MODELS_DIR / "tiny")  # evaluation inside a training run loads a model: it must not reset threads
         assert torch.get_num_threads() == 2
+        monkeypatch.setenv("COEVOLVE_MAX_TORCH_THREADS", "1")  # two processes side by side on two cores
+        assert set_torch_threads(2) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
