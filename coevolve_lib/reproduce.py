@@ -147,8 +147,11 @@ def trains_here(profile: str) -> bool:
 
 
 def _stamp_key(experiment: Experiment, values: dict) -> str:
-    source = (NOTEBOOKS_DIR / experiment.notebook).read_bytes()
-    return hashlib.sha256(source + json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+    """What a finished notebook ran: its cells' source (not their outputs: committing an executed copy changes
+    nothing) and its parameters."""
+    cells = json.loads((NOTEBOOKS_DIR / experiment.notebook).read_text())["cells"]
+    source = json.dumps([cell["source"] for cell in cells])
+    return hashlib.sha256((source + json.dumps(values, sort_keys=True)).encode()).hexdigest()[:16]
 
 
 def _minutes(seconds: float) -> str:

@@ -122,6 +122,12 @@ def test_complete_notebooks_are_skipped_and_a_failed_one_resumes(small_registry,
     assert log.read_text() == "first\ntables\n"
     assert cli(["reproduce", "--quiet"]) == 0  # everything complete: nothing runs
     assert log.read_text() == "first\ntables\n"
+    first = folder / "notebooks" / "01_first.ipynb"  # an executed copy committed in its place changes nothing
+    notebook = json.loads(first.read_text())
+    notebook["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "done\n"}]
+    first.write_text(json.dumps(notebook))
+    assert cli(["reproduce", "--quiet"]) == 0
+    assert log.read_text() == "first\ntables\n"
     stamp = json.loads((folder / "runs" / "reproduce" / "tiny" / "02_tables.done.json").read_text())
     assert stamp["parameters"] == {"profile": "tiny", "allow_missing": False, "fail_once": True}
     assert (folder / "runs" / "reproduce" / "tiny" / "02_tables.ipynb").exists()
