@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from tqdm.auto import tqdm
@@ -29,6 +29,7 @@ from coevolve_lib import toolcalls
 from coevolve_lib.config import RolloutSettings
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.rollout_engines import Request, make_engine
 
 ROLLOUT_SCHEMA = "rollout/v1"
 log = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ class RolloutConfig:
     max_completion_tokens: int | None = None
     """Token-level mode: most tokens after the first prompt (model and environment tokens; the paper's max response
     length 4096); an episode that reaches it ends as a failure (`completion_cap`). None: no cap."""
+    engine: str = "auto"
+    """Token-level mode: how replies are computed (`rollout_engines`): `auto` (kv_cache on CPU, continuous_batching
+    on CUDA, generate for other models), `generate`, `kv_cache`, `continuous_batching` or `vllm`."""
 
     def resolved_tool_format(self, model: ChatModel) -> str:
         if self.tool_format == "auto":
@@ -76,7 +80,7 @@ def rollout_config(settings: RolloutSettings, temperature: float | None = None, 
         max_steps_per_episode=settings.max_steps_per_episode, max_batch_size=settings.batch_size,
         generation=GenerationConfig(max_new_tokens=settings.max_new_tokens, temperature=temperature,
                                     top_p=settings.top_p, seed=seed),
-        token_level=token_level, max_completion_tokens=max_completion_tokens)
+        token_level=token_level, max_completion_tokens=max_completion_tokens, engine=settings.engine)
 
 
 class Episode:
@@ -241,46 +245,54 @@ def run_rollouts(
     samples_per_task: int = 1,
     on_record: Callable[[dict], None] | None = None,
     progress: bool = True,
+    trainer=None,
 ) -> list[dict]:
     """Roll out every task `samples_per_task` times; returns the records in input order (task by task, sample by
     sample).
 
-    `on_record` sees each record as soon as its episode ends (e.g. to append it to a JSONL file), so an
-    interrupted run keeps every finished episode.
+    At most `config.max_batch_size` episodes are live at once; each waits for its reply from the rollout engine
+    (`config.engine`, see `rollout_engines`), runs it, and asks again, so an episode never waits for another's
+    tool calls. `on_record` sees each record as soon as its episode ends (e.g. to append it to a JSONL file), so an
+    interrupted run keeps every finished episode. `trainer`: the GRPO trainer, for the `vllm` engine.
     """
     tool_format = config.resolved_tool_format(model)
     if config.token_level and not hasattr(model, "generate_from_ids"):
         raise ValueError(f"token-level rollouts need a local model; {model.name} is {type(model).__name__}")
+    engine = make_engine(config.engine, model, config.generation, config.token_level, trainer=trainer)
     queue = deque(enumerate((task, index) for task in tasks for index in range(samples_per_task)))
-    live: list[tuple[int, Episode]] = []
+    live: dict[int, Episode] = {}
     records: list[tuple[int, dict]] = []
-    call_index = 0
-    with tqdm(total=len(queue), desc=f"rollouts {model.name}", unit="episode", disable=not progress) as bar:
-        while queue or live:
-            while queue and len(live) < config.max_batch_size:
-                position, (task, index) = queue.popleft()
-                live.append((position, Episode(task, index, tool_format=tool_format, config=config)))
-            generation = config.generation
-            if generation.seed is not None:  # a different, reproducible seed for every batched call
-                generation = GenerationConfig(**{**asdict(generation), "seed": generation.seed + call_index})
-            episodes = [e for _, e in live]
-            if config.token_level:
-                budget = [e.remaining_tokens() for e in episodes]
-                if all(b is not None for b in budget):  # the largest budget bounds the call; overruns are cut
-                    generation = GenerationConfig(**{**asdict(generation), "max_new_tokens": max(
-                        1, min(generation.max_new_tokens, max(budget)))})
-                replies = model.generate_from_ids([e.next_prompt_ids(model) for e in episodes], generation)
-            else:
-                replies = model.generate([e.messages for e in episodes],
-                                         [e.tools for e in episodes] if tool_format == "native" else None, generation)
-            call_index += 1
-            for episode, reply in zip(episodes, replies):
-                episode.feed(reply)
-            for position, episode in [(p, e) for p, e in live if e.done]:
-                record = episode.record(model.name)
-                records.append((position, record))
-                if on_record is not None:
-                    on_record(record)
-                bar.update(1)
-            live = [(p, e) for p, e in live if not e.done]
+
+    def ask(position: int, episode: Episode) -> None:
+        budget = episode.remaining_tokens() if config.token_level else None
+        cap = config.generation.max_new_tokens if budget is None else max(1, min(config.generation.max_new_tokens,
+                                                                                 budget))
+        if config.token_level:
+            engine.submit(Request(position, cap, prompt_ids=episode.next_prompt_ids(model)))
+        else:
+            engine.submit(Request(position, cap, messages=episode.messages,
+                                  tools=episode.tools if tool_format == "native" else None))
+
+    try:
+        with tqdm(total=len(queue), desc=f"rollouts {model.name}", unit="episode", disable=not progress) as bar:
+            while queue or live:
+                while queue and len(live) < config.max_batch_size:
+                    position, (task, index) = queue.popleft()
+                    live[position] = Episode(task, index, tool_format=tool_format, config=config)
+                    ask(position, live[position])
+                for position, reply in engine.collect():
+                    episode = live[position]
+                    episode.feed(reply)
+                    if not episode.done:
+                        ask(position, episode)
+                        continue
+                    engine.release(position)
+                    del live[position]
+                    record = episode.record(model.name)
+                    records.append((position, record))
+                    if on_record is not None:
+                        on_record(record)
+                    bar.update(1)
+    finally:
+        engine.close()
     return [record for _, record in sorted(records, key=lambda item: item[0])]
