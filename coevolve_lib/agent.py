@@ -3,7 +3,8 @@
 Per user turn: the model replies; if the reply holds tool calls they run in the episode's own environment and
 their results go back as `tool` messages, and the model is asked again; a reply without calls ends the turn.
 Caps (the paper's Table 9: 30 interaction steps per episode; BFCL's runner: 20 steps per turn) end the episode
-as a failure. Every model call of a step is batched with the other live episodes' calls.
+as a failure. Up to `max_batch_size` episodes are live at once; their model calls go to a rollout engine
+(`rollout_engines`: KV caches kept across turns on CPU, continuous batching on CUDA, vLLM in paper training runs).
 
 A trajectory record (schema `rollout/v1`) holds the task, the full message list, every step's parsed calls,
 observations and rejected calls, per-turn verdicts and the final score, token counts and seconds.

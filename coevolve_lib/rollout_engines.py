@@ -134,9 +134,15 @@ class KVCacheEngine(SynchronousEngine):
         generator = None
         if generation.seed is not None and generation.temperature > 0:
             generator = torch.Generator(device=device).manual_seed(generation.seed)
-        with torch.inference_mode(), generation_attention(device):
-            first_tokens, caches = self._prefill(requests, generation, generator)
-            replies = self._decode(requests, first_tokens, caches, generation, generator)
+        # Eval mode for the call: a training model with gradient checkpointing would not return its cache.
+        training = self.model.model.training
+        self.model.model.eval()
+        try:
+            with torch.inference_mode(), generation_attention(device):
+                first_tokens, caches = self._prefill(requests, generation, generator)
+                replies = self._decode(requests, first_tokens, caches, generation, generator)
+        finally:
+            self.model.model.train(training)
         seconds = time.perf_counter() - start
         out = []
         for request, completion in zip(requests, replies):
@@ -307,13 +313,12 @@ def _unstack_caches(cache, mask) -> list[list[tuple]]:
 
 class ContinuousBatchingEngine:
     """Token-level through transformers' continuous-batching manager (CUDA): requests join the running batch as
-    they are submitted and come back as they finish. Seeded once per rollout phase (`torch.manual_seed`); the
+    they are submitted and come back as they finish. Seeded once per rollout phase (the manager's own seed); the
     order in which the manager schedules requests may vary, so samples are reproducible per seed only as far as
     that order is."""
 
     def __init__(self, model, generation: GenerationConfig):
-        import torch
-        from transformers import GenerationConfig as HFGenerationConfig
+        from transformers import ContinuousBatchingConfig, GenerationConfig as HFGenerationConfig
 
         self.model, self.generation = model, generation
         greedy = generation.temperature <= 0
@@ -321,9 +326,13 @@ class ContinuousBatchingEngine:
             max_new_tokens=generation.max_new_tokens, do_sample=not greedy,
             temperature=None if greedy else generation.temperature, top_p=None if greedy else generation.top_p,
             top_k=None if greedy else 0, eos_token_id=model.stop_ids, pad_token_id=model.tokenizer.pad_token_id)
-        if generation.seed is not None:
-            torch.manual_seed(generation.seed)
-        self.manager = model.model.init_continuous_batching(generation_config=hf_config)
+        # On CUDA the manager sizes its paged cache from free GPU memory; on CPU (tests) that would be most of the
+        # host's RAM, so a small cache is given.
+        sizes = {} if model.model.device.type == "cuda" else {"block_size": 32, "num_blocks": 512,
+                                                               "max_batch_tokens": 2048}
+        self.manager = model.model.init_continuous_batching(
+            generation_config=hf_config,
+            continuous_batching_config=ContinuousBatchingConfig(seed=generation.seed, **sizes))
         self.manager.start()
         self.pending: dict[str, tuple[Hashable, Request, float]] = {}
 
@@ -386,9 +395,9 @@ def make_engine(name: str, model, generation: GenerationConfig, token_level: boo
     if name == "continuous_batching":
         return ContinuousBatchingEngine(model, generation)
     if name == "vllm":
-        from coevolve_lib.vllm_engine import VLLMEngine
-
         if trainer is None:
             raise ValueError("the vllm engine generates through the GRPO trainer's vLLM; it runs in training only")
+        from coevolve_lib.vllm_engine import VLLMEngine
+
         return VLLMEngine(model, generation, trainer)
     raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(ENGINES)}")
