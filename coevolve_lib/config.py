@@ -73,8 +73,8 @@ class RolloutSettings:
     """Nucleus sampling mass of training and probe rollouts."""
     engine: RolloutEngine = "auto"
     """How token-level rollouts (training, evaluation of local models) compute replies (`rollout_engines`): `auto`
-    (`vllm` when training with `training.use_vllm`, `continuous_batching` on CUDA, `kv_cache` on CPU), or one of
-    them by name; `generate` re-feeds whole conversations (the reference)."""
+    (`continuous_batching` on CUDA, `kv_cache` on CPU), or one of them by name; `generate` re-feeds whole
+    conversations (the reference). `vllm` is not chosen here: `training.use_vllm` sends the GRPO rollouts to it."""
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -469,11 +469,25 @@ class TrainConfig:
     """Training dtype: `auto` (bfloat16 on GPU, float32 on CPU), `bfloat16` or `float32`."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     use_vllm: bool = False
-    """Must stay False: vLLM generation inside the multi-turn rollouts is not implemented yet (they generate with
-    transformers `generate` on the training model; docs/training.md, "Open gaps"). True is rejected."""
+    """Generate the GRPO rollouts with TRL's vLLM (rollout engine `vllm`, `coevolve_lib/vllm_engine.py`), whatever
+    `rollout.engine` says (the evaluations' engine: they stay local and greedy). Needs the `vllm` package, checked
+    when training starts (loading the profile and `--dry-run` do not need it)."""
+    vllm_mode: Literal["server", "colocate"] = "server"
+    """`server`: a `trl vllm-serve` process on GPUs of its own (start it first; `--dry-run` prints both commands);
+    `colocate`: a vLLM engine inside each training process, sharing its GPU (`vllm_gpu_memory_utilization`)."""
+    vllm_server_host: str = "0.0.0.0"
+    """Server mode: the host the vLLM server runs on (TRL's default `0.0.0.0`: this machine)."""
+    vllm_server_port: PositiveInt = 8000
+    """Server mode: the vLLM server's port (`trl vllm-serve --port`)."""
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
+    """Colocate mode: share of each GPU's memory vLLM reserves for weights and KV cache (TRL's default 0.3); the
+    training gets the rest. A server takes `trl vllm-serve`'s 0.9 of its own GPUs."""
+    vllm_max_model_length: PositiveInt | None = None
+    """vLLM's context length (first prompt + `max_completion_tokens`); None: the model's own, which for long-context
+    models (Qwen3 2507: 262144) may not fit the KV cache vLLM gets, so set it (e.g. 16384) if vLLM says so."""
     vllm_tensor_parallel_size: PositiveInt = 1
-    """The paper's rollout tensor parallel size (1 for 4B/7B, 2 for 30B-A3B), recorded for when vLLM rollouts
-    exist; unused in training until then."""
+    """vLLM's tensor parallel size (the paper's rollout TP: 1 for 4B/7B, 2 for 30B-A3B): GPUs per colocated engine
+    (must divide the processes), or the server's `--tensor-parallel-size`."""
     report_to: str = "none"
     """Extra metric sinks for TRL's logs: `none`, `tensorboard`, `wandb` (metrics.jsonl is always written)."""
     seed: int = 0
@@ -498,11 +512,10 @@ class TrainConfig:
                 "pool_updates=reflexion with baselines.reflexion_reflector=policy runs single-process only (the "
                 "reflections are generated on the main process while the others wait); set "
                 "training.baselines.reflexion_reflector=explorer (data_engine.explorer_model writes them)")
-        if self.use_vllm:
-            raise ValueError(
-                "use_vllm=true is not supported: vLLM generation inside the kit's multi-turn rollouts is not "
-                "implemented yet (rollouts use transformers generate on the training model; see docs/training.md, "
-                "\"Open gaps\", vLLM rollouts). Set training.use_vllm=false.")
+        if self.use_vllm and self.vllm_mode == "colocate" \
+                and self.launch.num_processes % self.vllm_tensor_parallel_size:
+            raise ValueError(f"vllm_mode=colocate: vllm_tensor_parallel_size {self.vllm_tensor_parallel_size} must "
+                             f"divide the {self.launch.num_processes} training process(es)")
 
     @property
     def per_device_batch_size(self) -> int:
@@ -538,3 +551,6 @@ class RunConfig:
                 and not self.data_engine.explorer_model:
             raise ValueError("training.baselines.reflexion_reflector=explorer needs data_engine.explorer_model "
                              "(e.g. openai:<name>); or let the policy reflect (reflexion_reflector=policy)")
+        if self.rollout.engine == "vllm":  # the evaluations share the rollout section and have no trainer
+            raise ValueError("rollout.engine=vllm is not chosen by name: set training.use_vllm=true and keep "
+                             "rollout.engine=auto (vLLM for the GRPO rollouts, local engines for evaluations)")

@@ -194,6 +194,8 @@ class Driver:
         if not self.train:
             lines.append("no CUDA device here: the training runs below are launched on GPU nodes; this machine only "
                          "assembles the tables from the runs that exist")
+        if with_commands:
+            lines += self.vllm_recipes()
         for experiment in self.experiments:
             state = "done" if self.done(experiment) else "to run"
             lines.append(f"- {experiment.notebook} [{state}, ~{_minutes(self.estimate(experiment))}] makes "
@@ -205,6 +207,22 @@ class Driver:
                 if with_commands:
                     lines.append(f"      {run['command']}")
         return "\n".join(lines)
+
+    def vllm_recipes(self) -> list[str]:
+        """The profile's vLLM launch recipes (multi-GPU profiles), once: each run below takes them with its own
+        --out and --set options."""
+        from coevolve_lib.train_cli import plan
+
+        commands = plan(profiles.run_config(self.profile), "<run folder>")["commands"]
+        if "train_vllm_colocate" not in commands:
+            return []
+        lines = ["vLLM rollouts instead of transformers generate (docs/training.md, vLLM rollouts): a run below "
+                 "takes these commands with its own --out and its --set options appended",
+                 f"  colocate: {commands['train_vllm_colocate']}"]
+        if "vllm_server" in commands:
+            lines += [f"  server, started first: {commands['vllm_server']}",
+                      f"  then: {commands['train_vllm_server']}"]
+        return lines
 
     def run(self) -> int:
         os.environ["COEVOLVE_RESULTS_DIR"] = str(self.results_dir)  # the notebooks' kernels inherit these

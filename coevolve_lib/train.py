@@ -26,6 +26,7 @@ summary.json, final/ (the trained model).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from coevolve_lib import baselines
-from coevolve_lib.config import RunConfig
+from coevolve_lib.config import RunConfig, TrainConfig
 from coevolve_lib.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.engine import DataEngine, stamp_rollouts
 from coevolve_lib.envs.safe_calls import CallParseError, parse_call
@@ -47,6 +48,7 @@ from coevolve_lib.records import append_jsonl, config_hash, read_jsonl, write_js
 from coevolve_lib.results import metric_row
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.pool import pool_task_to_bfcl
+from coevolve_lib.profiles import ConfigError
 from coevolve_lib.train_summary import summarize
 from coevolve_lib.trl_args import grpo_kwargs, lora_config
 
@@ -86,8 +88,20 @@ def environment_reward(completions, reward, **kwargs) -> list[float]:
 
 
 def training_rollouts(run: RunConfig) -> RolloutConfig:
-    """Token-level rollouts at the rollout temperature, capped at the training's completion budget."""
-    return rollout_config(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
+    """Token-level rollouts at the rollout temperature, capped at the training's completion budget; through TRL's
+    vLLM (engine `vllm`) with `training.use_vllm`."""
+    config = rollout_config(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
+    if run.training.use_vllm:
+        config.engine = "vllm"
+    return config
+
+
+def check_vllm(cfg: TrainConfig) -> None:
+    """Refuse `use_vllm` where the vllm package is missing, in one line, before anything loads (called when training
+    starts: a profile with use_vllm still loads, and dry-runs, without it)."""
+    if cfg.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("training.use_vllm=true needs the vllm package, which is not installed (GPU nodes: pip "
+                          "install \"vllm==0.31.0\", docs/training.md section 5); or set training.use_vllm=false")
 
 
 class PoolRollouts:
@@ -122,12 +136,14 @@ class PoolRollouts:
         tasks, drawn_before = self.step_tasks(step, max(1, len(prompts) // self.cfg.group_size))
         start = time.perf_counter()
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                                         # with vLLM the policy here only tokenizes: no ZeRO-3 gather
+                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+                                         and not trainer.args.use_vllm,
                                          gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
                                          ) as model:
             policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
             records = run_rollouts(policy, [pool_task_to_bfcl(t) for t in tasks], self.rollout,
-                                   samples_per_task=self.cfg.group_size, progress=False)
+                                   samples_per_task=self.cfg.group_size, progress=False, trainer=trainer)
         self.seconds += time.perf_counter() - start
         output = {"prompt_ids": [r.pop("prompt_ids") for r in records],
                   "completion_ids": [r.pop("completion_ids") for r in records],
@@ -422,6 +438,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json).
     `start_evaluations`: a folder where runs that start from the same policy and settings share their step-0
     evaluation (the studies' runs do)."""
+    check_vllm(run.training)
     import torch
     from accelerate import PartialState
     from datasets import Dataset

@@ -7,22 +7,21 @@ import json
 import os
 import shlex
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import coevolve_lib.train as train_lib
 from coevolve_lib import profiles
-from coevolve_lib.config import RunConfig
+from coevolve_lib.config import RunConfig, TrainConfig
 from coevolve_lib.paths import REPO_ROOT, RUNS_DIR, shown_path
 from coevolve_lib.train import train, training_rollouts
 from coevolve_lib.train_summary import summarize
 from coevolve_lib.trl_args import grpo_kwargs
 
 
-def plan(run: RunConfig, out_dir: str | Path) -> dict:
-    """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
-    cfg, launch = run.training, run.training.launch
-    out = shown_path(out_dir)  # commands run from the repository root
+def train_command(run: RunConfig, out: str) -> list[str]:
+    """The command that trains `run` into `out`: in-process, or `accelerate launch` for multi-GPU profiles."""
+    launch = run.training.launch
     command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
     if launch.num_processes > 1 or launch.accelerate_config:
         accelerate = ["accelerate", "launch", "--config_file", launch.accelerate_config or "default",
@@ -31,9 +30,81 @@ def plan(run: RunConfig, out_dir: str | Path) -> dict:
             accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR",
                            "--main_process_port", "29500"]
         command = accelerate + ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
-    commands = {"train": " ".join(command)}
+    return command
+
+
+def server_split(cfg: TrainConfig) -> TrainConfig | None:
+    """The training section with a vLLM server on `vllm_tensor_parallel_size` of the profile's GPUs: the most
+    training processes that leave them free and still split a step into whole groups, with gradient accumulation
+    raised so that each micro-batch stays as large (None: no such split)."""
+    launch = cfg.launch
+    gpus_per_node = launch.num_processes // launch.num_machines
+    for processes in range(launch.num_processes - cfg.vllm_tensor_parallel_size, 0, -1):
+        accumulation, rest = divmod(cfg.gradient_accumulation_steps * launch.num_processes, processes)
+        if rest:
+            continue
+        try:
+            return replace(cfg, gradient_accumulation_steps=accumulation,
+                           launch=replace(launch, num_processes=processes, num_machines=-(-processes // gpus_per_node)))
+        except ValueError:  # the step does not split into whole groups over this many processes
+            continue
+    return None
+
+
+def vllm_commands(run: RunConfig, out: str) -> tuple[dict, list[str]]:
+    """The vLLM launch recipes of a multi-GPU profile (docs/training.md, vLLM rollouts), and their notes: colocate
+    (the train command with vLLM on the training GPUs) and server (`trl vllm-serve` on GPUs of its own, started
+    first, and the train command on the others)."""
+    cfg, launch = run.training, run.training.launch
+    if launch.num_processes == 1 and not launch.accelerate_config:  # in-process (CPU) profiles
+        return {}, []
+    commands = {"train_vllm_colocate": " ".join(train_command(run, out) + _sets(["training.vllm_mode=colocate"]))}
+    split = server_split(cfg)
+    if split is None:
+        return commands, [f"no vLLM server recipe: {launch.num_processes} GPU(s) leave none for a server of "
+                          f"vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}"]
+    tp, gpus_per_node = cfg.vllm_tensor_parallel_size, launch.num_processes // launch.num_machines
+    first = split.launch.num_processes  # the server's first GPU, counted over the nodes
+    server_node, server_gpu = divmod(first, gpus_per_node)
+    if server_gpu + tp > gpus_per_node:  # the server's GPUs start on the next node
+        server_node, server_gpu = server_node + 1, 0
+    host = "$VLLM_SERVER_HOST" if server_node else cfg.vllm_server_host
+    gpus = lambda start, count: ",".join(str(i) for i in range(start, start + count))  # noqa: E731
+    settings = ["training.vllm_mode=server", f"training.launch.num_processes={split.launch.num_processes}",
+                f"training.gradient_accumulation_steps={split.gradient_accumulation_steps}"]
+    if split.launch.num_machines != launch.num_machines:
+        settings.append(f"training.launch.num_machines={split.launch.num_machines}")
+    if host != cfg.vllm_server_host:
+        settings.append(f"training.vllm_server_host={host}")
+    server_run = replace(run, training=split)
+    serve = ["trl", "vllm-serve", "--model", run.model, "--tensor-parallel-size", str(tp),
+             "--port", str(cfg.vllm_server_port)]
+    if cfg.vllm_max_model_length:
+        serve += ["--max-model-len", str(cfg.vllm_max_model_length)]
+    commands["vllm_server"] = f"CUDA_VISIBLE_DEVICES={gpus(server_gpu, tp)} " + " ".join(serve)
+    commands["train_vllm_server"] = " ".join(
+        [f"CUDA_VISIBLE_DEVICES={gpus(0, min(split.launch.num_processes, gpus_per_node))}",
+         *train_command(server_run, out), *_sets(settings)])
+    notes = [f"vLLM server mode: start vllm_server on node {server_node} first ({tp} GPU(s)); train_vllm_server "
+             f"then trains on {split.launch.num_processes} GPU(s) with gradient_accumulation_steps "
+             f"{split.gradient_accumulation_steps} (same micro-batch)"
+             + (f"; VLLM_SERVER_HOST=<node {server_node}'s address>" if server_node else "")]
+    return commands, notes
+
+
+def _sets(settings: list[str]) -> list[str]:
+    """`--set` options turning vLLM rollouts on, with `settings`."""
+    return [part for setting in ["training.use_vllm=true", *settings] for part in ("--set", setting)]
+
+
+def plan(run: RunConfig, out_dir: str | Path) -> dict:
+    """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
+    cfg, launch = run.training, run.training.launch
+    out = shown_path(out_dir)  # commands run from the repository root
+    commands = {"train": " ".join(train_command(run, out))}
+    extra, notes = vllm_commands(run, out)
+    commands.update(extra)
     explorer = run.data_engine.explorer_model
-    notes = []
     if explorer and explorer.startswith("openai:"):
         commands["explorer_env"] = (f"export OPENAI_BASE_URL=<OpenAI-compatible endpoint serving "
                                     f"{explorer.removeprefix('openai:')}> OPENAI_API_KEY=<its key>")

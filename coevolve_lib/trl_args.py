@@ -28,12 +28,21 @@ def grpo_kwargs(cfg: TrainConfig, rollout: RolloutSettings, output_dir: str, cud
         save_total_limit=cfg.save_total_limit, report_to=cfg.report_to,
         bf16=bf16, use_cpu=not cuda, gradient_checkpointing=cfg.gradient_checkpointing,
         model_init_kwargs={"dtype": "bfloat16" if bf16 else "float32"},
-        # Rollouts generate with transformers on the training model (TrainConfig rejects use_vllm=True until vLLM
-        # rollouts exist; docs/training.md, "Open gaps"), so TRL must not build a vLLM engine.
-        use_vllm=False,
+        use_vllm=cfg.use_vllm,
         # The dataset only holds step slots (see train.py): order and columns do not matter.
         shuffle_dataset=False, remove_unused_columns=False,
     )
+    if cfg.use_vllm:  # TRL builds the vLLM generation that the `vllm` rollout engine calls (vllm_engine.py)
+        kwargs.update(
+            vllm_mode=cfg.vllm_mode, vllm_server_host=cfg.vllm_server_host, vllm_server_port=cfg.vllm_server_port,
+            vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+            vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            vllm_max_model_length=cfg.vllm_max_model_length,
+            # vLLM's cap per reply: the rollout's (max_completion_length, its default, is the whole episode's budget)
+            generation_kwargs={"max_tokens": rollout.max_new_tokens},
+            # The rollouts return no sampling logprobs (`logprobs: None`), which TRL's importance-sampling
+            # correction of the vLLM/trainer mismatch needs (docs/training.md, vLLM rollouts).
+            vllm_importance_sampling_correction=False)
     return kwargs
 
 

@@ -54,8 +54,11 @@ def test_a_paper_profile_lists_every_run_with_its_launch_command(capsys):
     # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 5, explorers 3 x 2: 29 runs
     # (shared ones are listed under each study that needs them)
     assert len(runs) == 29 and all("[not run]" in line for line in runs)
-    commands = [line.strip() for line in out.splitlines() if "accelerate launch" in line]
+    commands = [line.strip() for line in out.splitlines() if line.strip().startswith("accelerate launch")]
     assert len(commands) == 29 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
+    # the vLLM recipes, once (tests/test_train_plan.py checks them)
+    assert out.count("  colocate: accelerate launch") == 1 and out.count("  server, started first: ") == 1
+    assert "--out <run folder> --set training.use_vllm=true --set training.vllm_mode=colocate" in out
     assert "--set 'data_engine.signals.enabled=[forgetting,boundary]'" in out
     assert "--set data_engine.d0_size=500" in out and "--set training.feedback_every=40" in out
     assert "--set training.baselines.reflexion_reflector=explorer" in out

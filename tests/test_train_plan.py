@@ -1,6 +1,7 @@
 """The paper profiles (configs/paper-*.yaml) resolve to the paper's Table 9 run, and their launch commands are ones
 accelerate 1.15 accepts. Dry runs only: nothing loads a model, and no GPU or deepspeed is needed."""
 
+import itertools
 import json
 import shlex
 
@@ -60,7 +61,7 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     assert grpo["temperature"] == 0.9 and grpo["max_completion_length"] == 4096
     assert grpo["max_steps"] == 120 and grpo["save_steps"] == 10
     assert grpo["bf16"] is True and grpo["gradient_checkpointing"] is True
-    # vLLM rollouts are not implemented: TRL must not build an engine (docs/training.md, "Open gaps").
+    # vLLM rollouts are opt-in (training.use_vllm): off, TRL builds no vLLM engine.
     assert grpo["use_vllm"] is False
     assert not any(key.startswith("vllm_") for key in grpo)
     assert grpo["output_dir"] == str(tmp_path / "trainer")
@@ -107,8 +108,8 @@ def test_paper_profile_sections(profile):
     assert de.signals.success_threshold == 0.5 and de.signals.rare_theta == 5.0
     tr = run.training
     assert tr.pool_updates == "signals" and not tr.lora.enabled and tr.dtype == "bfloat16"
-    # vLLM rollouts are off; the paper's rollout TP stays in the reserved field for when they exist
-    assert tr.use_vllm is False
+    # vLLM rollouts are opt-in; the paper's rollout TP is vLLM's tensor parallel size
+    assert tr.use_vllm is False and tr.vllm_mode == "server"
     assert tr.vllm_tensor_parallel_size == EXPECTED[profile]["tp"]
     assert EXPECTED[profile]["processes"] % tr.vllm_tensor_parallel_size == 0
 
@@ -119,14 +120,18 @@ def test_launch_commands_pass_accelerate_validation(capsys, tmp_path):
 
     cases = [(p, []) for p in PAPER_PROFILES] + [
         ("paper-qwen3-4b", ["--set", "training.launch.accelerate_config=configs/accelerate/fsdp2_1x8.yaml"])]
-    for profile, extra in cases:
+    for (profile, extra), name in itertools.product(cases, ["train", "train_vllm_colocate", "train_vllm_server"]):
         code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path), *extra)
         assert code == 0, err
-        command = plan["commands"]["train"].replace("$NODE_RANK", "1").replace("$MASTER_ADDR", "10.0.0.1")
-        args = launch_command_parser().parse_args(shlex.split(command)[2:])
+        command = plan["commands"][name].replace("$NODE_RANK", "1").replace("$MASTER_ADDR", "10.0.0.1")
+        command = shlex.split(command)
+        if command[0].startswith("CUDA_VISIBLE_DEVICES="):  # the server-mode split of the GPUs
+            command = command[1:]
+        args = launch_command_parser().parse_args(command[2:])
         args, _, _ = _validate_launch_command(args)
         assert args.module and args.training_script == "coevolve_lib"
-        assert args.num_processes == EXPECTED[profile]["processes"]
+        processes = EXPECTED[profile]["processes"]
+        assert args.num_processes == (processes if name != "train_vllm_server" else processes // 2)
         assert args.mixed_precision == "bf16"
         if extra:
             assert args.use_fsdp and not args.use_deepspeed
@@ -169,17 +174,71 @@ def test_batch_that_does_not_split_over_the_processes_fails_clearly(capsys):
     assert plan["batch"]["per_device_train_batch_size"] == 24
 
 
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_dry_run_prints_the_vllm_launch_commands(profile, capsys, tmp_path):
+    """Colocate: the profile's own launch with vLLM on. Server: `trl vllm-serve` on the TP GPUs after those of a
+    training launch on the most processes that still split a step into whole groups, with the same micro-batch."""
+    from trl.scripts.vllm_serve import make_parser
+
+    code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path))
+    assert code == 0, err
+    want, commands = EXPECTED[profile], plan["commands"]
+    assert commands["train_vllm_colocate"] == (commands["train"] + " --set training.use_vllm=true "
+                                               "--set training.vllm_mode=colocate")
+
+    serve_env, *serve = shlex.split(commands["vllm_server"])
+    assert serve[:2] == ["trl", "vllm-serve"]
+    args, rest = make_parser(prog="trl vllm-serve").parse_args_and_config(serve[2:], return_remaining_strings=True)
+    assert (args.model, args.tensor_parallel_size, args.port, rest) == (want["model"], want["tp"], 8000, [])
+    train_env, *train = shlex.split(commands["train_vllm_server"])
+    processes = int(train[train.index("--num_processes") + 1])
+    accumulation = plan["batch"]["gradient_accumulation_steps"] * want["processes"] // processes
+    # 4B / 7B: 4 training GPUs and the server on GPU 4 of the node; 30B-A3B: node 0 trains, the server on node 1
+    assert processes == 8 if want["machines"] > 1 else processes == 4
+    assert train_env == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(processes))
+    assert serve_env == "CUDA_VISIBLE_DEVICES=" + (",".join(str(i) for i in range(want["tp"])) if want["machines"] > 1
+                                                   else "4")
+    sets = [train[i + 1] for i, part in enumerate(train) if part == "--set"]
+    assert sets[:4] == ["training.use_vllm=true", "training.vllm_mode=server",
+                        f"training.launch.num_processes={processes}",
+                        f"training.gradient_accumulation_steps={accumulation}"]
+    if want["machines"] > 1:
+        assert sets[4:] == ["training.launch.num_machines=1", "training.vllm_server_host=$VLLM_SERVER_HOST"]
+        assert "--machine_rank" not in train and any("VLLM_SERVER_HOST=<node 1" in note for note in plan["notes"])
+    # The server-mode run resolves, with the same micro-batch, and TRL gets the vLLM settings.
+    code, server_plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path),
+                                     *(part for setting in sets for part in ("--set", setting)))
+    assert code == 0, err
+    assert server_plan["batch"]["per_device_train_batch_size"] == plan["batch"]["per_device_train_batch_size"]
+    grpo = server_plan["grpo_config"]
+    assert grpo["use_vllm"] is True and grpo["vllm_mode"] == "server" and grpo["vllm_server_port"] == 8000
+    assert grpo["vllm_importance_sampling_correction"] is False  # the rollouts return no sampling logprobs
+    assert grpo["generation_kwargs"] == {"max_tokens": 1024}  # vLLM's cap per reply: rollout.max_new_tokens
+    assert server_plan["rollout"]["engine"] == "vllm"
+
+
+def test_the_tiny_profile_has_no_vllm_commands(capsys, tmp_path):
+    code, plan, err = dry_run(capsys, "--profile", "tiny", "--out", str(tmp_path))
+    assert code == 0, err
+    assert set(plan["commands"]) == {"train"}
+
+
 @pytest.mark.parametrize("profile", ["tiny", "paper-qwen3-4b"])
-def test_use_vllm_is_rejected_until_vllm_rollouts_exist(profile, capsys):
-    code, _, err = dry_run(capsys, "--profile", profile, "--set", "training.use_vllm=true")
-    assert code == 2
-    assert "vLLM generation inside the kit's multi-turn rollouts is not implemented yet" in err
-    assert "docs/training.md" in err and "training.use_vllm=false" in err
+def test_use_vllm_loads_and_dry_runs_without_vllm(profile, capsys):
+    """The vllm package is checked when training starts (tests/test_vllm_engine.py), not when a profile loads."""
+    code, plan, err = dry_run(capsys, "--profile", profile, "--set", "training.use_vllm=true", "--set",
+                              "training.vllm_mode=colocate", "--set", "training.vllm_gpu_memory_utilization=0.4")
+    assert code == 0, err
+    grpo = plan["grpo_config"]
+    assert (grpo["use_vllm"], grpo["vllm_mode"], grpo["vllm_gpu_memory_utilization"]) == (True, "colocate", 0.4)
+    assert plan["rollout"]["engine"] == "vllm"
 
 
-def test_train_config_rejects_use_vllm():
-    from coevolve_lib.config import TrainConfig
-
-    with pytest.raises(ValueError, match="not implemented yet"):
-        TrainConfig(use_vllm=True)
-    assert TrainConfig().use_vllm is False
+def test_vllm_settings_are_validated(capsys):
+    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "training.vllm_mode=remote")
+    assert code == 2 and "vllm_mode" in err
+    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "training.use_vllm=true", "--set",
+                           "training.vllm_mode=colocate", "--set", "training.vllm_tensor_parallel_size=3")
+    assert code == 2 and "must divide the 8 training process(es)" in err
+    code, _, err = dry_run(capsys, "--profile", "tiny", "--set", "rollout.engine=vllm")
+    assert code == 2 and "set training.use_vllm=true and keep rollout.engine=auto" in err
