@@ -26,7 +26,9 @@ def train(profile: str, engine: str, steps: int, out: Path) -> list[dict]:
                "--set", "training.eval_every=0", "--set", "training.eval_limit=1",
                "--set", "training.eval_pool_tasks=0", "--set", "training.torch_threads=1",
                "--set", f"rollout.engine={engine}"]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise SystemExit(f"training with engine {engine} failed:\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 

@@ -17,14 +17,15 @@ Each repetition runs (a), (b), (c) back to back, so all see the same machine loa
 shapes.
 
     .venv/bin/python benchmarks/bench_rollout_tokens.py --model coevolve_lib/data/warm_start/tiny
-    .venv/bin/python benchmarks/bench_rollout_tokens.py --model smollm2-135m --tool-docs compact --tasks 8 --samples 3
+    .venv/bin/python benchmarks/bench_rollout_tokens.py --model smollm2-135m --pool bfcl --tasks 8 --samples 3
     .venv/bin/python benchmarks/bench_rollout_tokens.py --model smollm2-135m --device cuda --tasks 32 --samples 8 \
         --engines continuous_batching,generate
 
 `--model` takes a built model ("tiny", "smollm2-135m") or a model folder, e.g. the tiny profile's warm-started policy
 `coevolve_lib/data/warm_start/tiny`, which makes tool calls (several model steps per episode; the random-init tiny
 model mostly answers without calls, so its episodes are mostly one step). Tasks: the first N tasks of `--pool`
-(a pool.jsonl), or of a D_0 pool built on the fly (the tiny data-engine profile, a few seconds).
+(a pool.jsonl), of BFCL's multi-turn train split (`--pool bfcl`: SmolLM2 makes no tool calls, but every user turn
+is a model step), or of a D_0 pool built on the fly (the tiny data-engine profile, a few seconds).
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ from coevolve_lib.pool import pool_task_to_bfcl
 
 
 def load_pool_tasks(pool: str | None, count: int) -> list:
-    """The first `count` D_0 tasks of a pool file, or of a D_0 pool built in a temporary folder."""
+    """The first `count` D_0 tasks of a pool file, of BFCL's multi-turn base train split (`pool="bfcl"`: 2-5 user
+    turns each, so a model that makes no tool calls still has multi-turn episodes), or of a D_0 pool built in a
+    temporary folder."""
+    if pool == "bfcl":
+        from coevolve_lib.envs.bfcl import load_tasks, split_tasks
+
+        return split_tasks(load_tasks("v3", "multi_turn_base"), "train")[:count]
     if pool:
         tasks = [t for t in read_jsonl(pool) if t.get("pool_version", 0) == 0] or read_jsonl(pool)
     else:
@@ -154,7 +161,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="tiny", help="tiny, smollm2-135m, or a model folder")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, or auto")
     parser.add_argument("--dtype", default=None, help="torch dtype (default: float32 on CPU, bfloat16 on CUDA)")
-    parser.add_argument("--pool", default=None, help="a pool.jsonl to take tasks from (default: build D_0)")
+    parser.add_argument("--pool", default=None,
+                        help="a pool.jsonl to take tasks from, or `bfcl` (BFCL's multi-turn train tasks); default: "
+                             "build D_0")
     parser.add_argument("--tasks", type=int, default=16, help="N pool tasks")
     parser.add_argument("--samples", type=int, default=4, help="K episodes per task")
     parser.add_argument("--batch", type=int, default=None, help="live episodes at once (default: N x K)")
