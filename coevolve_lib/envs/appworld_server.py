@@ -157,7 +157,9 @@ class AppWorldServer:
         return self.process is not None and self.process.poll() is None and self.client.healthy()
 
     def ensure_running(self) -> bool:
-        """Restart the server if it died or hangs; True if it was restarted (it then holds no task: reset the env)."""
+        """Restart the server if it died or hangs; True if it was restarted (it then holds no task: reset the env).
+        Call it from the server's own worker between requests (after an AppWorldServerError): AppWorld runs code on
+        the server's event loop, so while it executes a request even GET / waits, and the server looks hung."""
         if self.alive():
             return False
         log.warning("AppWorld server at %s is dead or hung; restarting it. End of its log:\n%s", self.url,
