@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from tqdm.auto import tqdm
@@ -29,6 +29,7 @@ from coevolve_lib import toolcalls
 from coevolve_lib.config import RolloutSettings
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.rollout_engines import Request, make_engine
 
 ROLLOUT_SCHEMA = "rollout/v1"
 log = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ class RolloutConfig:
     max_completion_tokens: int | None = None
     """Token-level mode: most tokens after the first prompt (model and environment tokens; the paper's max response
     length 4096); an episode that reaches it ends as a failure (`completion_cap`). None: no cap."""
+    engine: str = "auto"
+    """Token-level mode: how replies are computed (`rollout_engines`): `auto` (kv_cache on CPU, continuous_batching
+    on CUDA, generate for other models), `generate`, `kv_cache`, `continuous_batching` or `vllm`."""
 
     def resolved_tool_format(self, model: ChatModel) -> str:
         if self.tool_format == "auto":
@@ -76,37 +80,86 @@ def rollout_config(settings: RolloutSettings, temperature: float | None = None, 
         max_steps_per_episode=settings.max_steps_per_episode, max_batch_size=settings.batch_size,
         generation=GenerationConfig(max_new_tokens=settings.max_new_tokens, temperature=temperature,
                                     top_p=settings.top_p, seed=seed),
-        token_level=token_level, max_completion_tokens=max_completion_tokens)
+        token_level=token_level, max_completion_tokens=max_completion_tokens, engine=settings.engine)
 
 
-class Episode:
-    """One rollout of one task: the conversation, the environment, and the record being built."""
+class Conversation:
+    """What every episode shares, whatever its environment: the messages, the token-level bookkeeping (the first
+    prompt's ids, everything after it, which of it the model generated) and the completion budget. An environment's
+    episode class adds `feed` (take a reply, act, append observations) and `record`."""
 
-    def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutConfig):
-        self.task, self.sample_index, self.tool_format, self.config = task, sample_index, tool_format, config
-        self.env = BFCLEnv(task)
+    def __init__(self, config: RolloutConfig):
+        self.config = config
         self.messages: list[dict] = []
-        self.turn = -1
-        self.steps_in_turn = 0
-        self.steps: list[dict] = []
-        self.terminated: str | None = None
-        self.model_error: str | None = None
-        self.parser_failures = 0  # replies on which a parser raised (a kit bug, logged; the reply became an error)
-        self.prompt_tokens = self.completion_tokens = 0
-        self.model_seconds = self.env_seconds = 0.0
         self.tools: list[dict] | None = None
+        self.terminated: str | None = None
+        self.prompt_tokens = self.completion_tokens = 0
+        self.model_seconds = 0.0
         self.prompt_ids: list[int] | None = None  # token-level mode: the first prompt ...
         self.completion_ids: list[int] = []  # ... everything after it ...
         self.completion_mask: list[int] = []  # ... and which of those tokens the model generated
         self.rendered = 0  # messages that the ids cover
-        if tool_format == "prompt":
-            self.messages.append({"role": "system",
-                                  "content": toolcalls.prompt_style_system_prompt(self._docs_at_turn(0))})
-        self._start_next_turn()
 
     @property
     def done(self) -> bool:
         return self.terminated is not None
+
+    def next_prompt_ids(self, model) -> list[int]:
+        """Token-level mode: the ids to generate from (the episode so far plus the framing of new messages)."""
+        if self.prompt_ids is None:
+            self.prompt_ids = model.prompt_ids(self.messages, self.tools)
+        else:
+            suffix = model.continuation_ids(self.messages, self.rendered, self.tools)
+            if self.completion_ids[-1] not in model.stop_ids:  # a reply cut at max_new_tokens: close its turn
+                suffix = [model.tokenizer.eos_token_id] + suffix
+            self.completion_ids += suffix
+            self.completion_mask += [0] * len(suffix)
+        self.rendered = len(self.messages)
+        return self.prompt_ids + self.completion_ids
+
+    def remaining_tokens(self) -> int | None:
+        cap = self.config.max_completion_tokens
+        return None if cap is None else cap - len(self.completion_ids)
+
+    def take_tokens(self, generation: Generation) -> None:
+        """Count a reply, keep its ids (token-level mode), and end the episode at the completion cap."""
+        if self.prompt_ids is not None and generation.token_ids is not None:
+            self.completion_ids += generation.token_ids
+            self.completion_mask += [1] * len(generation.token_ids)
+            self.rendered += 1  # the assistant message the caller appends is covered by the generated ids
+            cap = self.remaining_tokens()
+            if cap is not None and cap <= 0:
+                del self.completion_ids[self.config.max_completion_tokens:]
+                del self.completion_mask[self.config.max_completion_tokens:]
+                self.terminated = "completion_cap"
+        self.prompt_tokens += generation.prompt_tokens
+        self.completion_tokens += generation.completion_tokens
+        self.model_seconds += generation.seconds
+
+    def token_fields(self) -> dict:
+        """The record's token-level fields (none in message-level mode)."""
+        return {} if self.prompt_ids is None else {
+            "prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids,
+            "completion_mask": self.completion_mask}
+
+
+class Episode(Conversation):
+    """One rollout of one BFCL task: the conversation, the environment, and the record being built."""
+
+    def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutConfig):
+        super().__init__(config)
+        self.task, self.sample_index, self.tool_format = task, sample_index, tool_format
+        self.env = BFCLEnv(task)
+        self.turn = -1
+        self.steps_in_turn = 0
+        self.steps: list[dict] = []
+        self.model_error: str | None = None
+        self.parser_failures = 0  # replies on which a parser raised (a kit bug, logged; the reply became an error)
+        self.env_seconds = 0.0
+        if tool_format == "prompt":
+            self.messages.append({"role": "system",
+                                  "content": toolcalls.prompt_style_system_prompt(self._docs_at_turn(0))})
+        self._start_next_turn()
 
     def _docs_at_turn(self, turn: int) -> list[dict]:
         if self.config.tool_docs == "none":
@@ -130,37 +183,9 @@ class Episode:
             user_messages = [{"role": "user", "content": toolcalls.added_functions_message(self.tool_format, new_docs)}]
         self.messages.extend(user_messages)
 
-    def next_prompt_ids(self, model) -> list[int]:
-        """Token-level mode: the ids to generate from (the episode so far plus the framing of new messages)."""
-        if self.prompt_ids is None:
-            self.prompt_ids = model.prompt_ids(self.messages, self.tools)
-        else:
-            suffix = model.continuation_ids(self.messages, self.rendered, self.tools)
-            if self.completion_ids[-1] not in model.stop_ids:  # a reply cut at max_new_tokens: close its turn
-                suffix = [model.tokenizer.eos_token_id] + suffix
-            self.completion_ids += suffix
-            self.completion_mask += [0] * len(suffix)
-        self.rendered = len(self.messages)
-        return self.prompt_ids + self.completion_ids
-
-    def remaining_tokens(self) -> int | None:
-        cap = self.config.max_completion_tokens
-        return None if cap is None else cap - len(self.completion_ids)
-
     def feed(self, generation: Generation) -> None:
         """Take the model's reply: run its calls, or end the turn; close the episode on a cap or a model error."""
-        if self.prompt_ids is not None and generation.token_ids is not None:
-            self.completion_ids += generation.token_ids
-            self.completion_mask += [1] * len(generation.token_ids)
-            self.rendered += 1  # the assistant message appended below is covered by the generated ids
-            cap = self.remaining_tokens()
-            if cap is not None and cap <= 0:
-                del self.completion_ids[self.config.max_completion_tokens:]
-                del self.completion_mask[self.config.max_completion_tokens:]
-                self.terminated = "completion_cap"
-        self.prompt_tokens += generation.prompt_tokens
-        self.completion_tokens += generation.completion_tokens
-        self.model_seconds += generation.seconds
+        self.take_tokens(generation)
         if generation.error:
             self.messages.append({"role": "assistant", "content": ""})
             self.terminated = "model_error"
@@ -205,9 +230,6 @@ class Episode:
         verdict = self.env.score()
         self.env.close()
         success = bool(verdict["success"]) and self.terminated == "completed"
-        tokens = {} if self.prompt_ids is None else {
-            "prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids,
-            "completion_mask": self.completion_mask}
         return {
             "schema": ROLLOUT_SCHEMA,
             "task_id": self.task.id,
@@ -230,7 +252,7 @@ class Episode:
             "model_seconds": round(self.model_seconds, 4),
             "env_seconds": round(self.env_seconds, 4),
             "parser_failures": self.parser_failures,
-            **tokens,
+            **self.token_fields(),
         }
 
 
@@ -241,46 +263,58 @@ def run_rollouts(
     samples_per_task: int = 1,
     on_record: Callable[[dict], None] | None = None,
     progress: bool = True,
+    trainer=None,
+    new_episode: Callable[..., Conversation] | None = None,
 ) -> list[dict]:
     """Roll out every task `samples_per_task` times; returns the records in input order (task by task, sample by
     sample).
 
-    `on_record` sees each record as soon as its episode ends (e.g. to append it to a JSONL file), so an
-    interrupted run keeps every finished episode.
+    At most `config.max_batch_size` episodes are live at once; each waits for its reply from the rollout engine
+    (`config.engine`, see `rollout_engines`), runs it, and asks again, so an episode never waits for another's
+    tool calls. `on_record` sees each record as soon as its episode ends (e.g. to append it to a JSONL file), so an
+    interrupted run keeps every finished episode. `trainer`: the GRPO trainer, for the `vllm` engine.
+    `new_episode(task, sample_index, tool_format, config)` makes an episode of another environment (default: a BFCL
+    `Episode`); it has `Conversation`'s interface plus `feed(generation)` and `record(model_name)`.
     """
+    new_episode = new_episode or Episode
     tool_format = config.resolved_tool_format(model)
     if config.token_level and not hasattr(model, "generate_from_ids"):
         raise ValueError(f"token-level rollouts need a local model; {model.name} is {type(model).__name__}")
+    engine = make_engine(config.engine, model, config.generation, config.token_level, trainer=trainer)
     queue = deque(enumerate((task, index) for task in tasks for index in range(samples_per_task)))
-    live: list[tuple[int, Episode]] = []
+    live: dict[int, Conversation] = {}
     records: list[tuple[int, dict]] = []
-    call_index = 0
-    with tqdm(total=len(queue), desc=f"rollouts {model.name}", unit="episode", disable=not progress) as bar:
-        while queue or live:
-            while queue and len(live) < config.max_batch_size:
-                position, (task, index) = queue.popleft()
-                live.append((position, Episode(task, index, tool_format=tool_format, config=config)))
-            generation = config.generation
-            if generation.seed is not None:  # a different, reproducible seed for every batched call
-                generation = GenerationConfig(**{**asdict(generation), "seed": generation.seed + call_index})
-            episodes = [e for _, e in live]
-            if config.token_level:
-                budget = [e.remaining_tokens() for e in episodes]
-                if all(b is not None for b in budget):  # the largest budget bounds the call; overruns are cut
-                    generation = GenerationConfig(**{**asdict(generation), "max_new_tokens": max(
-                        1, min(generation.max_new_tokens, max(budget)))})
-                replies = model.generate_from_ids([e.next_prompt_ids(model) for e in episodes], generation)
-            else:
-                replies = model.generate([e.messages for e in episodes],
-                                         [e.tools for e in episodes] if tool_format == "native" else None, generation)
-            call_index += 1
-            for episode, reply in zip(episodes, replies):
-                episode.feed(reply)
-            for position, episode in [(p, e) for p, e in live if e.done]:
-                record = episode.record(model.name)
-                records.append((position, record))
-                if on_record is not None:
-                    on_record(record)
-                bar.update(1)
-            live = [(p, e) for p, e in live if not e.done]
+
+    def ask(position: int, episode: Conversation) -> None:
+        budget = episode.remaining_tokens() if config.token_level else None
+        cap = config.generation.max_new_tokens if budget is None else max(1, min(config.generation.max_new_tokens,
+                                                                                 budget))
+        if config.token_level:
+            engine.submit(Request(position, cap, prompt_ids=episode.next_prompt_ids(model)))
+        else:
+            engine.submit(Request(position, cap, messages=episode.messages,
+                                  tools=episode.tools if tool_format == "native" else None))
+
+    try:
+        with tqdm(total=len(queue), desc=f"rollouts {model.name}", unit="episode", disable=not progress) as bar:
+            while queue or live:
+                while queue and len(live) < config.max_batch_size:
+                    position, (task, index) = queue.popleft()
+                    live[position] = new_episode(task, index, tool_format=tool_format, config=config)
+                    ask(position, live[position])
+                for position, reply in engine.collect():
+                    episode = live[position]
+                    episode.feed(reply)
+                    if not episode.done:
+                        ask(position, episode)
+                        continue
+                    engine.release(position)
+                    del live[position]
+                    record = episode.record(model.name)
+                    records.append((position, record))
+                    if on_record is not None:
+                        on_record(record)
+                    bar.update(1)
+    finally:
+        engine.close()
     return [record for _, record in sorted(records, key=lambda item: item[0])]

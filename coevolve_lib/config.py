@@ -45,6 +45,10 @@ RARE_PATTERNS = ("bigram", "sequence", "set")
 
 # ------------------------------------------------------------------------------------------------ rollout
 
+RolloutEngine = Literal["auto", "generate", "kv_cache", "continuous_batching", "vllm"]
+"""The rollout engines of `coevolve_lib.rollout_engines`."""
+
+
 @dataclass(config=STRICT)
 class RolloutSettings:
     """How an episode runs, wherever it runs (evaluation, probes, held-out checks, GRPO rollouts)."""
@@ -67,6 +71,10 @@ class RolloutSettings:
     """Sampling temperature of training and probe rollouts (the paper: 0.9); evaluation has its own (0)."""
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     """Nucleus sampling mass of training and probe rollouts."""
+    engine: RolloutEngine = "auto"
+    """How token-level rollouts (training, evaluation of local models) compute replies (`rollout_engines`): `auto`
+    (`vllm` when training with `training.use_vllm`, `continuous_batching` on CUDA, `kv_cache` on CPU), or one of
+    them by name; `generate` re-feeds whole conversations (the reference)."""
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
