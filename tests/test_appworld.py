@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib.appworld_agent import AppWorldEpisodes, evaluate_appworld
 from coevolve_lib.envs.appworld import (
     NO_CODE_OBSERVATION, AppWorldEnv, AppWorldEnvConfig, AppWorldTask, extract_code, load_task, load_task_ids,
     load_tasks, positive_reward, scenario_id, sgc, tgc)
@@ -26,6 +28,8 @@ from coevolve_lib.envs.appworld_client import AppWorldClient, AppWorldServerErro
 from coevolve_lib.envs.appworld_server import (
     AppWorldNotInstalledError, AppWorldServer, AppWorldServerConfig, appworld_python, free_port)
 from coevolve_lib.envs.appworld_synthetic import SYNTHETIC_SPLIT, build_synthetic_world
+from coevolve_lib.models import ChatModel, Generation, GenerationConfig, load_chat_model
+from coevolve_lib.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,6 +53,12 @@ def test_scenario_id_and_metrics():
     assert sgc(records) == 0.5
     with pytest.raises(ValueError, match="two records"):
         tgc(records + [{"task_id": "a_1", "success": False}])
+    # An environment error is neither a success nor a failure: TGC leaves the task out, SGC its scenario.
+    records[1] = {"task_id": "a_2", "success": False, "environment_error": True}
+    assert tgc(records) == 2 / 3
+    assert sgc(records) == 0.0
+    with pytest.raises(ValueError, match="no measured records"):
+        tgc([records[1]])
 
 
 class _FakeAppWorld(BaseHTTPRequestHandler):
@@ -255,7 +265,8 @@ def test_a_killed_server_is_detected_restarted_and_the_episode_retried(server, w
         env.execute(world.solutions["synnote_3"])
     assert error.value.kind == "down"
     assert not server.alive()
-    assert server.ensure_running() and server.restarts == 1 and server.alive()
+    restarts = server.restarts
+    assert server.ensure_running() and server.restarts == restarts + 1 and server.alive()
     with pytest.raises(AppWorldServerError, match="not initialized on this server"):
         env.execute("print(1)")  # the fresh server holds no task
     env.reset()
@@ -263,3 +274,138 @@ def test_a_killed_server_is_detected_restarted_and_the_episode_retried(server, w
     assert env.done and env.score()["success"]
     env.close()
     assert not server.ensure_running()
+
+
+# --- the agent: AppWorld episodes in the kit's rollout loop ---------------------------------------------------------
+
+class CodeModel(ChatModel):
+    """Replies to each task's n-th request with its n-th scripted reply (the last one repeated), by the task id whose
+    instruction the user message holds; `before_reply(task_id, step)` runs first (the fault test kills the server
+    there). Message-level, a unit-test stand-in."""
+
+    def __init__(self, tasks, replies: dict[str, list[str]], before_reply=None):
+        self.name, self.native_tools, self.calls = "scripted-code", False, 0
+        self.task_of = {task.instruction: task.task_id for task in tasks}
+        self.replies, self.before_reply = replies, before_reply
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        self.calls += 1
+        return [self._reply(messages) for messages in conversations]
+
+    def _reply(self, messages):
+        instruction = messages[1]["content"].split("Task: ", 1)[1]
+        task_id, step = self.task_of[instruction], sum(m["role"] == "assistant" for m in messages)
+        if self.before_reply is not None:
+            self.before_reply(task_id, step)
+        replies = self.replies[task_id]
+        return Generation(replies[min(step, len(replies) - 1)], None, 10, 5, 0.0, "stop")
+
+
+def _block(code):
+    return f"I will run this.\n```python\n{code}\n```"
+
+
+@pytest.fixture(scope="session")
+def episodes(world, server):
+    """The episodes factory over the session's server (a second one starts when two episodes are live)."""
+    with AppWorldEpisodes(world.root, split=SYNTHETIC_SPLIT, servers=[server]) as episodes:
+        yield episodes
+
+
+def _check_record(record, split=SYNTHETIC_SPLIT):
+    assert record["schema"] == "rollout/v1" and record["task_source"] == f"appworld:{split}"
+    assert record["scenario_id"] == scenario_id(record["task_id"])
+    assert [m["role"] for m in record["messages"][:2]] == ["system", "user"]
+    assert "```python" in record["messages"][0]["content"] and "simple_note:" in record["messages"][0]["content"]
+    assert all(set(step) == {"step", "raw", "code", "output"} for step in record["steps"])
+    assert record["prompt_tokens"] > 0 and record["completion_tokens"] > 0
+    assert isinstance(record["success"], bool) and record["score"] == float(record["success"])
+
+
+def test_the_solutions_model_solves_every_synthetic_task(world, episodes, tmp_path):
+    tasks = load_tasks(SYNTHETIC_SPLIT, world.root)
+    model = CodeModel(tasks, {task_id: [_block(code)] for task_id, code in world.solutions.items()})
+    result = evaluate_appworld(model, SYNTHETIC_SPLIT, world.root, RolloutConfig(max_batch_size=2),
+                               out=tmp_path / "appworld.json", episodes=episodes)
+    rows = {row["metric"]: row for row in result["metrics"]}
+    assert (rows["tgc"]["value"], rows["tgc"]["n"], rows["sgc"]["value"], rows["sgc"]["n"]) == (100.0, 5, 100.0, 2)
+    assert result["details"]["environment_errors"] == 0 and result["details"]["format_errors"] == 0
+    records = list(read_jsonl(tmp_path / "appworld.rollouts.jsonl"))
+    assert sorted(r["task_id"] for r in records) == sorted(world.solutions)
+    for record in records:
+        _check_record(record)
+        assert record["terminated"] == "completed" and record["error_type"] is None
+        assert record["pass_fraction"] == 1.0 and record["positive_reward"] and len(record["steps"]) == 1
+        assert record["steps"][0]["code"] == world.solutions[record["task_id"]].strip()
+    assert len(episodes.owned) + 1 == len(episodes.idle) == 2  # one server per live episode, then reused
+    assert model.calls == 3  # 5 one-step episodes, two at a time
+
+
+def test_wrong_and_codeless_replies_fail_and_count_format_errors(world, episodes):
+    tasks = load_tasks(SYNTHETIC_SPLIT, world.root)
+    no_op = _block("apis.supervisor.complete_task()")
+    replies = {task.task_id: [no_op] for task in tasks}
+    replies["synask_1"] = ["I would look up the note now."]  # never a code block
+    replies["synask_2"] = [_block('apis.supervisor.complete_task(answer="7")')]
+    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutConfig(max_steps_per_episode=3, max_batch_size=2),
+                           progress=False, new_episode=episodes)
+    assert len(records) == 5 and not any(r["success"] or r["environment_error"] for r in records)
+    assert tgc(records) == 0.0 < 1 and sgc(records) == 0.0
+    by_task = {r["task_id"]: r for r in records}
+    codeless = by_task["synask_1"]
+    assert codeless["format_errors"] == 3 and codeless["terminated"] == "episode_step_cap"
+    assert codeless["error_type"] == "agent:episode_step_cap" and [s["code"] for s in codeless["steps"]] == [None] * 3
+    assert by_task["synask_2"]["error_type"] == "appworld:tests_failed"
+    # the no-op completion passes AppWorld's no_op_pass test: a positive reward without success
+    assert by_task["synnote_1"]["positive_reward"] and 0 < by_task["synnote_1"]["pass_fraction"] < 1
+
+
+@pytest.mark.parametrize("token_level", [False, True])
+def test_the_tiny_model_runs_appworld_episodes(world, episodes, token_level):
+    tasks = load_tasks(SYNTHETIC_SPLIT, world.root)[:2]
+    config = RolloutConfig(max_steps_per_episode=2, max_batch_size=2, token_level=token_level,
+                           generation=GenerationConfig(max_new_tokens=12))
+    records = run_rollouts(load_chat_model("tiny"), tasks, config, progress=False, new_episode=episodes)
+    assert [r["task_id"] for r in records] == [t.task_id for t in tasks]
+    for record in records:
+        _check_record(record)
+        assert not record["success"] and not record["environment_error"] and 1 <= len(record["steps"]) <= 2
+        if token_level:
+            assert len(record["completion_ids"]) == len(record["completion_mask"]) > 0
+            assert set(record["completion_mask"]) == {0, 1} and len(record["prompt_ids"]) > 100
+        else:
+            assert "prompt_ids" not in record
+
+
+def test_a_server_killed_mid_episode_is_retried_or_an_environment_error(world, server):
+    """synnote_1: the server is killed before the 2nd reply, the episode starts over on the restarted server and
+    succeeds; synnote_2: the server refuses on both attempts (another task loaded behind the episode's back), so it
+    is an environment error; synask_1 is unaffected. Every task has a record. (A kill costs a restart, ~20 s: one only.)"""
+    tasks = [load_task(task_id, world.root) for task_id in ("synnote_1", "synnote_2", "synask_1")]
+    faults = {"synnote_1": ["kill"], "synnote_2": ["swap", "swap"], "synask_1": []}
+
+    def fail_before_second_reply(task_id, step):
+        if step == 1 and faults[task_id]:
+            if faults[task_id].pop(0) == "kill":
+                os.kill(server.pid, signal.SIGKILL)
+                server.process.wait()
+            else:  # the server holds one task: requests for synnote_2 are refused
+                server.client.initialize("synask_2")
+
+    look = _block("passwords = apis.supervisor.show_account_passwords()\nprint(len(passwords))")
+    replies = {task.task_id: [look, _block(world.solutions[task.task_id])] for task in tasks}
+    model = CodeModel(tasks, replies, before_reply=fail_before_second_reply)
+    restarts = server.restarts
+    with AppWorldEpisodes(world.root, split=SYNTHETIC_SPLIT, servers=[server]) as episodes:
+        records = run_rollouts(model, tasks, RolloutConfig(max_batch_size=1), progress=False, new_episode=episodes)
+    retried, failed, clean = records
+    assert [r["task_id"] for r in records] == ["synnote_1", "synnote_2", "synask_1"]
+    assert retried["success"] and retried["attempts"] == 2 and not retried["environment_error"]
+    assert [f["kind"] for f in retried["environment_faults"]] == ["down"]
+    assert [m["role"] for m in retried["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert failed["environment_error"] and failed["error_type"] == "environment:refused" and not failed["success"]
+    assert failed["terminated"] == "environment_error" and failed["attempts"] == 2
+    assert [f["kind"] for f in failed["environment_faults"]] == ["refused", "refused"]
+    assert clean["success"] and clean["attempts"] == 1 and not clean["environment_faults"]
+    assert tgc(records) == 1.0 and sgc(records) == 1.0  # synnote_2 is left out, and with it its scenario
+    assert server.restarts == restarts + 1 and server.alive()

@@ -186,27 +186,48 @@ def positive_reward(score: Mapping) -> bool:
     return score["pass_fraction"] > 0
 
 
+def measured_records(records: Iterable[Mapping]) -> list[Mapping]:
+    """The records that measured the policy: those without `environment_error` (an episode the AppWorld server
+    failed twice, `appworld_agent.AppWorldEpisode`). TGC and SGC leave the others out and callers report their count
+    apart: a server failure is neither a success nor a policy failure."""
+    return [record for record in records if not record.get("environment_error")]
+
+
 def _solved_by_task(records: Iterable[Mapping]) -> dict[str, bool]:
     solved: dict[str, bool] = {}
-    for record in records:
+    for record in measured_records(records):
         if record["task_id"] in solved:
             raise ValueError(f"two records for task {record['task_id']!r}: TGC and SGC take one episode per task")
         solved[record["task_id"]] = bool(record["success"])
     if not solved:
-        raise ValueError("no records")
+        raise ValueError("no measured records (none, or only environment errors)")
     return solved
 
 
 def tgc(records: Iterable[Mapping]) -> float:
-    """Task Goal Completion: the fraction of tasks solved. `records`: one `{task_id, success}` per task."""
+    """Task Goal Completion: the fraction of tasks solved. `records`: one `{task_id, success}` per task; records with
+    `environment_error` are left out (`measured_records`)."""
     solved = _solved_by_task(records)
     return sum(solved.values()) / len(solved)
 
 
-def sgc(records: Iterable[Mapping]) -> float:
-    """Scenario Goal Completion: the fraction of scenarios all of whose tasks are solved (a scenario is the task id's
-    prefix before its last `_`). `records`: one `{task_id, success}` per task, every task of each scenario."""
+def scenarios_completed(records: Iterable[Mapping]) -> dict[str, bool]:
+    """Per scenario (the task id's prefix before its last `_`), whether all its tasks are solved. A scenario with
+    an `environment_error` record is left out: whether it is complete is unknown."""
+    records = list(records)
+    unmeasured = {scenario_id(r["task_id"]) for r in records if r.get("environment_error")}
     by_scenario: dict[str, list[bool]] = defaultdict(list)
     for task_id, success in _solved_by_task(records).items():
-        by_scenario[scenario_id(task_id)].append(success)
-    return sum(all(outcomes) for outcomes in by_scenario.values()) / len(by_scenario)
+        if scenario_id(task_id) not in unmeasured:
+            by_scenario[scenario_id(task_id)].append(success)
+    if not by_scenario:
+        raise ValueError("no scenario all of whose tasks were measured (every one has an environment error)")
+    return {scenario: all(outcomes) for scenario, outcomes in by_scenario.items()}
+
+
+def sgc(records: Iterable[Mapping]) -> float:
+    """Scenario Goal Completion: the fraction of scenarios all of whose tasks are solved. `records`: one `{task_id,
+    success}` per task, every task of each scenario; a scenario with an `environment_error` record is left out
+    (`scenarios_completed`)."""
+    completed = scenarios_completed(records)
+    return sum(completed.values()) / len(completed)
