@@ -305,6 +305,32 @@ def _block(code):
     return f"I will run this.\n```python\n{code}\n```"
 
 
+def test_a_server_that_never_answers_gives_environment_error_records(tmp_path):
+    """No server behind the client: reset fails on both attempts; the prompt stays well-formed, the one reply the
+    loop asks for is dropped, and each task still gets its record, left out of TGC."""
+
+    class DeadServer:
+        process = "running"  # looks started: the episode goes straight to reset()
+        client = AppWorldClient(f"http://127.0.0.1:{free_port()}")
+
+        def ensure_running(self):
+            return False
+
+    tasks = [AppWorldTask(task_id=f"t_{n}", instruction=f"do {n}", supervisor={
+        "first_name": "A", "last_name": "B", "email": "a@b.c", "phone_number": "1"}, datetime="2023-05-18T12:00:00")
+        for n in (1, 2)]
+    model = CodeModel(tasks, {task.task_id: [_block("print(1)")] for task in tasks})
+    factory = AppWorldEpisodes(tmp_path, split="dev", api_docs=False, servers=[DeadServer()])
+    records = run_rollouts(model, tasks, RolloutConfig(max_batch_size=1), progress=False, new_episode=factory)
+    assert [r["task_id"] for r in records] == ["t_1", "t_2"] and model.calls == 2
+    for record in records:
+        assert record["environment_error"] and record["error_type"] == "environment:down"
+        assert record["attempts"] == 2 and [f["kind"] for f in record["environment_faults"]] == ["down", "down"]
+        assert [m["role"] for m in record["messages"]] == ["system", "user"] and record["steps"] == []
+    with pytest.raises(ValueError, match="no measured records"):
+        tgc(records)
+
+
 @pytest.fixture(scope="session")
 def episodes(world, server):
     """The episodes factory over the session's server (a second one starts when two episodes are live)."""
