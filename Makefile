@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
 
-.PHONY: setup test test-unit test-notebooks reproduce lab clean
+.PHONY: setup appworld test test-unit test-notebooks reproduce lab clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,10 +18,25 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 setup: $(STAMP)
 	$(PY) -m coevolve_lib setup
 
+# AppWorld in its own venv (it pins pydantic<2; the kit never imports it and talks to its server over HTTP:
+# coevolve_lib/envs/appworld_server.py). `appworld install` unpacks AppWorld's apps offline; its tests bundle goes into
+# the venv (APPWORLD_CACHE), not into ~/.appworld. About 50 s on 2 cores once the wheels are cached.
+APPWORLD_VENV := .venv-appworld
+APPWORLD_STAMP := $(APPWORLD_VENV)/.installed
+
+$(APPWORLD_STAMP): requirements-appworld.txt
+	test -x $(APPWORLD_VENV)/bin/python || $(PYTHON) -m venv $(APPWORLD_VENV)
+	$(APPWORLD_VENV)/bin/python -m pip install -q --upgrade pip
+	$(APPWORLD_VENV)/bin/python -m pip install -q -r requirements-appworld.txt
+	APPWORLD_CACHE=$(CURDIR)/$(APPWORLD_VENV)/appworld-cache $(APPWORLD_VENV)/bin/appworld install
+	touch $@
+
+appworld: $(APPWORLD_STAMP)
+
 # The unit tests and the notebooks (under nbval, at the smoke scale: configs/scales/smoke.yaml, the same profile with
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay).
-test: setup
+test: setup appworld
 	rm -rf runs/nbval
 	COEVOLVE_MAX_TORCH_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-notebooks
 
@@ -43,4 +58,4 @@ lab: setup
 	$(VENV)/bin/jupyter lab notebooks --no-browser --ip=127.0.0.1 $$(test "$$(id -u)" = 0 && echo --allow-root)
 
 clean:
-	rm -rf $(VENV) .cache runs
+	rm -rf $(VENV) $(APPWORLD_VENV) .cache runs

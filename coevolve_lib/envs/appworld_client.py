@@ -1,0 +1,151 @@
+"""An HTTP client for AppWorld's environment server (`appworld.serve.environment`), standard library only.
+
+The kit never imports `appworld` (it pins pydantic<2, the kit pydantic 2); AppWorld runs in its own venv and process
+(`appworld_server.py`) and the kit speaks to it over loopback HTTP. The server's contract, measured on AppWorld
+0.1.3.post1: every body is JSON, every answer is `{"output": ...}`, and it holds ONE task at a time (a request naming
+another task is refused).
+
+Every failure of the server itself raises `AppWorldServerError` (down, timed out, refused, unreadable answer), so that
+callers count it as an environment error, never as a policy failure. What the policy's code does (an exception, a
+blocked call, a syntax error) is a normal result: `execute` returns AppWorld's own text for it. The server answers
+every refusal with a bare HTTP 500 "Internal Server Error" (it passes its message as `HTTPException`'s status code),
+so the client says what went wrong from what it knows: which task it initialized, whether the server still answers,
+and the end of the server's log when the server manager gave one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+SERVER_ERROR_KINDS = ("down", "timeout", "refused", "bad_response")
+
+
+class AppWorldServerError(RuntimeError):
+    """The AppWorld server failed, not the policy: an environment error to count apart (and to retry after a restart).
+
+    `kind` is one of SERVER_ERROR_KINDS: "down" (no answer: not started, killed, connection reset), "timeout" (no
+    answer within the request's timeout), "refused" (HTTP error: task not initialized, another task active, unknown
+    task), "bad_response" (an answer that is not AppWorld's JSON)."""
+
+    def __init__(self, message: str, kind: str):
+        assert kind in SERVER_ERROR_KINDS, kind
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class AppWorldClient:
+    """One AppWorld environment server at `base_url` (e.g. `http://127.0.0.1:8765`)."""
+
+    base_url: str
+    """Where the server listens (loopback: the server manager binds 127.0.0.1)."""
+    timeout_s: float = 120.0
+    """Seconds to wait for one answer. Above AppWorld's own limit on one code execution (100 s by default), so that a
+    slow execution comes back as AppWorld's "Execution timed out" text, and only a hung server as a timeout."""
+    log_tail: Callable[[], str] | None = None
+    """Returns the end of the server's log (given by the server manager); added to refusal messages, since the HTTP
+    answer itself carries no detail."""
+    active_task: str | None = field(default=None, init=False)
+    """The task this client last initialized and did not close: the server holds one task, so this explains refusals."""
+
+    def initialize(self, task_id: str, **options: Any) -> dict:
+        """Load `task_id` into the server (replacing any task it held) and return `{task_id, instruction, supervisor,
+        datetime}`. `options` are AppWorld's own initialize fields (`experiment_name`, `timeout_seconds`,
+        `max_interactions`, `random_seed`, ...)."""
+        self.active_task = None
+        output = self._post("/initialize", {"task_id": task_id, **options}, task_id)
+        self.active_task = task_id
+        return output
+
+    def execute(self, task_id: str, code: str) -> str:
+        """Run `code` in the task's sandbox (AppWorld's IPython shell with `apis`) and return what it printed, or
+        AppWorld's own error text ("Execution failed. Traceback: ...") for code that raised or was refused."""
+        return self._post("/execute", {"task_id": task_id, "code": code}, task_id)
+
+    def task_completed(self, task_id: str) -> bool:
+        """Whether the agent marked the task complete (`apis.supervisor.complete_task`)."""
+        return bool(self._post("/task_completed", {"task_id": task_id}, task_id))
+
+    def evaluate(self, task_id: str) -> dict:
+        """AppWorld's verdict on the task's current state: `{success, difficulty, num_tests, passes: [{requirement,
+        label}], failures: [{requirement, trace, label}]}`."""
+        return self._post("/evaluate", {"task_id": task_id, "suppress_errors": True, "report": False}, task_id)
+
+    def close(self, task_id: str) -> None:
+        """Release the task's in-memory databases on the server."""
+        self._post("/close", {"task_id": task_id}, task_id)
+        self.active_task = None
+
+    def api_docs(self) -> dict:
+        """Every app's API docs: `{app: {api: doc}}` (AppWorld's standard format; the admin app left out)."""
+        return self._request("GET", "/api_docs", None, None)
+
+    def task(self, task_id: str) -> dict:
+        """A task's `{task_id, instruction, supervisor, datetime}` without loading it (GET /tasks/{task_id})."""
+        return self._request("GET", f"/tasks/{task_id}", None, task_id)["output"]
+
+    def healthy(self) -> bool:
+        """Whether the server answers its index page (GET /) within 5 s."""
+        try:
+            with _OPENER.open(self.base_url + "/", timeout=5) as response:
+                return response.status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+
+    def _post(self, path: str, body: dict, task_id: str) -> Any:
+        return self._request("POST", path, body, task_id)["output"]
+
+    def _request(self, method: str, path: str, body: dict | None, task_id: str | None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with _OPENER.open(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            raise AppWorldServerError(self._refusal(path, task_id, error.code), "refused") from None
+        except (TimeoutError, urllib.error.URLError, OSError, http.client.HTTPException) as error:
+            reason = error.reason if isinstance(error, urllib.error.URLError) else error
+            if isinstance(reason, TimeoutError):
+                raise AppWorldServerError(f"AppWorld server at {self.base_url} gave no answer to {path} within "
+                                          f"{self.timeout_s:g} s (hung or overloaded)", "timeout") from None
+            raise AppWorldServerError(f"AppWorld server at {self.base_url} is not reachable on {path} (dead or not "
+                                      f"started: {type(reason).__name__}: {reason})", "down") from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise AppWorldServerError(f"AppWorld server at {self.base_url} answered {path} with non-JSON: "
+                                      f"{raw[:200]!r}", "bad_response") from None
+
+    def _refusal(self, path: str, task_id: str | None, status: int) -> str:
+        """What most likely went wrong behind the server's bare HTTP error, from what the client knows."""
+        if path == "/initialize" or path.startswith("/tasks/"):
+            why = (f"could not load task {task_id!r}: unknown task id, or its files under APPWORLD_ROOT/data/tasks/ "
+                   "are missing or incomplete")
+        elif self.active_task is None:
+            why = (f"task {task_id!r} is not initialized on this server (call initialize first; a restarted server "
+                   "holds no task)")
+        elif self.active_task != task_id:
+            why = (f"the server holds task {self.active_task!r}, not {task_id!r} (one task per server: run one server "
+                   "per worker)")
+        else:
+            why = (f"the server failed on task {task_id!r} although this client initialized it (restarted by someone "
+                   "else, or an error inside AppWorld)")
+        message = f"AppWorld server at {self.base_url} refused {path} with HTTP {status}: {why}"
+        if not self.healthy():
+            message += "; the server no longer answers (dead)"
+        if self.log_tail is not None:  # the server's own exception is the log's last line
+            tail = self.log_tail()
+            last_line = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+            message += f"\nthe server logged: {last_line.strip()}\n--- end of the server log ---\n{tail}"
+        return message
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Loopback requests never go through an HTTP proxy named in the environment (`http_proxy`)."""
