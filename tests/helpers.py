@@ -17,3 +17,39 @@ def small_run(base: dict, tmp_path, name: str, **extra):
     (`section.field=value` names, JSON values) merged in."""
     overrides = parse_overrides([f"{k}={json.dumps(v)}" for k, v in extra.items()])
     return run_config("tiny", deep_merge(base, overrides)), tmp_path / name
+
+
+def check_scripted_token_records(records: list[dict], tasks: list, tokenizer) -> None:
+    """Token-level records of a scripted model that replies with each task's reference calls, one per step, then
+    "Done.": every episode succeeds, the generated tokens are exactly those replies, and the environment tokens hold
+    one tool response per step."""
+    from coevolve_lib.envs.safe_calls import parse_call
+
+    for record in records:
+        assert record["success"], record["error_type"]
+        ids, mask = record["completion_ids"], record["completion_mask"]
+        assert len(ids) == len(mask) and mask[0] == 1 and mask[-1] == 1
+        generated = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+        calls = [parse_call(c) for c in next(t for t in tasks if t.id == record["task_id"]).ground_truth[0]]
+        assert generated == "".join("<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.kwargs_dict}) +
+                                    "\n</tool_call><|im_end|>" for c in calls) + "Done.<|im_end|>"
+        environment = tokenizer.decode([i for i, m in zip(ids, mask) if not m])
+        assert environment.count("<tool_response>") == len(record["steps"])
+
+
+def scripted_reply_ids(tokenizer, tasks, prompt_ids: list[int]) -> list[int]:
+    """The token ids of a scripted policy's next reply to a token-level prompt of one of `tasks`: the task's next
+    reference call in the template's tool-call format, or "Done." once they are all made."""
+    from coevolve_lib.envs.safe_calls import parse_call
+
+    text = tokenizer.decode(prompt_ids)
+    task = next(t for t in tasks if t.turns[0][0]["content"] in text)
+    step = text.count("<|im_start|>assistant") - 1
+    calls = task.ground_truth[0]
+    if step < len(calls):
+        call = parse_call(calls[step])
+        reply = "<tool_call>\n" + json.dumps({"name": call.name, "arguments": call.kwargs_dict}) + \
+            "\n</tool_call><|im_end|>"
+    else:
+        reply = "Done.<|im_end|>"
+    return tokenizer(reply, add_special_tokens=False)["input_ids"]

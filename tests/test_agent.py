@@ -4,6 +4,7 @@ loopback OpenAI endpoint run the same loop."""
 import json
 
 import pytest
+from helpers import check_scripted_token_records, scripted_reply_ids
 
 from coevolve_lib.agent import RolloutConfig, run_rollouts
 from coevolve_lib.envs.bfcl import load_tasks
@@ -143,7 +144,7 @@ class ScriptedTokenModel:
 
         real = load_chat_model("tiny")
         self.chat = HFChatModel.from_loaded(real.model, real.tokenizer, "scripted-tokens")
-        self.scripts = {t.turns[0][0]["content"]: t.ground_truth[0] for t in tasks}
+        self.tasks = tasks
         self.name, self.native_tools, self.tokenizer, self.stop_ids = "scripted-tokens", True, real.tokenizer, \
             self.chat.stop_ids
         self.prompt_ids, self.continuation_ids = self.chat.prompt_ids, self.chat.continuation_ids
@@ -151,17 +152,7 @@ class ScriptedTokenModel:
     def generate_from_ids(self, prompts, config):
         out = []
         for ids in prompts:
-            text = self.tokenizer.decode(ids)
-            query = next(q for q in self.scripts if q in text)
-            step = text.count("<|im_start|>assistant") - 1
-            calls = self.scripts[query]
-            if step < len(calls):
-                call = parse_call(calls[step])
-                reply = "<tool_call>\n" + json.dumps({"name": call.name, "arguments": call.kwargs_dict}) + \
-                    "\n</tool_call><|im_end|>"
-            else:
-                reply = "Done.<|im_end|>"
-            token_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+            token_ids = scripted_reply_ids(self.tokenizer, self.tasks, ids)
             out.append(Generation(self.tokenizer.decode(token_ids, skip_special_tokens=True), None, len(ids),
                                   len(token_ids), 0.0, "stop", token_ids=token_ids))
         return out
@@ -182,16 +173,10 @@ def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_pa
                            progress=False)
     assert [r["task_id"] for r in records] == [t.id for t in tasks for _ in range(2)]  # input order
     tokenizer = model.tokenizer
+    check_scripted_token_records(records, tasks, tokenizer)
     for record in records:
-        assert record["success"], record["error_type"]
-        ids, mask = record["completion_ids"], record["completion_mask"]
-        assert len(ids) == len(mask) and mask[0] == 1 and mask[-1] == 1
-        generated = tokenizer.decode([i for i, m in zip(ids, mask) if m])
-        calls = [parse_call(c) for c in next(t for t in tasks if t.id == record["task_id"]).ground_truth[0]]
-        assert generated == "".join("<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.kwargs_dict}) +
-                                    "\n</tool_call><|im_end|>" for c in calls) + "Done.<|im_end|>"
-        environment = tokenizer.decode([i for i, m in zip(ids, mask) if not m])
-        assert environment.count("<tool_response>") == len(record["steps"])
+        ids = record["completion_ids"]
+        environment = tokenizer.decode([i for i, m in zip(ids, record["completion_mask"]) if not m])
         for step in record["steps"]:
             assert step["observations"][0][:40] in environment
         # the ids are the conversation as the (prefix-preserving) training template renders it

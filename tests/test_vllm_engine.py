@@ -12,17 +12,16 @@ ran on would give). Processes are threads; accelerate's gather and broadcast bec
 
 import copy
 import importlib.util
-import json
 import threading
 from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import check_scripted_token_records, scripted_reply_ids
 from trl.generation import vllm_generation as trl_vllm
 
 from coevolve_lib.agent import RolloutConfig, run_rollouts
-from coevolve_lib.envs.safe_calls import parse_call
 from coevolve_lib.models import GenerationConfig, HFChatModel, load_chat_model
 from coevolve_lib.rollout_engines import Request
 from coevolve_lib.vllm_engine import VLLMEngine
@@ -81,27 +80,13 @@ class ScriptedClient:
     """TRL's VLLMClient on the main process: scripted completions instead of a server's."""
 
     def __init__(self, tokenizer, tasks):
-        self.tokenizer = tokenizer
-        self.scripts = {t.turns[0][0]["content"]: t.ground_truth[0] for t in tasks}
+        self.tokenizer, self.tasks = tokenizer, tasks
         self.junk = tokenizer("junk after the stop", add_special_tokens=False)["input_ids"]
 
     def generate(self, prompts, features, n, **sampling):
         assert features is None and n == 1
-        return {"prompt_ids": prompts, "completion_ids": [self.reply(p) + self.junk for p in prompts],
-                "logprobs": None}
-
-    def reply(self, prompt_ids):
-        text = self.tokenizer.decode(prompt_ids)
-        query = next(q for q in self.scripts if q in text)
-        step = text.count("<|im_start|>assistant") - 1
-        calls = self.scripts[query]
-        if step < len(calls):
-            call = parse_call(calls[step])
-            reply = "<tool_call>\n" + json.dumps({"name": call.name, "arguments": call.kwargs_dict}) + \
-                "\n</tool_call><|im_end|>"
-        else:
-            reply = "Done.<|im_end|>"
-        return self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+        return {"prompt_ids": prompts, "logprobs": None,
+                "completion_ids": [scripted_reply_ids(self.tokenizer, self.tasks, p) + self.junk for p in prompts]}
 
 
 class FakeVLLMGeneration(trl_vllm.VLLMGeneration):
@@ -153,18 +138,8 @@ def test_vllm_rollouts_keep_generated_ids_and_mask_the_environment(tiny, pool_ta
     model, trainer = process(tiny, world, 0, pool_tasks)
     records = run_rollouts(model, pool_tasks, CONFIG, samples_per_task=2, progress=False, trainer=trainer)
     assert [r["task_id"] for r in records] == [t.id for t in pool_tasks for _ in range(2)]
-    tokenizer = model.tokenizer
-    for record in records:
-        assert record["success"], record["error_type"]
-        ids, mask = record["completion_ids"], record["completion_mask"]
-        assert len(ids) == len(mask) and mask[0] == 1 and mask[-1] == 1
-        generated = tokenizer.decode([i for i, m in zip(ids, mask) if m])
-        calls = [parse_call(c) for c in next(t for t in pool_tasks if t.id == record["task_id"]).ground_truth[0]]
-        # each completion is cut after its stop id: the junk vLLM might have sampled after it never enters the ids
-        assert generated == "".join("<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.kwargs_dict}) +
-                                    "\n</tool_call><|im_end|>" for c in calls) + "Done.<|im_end|>"
-        environment = tokenizer.decode([i for i, m in zip(ids, mask) if not m])
-        assert environment.count("<tool_response>") == len(record["steps"])
+    # each completion is cut after its stop id: the junk vLLM might have sampled after it never enters the ids
+    check_scripted_token_records(records, pool_tasks, model.tokenizer)
     # The prompts sent are the episodes' ids up to each model turn, each once (one process: no padding).
     sent = Counter(tuple(p) for call in trainer.vllm_generation.calls for p in call)
     expected = Counter(tuple(r["prompt_ids"] + r["completion_ids"][:k]) for r in records
