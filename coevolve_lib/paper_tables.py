@@ -8,7 +8,7 @@ Two rules keep a table honest:
 - A results file whose runs no longer match the current configuration (the profile or a study's variants changed
   since it was written) is always an error (`StaleResults`): a table never shows numbers of another configuration.
 
-Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its server and data, issue 12),
+Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its official data, issue 12),
 ALFWorld and WebShop (not offline), and explorers no endpoint was given for (Table 12).
 """
 
@@ -30,7 +30,8 @@ from coevolve_lib.studies import baselines as baselines_study
 from coevolve_lib.studies import explorers as explorers_study
 from coevolve_lib.studies import sensitivity as sensitivity_grid
 
-APPWORLD = "not run: AppWorld needs its own server and task data (issue 12)"
+APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md), "
+            "and AppWorld training is not wired into the loop yet (issue 12)")
 OFFLINE = "not reproducible offline: no {} environment in the kit"
 PAPER_COLUMN = "BFCL"
 

@@ -19,6 +19,8 @@ def test_bench_rollout_tokens_prints_a_ratio(capsys, monkeypatch):
     spec.loader.exec_module(bench)
     result = bench.main(["--tasks", "2", "--samples", "2", "--max-new-tokens", "8", "--repeats", "1"])
     out = capsys.readouterr().out
-    assert "ratio engine/plain" in out and '"benchmark": "rollout_tokens"' in out.splitlines()[-1]
+    assert "target: engine / bound >= 0.7" in out and '"benchmark": "rollout_tokens"' in out.splitlines()[-1]
     assert result["episodes"] == 4 and result["batch"] == 4 and result["avg_turns"] >= 1
-    assert result["engine_tok_s_best"] > 0 and result["plain_tok_s_best"] > 0 and result["ratio_best"] > 0
+    assert set(result["tok_s_median"]) == {"kv_cache", "generate", "bound", "plain"}
+    assert all(value > 0 for value in result["tok_s_median"].values())
+    assert set(result["ratio_to_bound"]) == set(result["ratio_to_plain"]) == {"kv_cache", "generate"}
