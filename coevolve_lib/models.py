@@ -238,9 +238,20 @@ class HFChatModel(ChatModel):
         step = self.max_batch_size or max(len(prompts), 1)
         return [g for i in range(0, len(prompts), step) for g in self._generate_ids_batch(prompts[i:i + step], config)]
 
+    def hf_generation_config(self, config: GenerationConfig):
+        """transformers' GenerationConfig for `config`: greedy at temperature 0, else temperature and top-p with
+        top_k=0 (which turns off transformers' default top-k of 50, as in OpenAI-compatible servers); stops at the
+        model's stop ids."""
+        from transformers import GenerationConfig as HFGenerationConfig
+
+        greedy = config.temperature <= 0
+        return HFGenerationConfig(
+            max_new_tokens=config.max_new_tokens, do_sample=not greedy,
+            temperature=None if greedy else config.temperature, top_p=None if greedy else config.top_p,
+            top_k=None if greedy else 0, eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id)
+
     def _generate_ids_batch(self, prompts: list[list[int]], config: GenerationConfig) -> list[Generation]:
         import torch
-        from transformers import GenerationConfig as HFGenerationConfig
 
         if not prompts:
             return []
@@ -249,14 +260,7 @@ class HFChatModel(ChatModel):
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.model.device)
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
-        greedy = config.temperature <= 0
-        # top_k=0 turns off transformers' default top-k of 50: sampling follows temperature/top_p only, as in
-        # OpenAI-compatible servers.
-        hf_config = HFGenerationConfig(
-            max_new_tokens=config.max_new_tokens, do_sample=not greedy,
-            temperature=None if greedy else config.temperature, top_p=None if greedy else config.top_p,
-            top_k=None if greedy else 0, eos_token_id=self.stop_ids, pad_token_id=pad,
-        )
+        hf_config = self.hf_generation_config(config)
         # A seeded call runs in a forked RNG so that it does not change the caller's global stream; an unseeded
         # call draws from (and advances) the global stream, so repeated calls give different samples.
         devices = [self.model.device] if self.model.device.type == "cuda" else []

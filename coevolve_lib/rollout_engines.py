@@ -318,14 +318,10 @@ class ContinuousBatchingEngine:
     that order is."""
 
     def __init__(self, model, generation: GenerationConfig):
-        from transformers import ContinuousBatchingConfig, GenerationConfig as HFGenerationConfig
+        from transformers import ContinuousBatchingConfig
 
         self.model, self.generation = model, generation
-        greedy = generation.temperature <= 0
-        hf_config = HFGenerationConfig(
-            max_new_tokens=generation.max_new_tokens, do_sample=not greedy,
-            temperature=None if greedy else generation.temperature, top_p=None if greedy else generation.top_p,
-            top_k=None if greedy else 0, eos_token_id=model.stop_ids, pad_token_id=model.tokenizer.pad_token_id)
+        hf_config = model.hf_generation_config(generation)
         # On CUDA the manager sizes its paged cache from free GPU memory; on CPU (tests) that would be most of the
         # host's RAM, so a small cache is given.
         sizes = {} if model.model.device.type == "cuda" else {"block_size": 32, "num_blocks": 512,
