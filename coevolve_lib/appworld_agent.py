@@ -25,6 +25,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from coevolve_lib.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig, run_rollouts
+from coevolve_lib.appworld_calls import code_api_names
 from coevolve_lib.envs.appworld import (
     AppWorldEnv, AppWorldEnvConfig, AppWorldTask, data_root, extract_code, load_tasks, measured_records,
     positive_reward, scenario_id, scenarios_completed)
@@ -158,8 +159,10 @@ class AppWorldEpisode(Conversation):
             return
         finally:
             self.env_seconds += time.perf_counter() - start
-        self.steps.append({"step": len(self.steps), "raw": generation.text, "code": extract_code(generation.text),
-                           "output": output})
+        code = extract_code(generation.text)
+        # `calls` (the APIs the code names, read as text) and `observations` are what signals and contexts read.
+        self.steps.append({"step": len(self.steps), "raw": generation.text, "code": code, "output": output,
+                           "calls": code_api_names(code), "observations": [output]})
         self.messages.append({"role": "user", "content": output or EMPTY_OUTPUT})
         if self.env.completed:
             self.terminated = "completed"

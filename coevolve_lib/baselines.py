@@ -58,6 +58,7 @@ import math
 import random
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from coevolve_lib.config import BaselineSettings
@@ -193,7 +194,7 @@ def rest_marker(record: dict) -> dict:
 
 
 def trajectory_triplets(target: ExplorationTarget, explore_config=None, model=None) -> tuple[None, list[dict], dict]:
-    """ReST's stand-in for exploration (`feedback_round`'s `explore_fn`): the policy's own executed calls and
+    """ReST's stand-in for exploration (`RoundSteps.explore`): the policy's own executed calls and
     observations, as the triplets of one run."""
     record, marker = target.trajectory, target.signal
     triplets = [{"schema": TRIPLET_SCHEMA, "run_id": marker["signal_id"], "step": index, "action": call,
@@ -220,7 +221,7 @@ def rest_round(engine, round_index: int, rollouts: list[dict], settings: Baselin
               "filtered_tasks": len({r["task_id"] for r in passed}), "trajectories_used": len(records),
               "threshold": settings.rest_threshold}
     return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(),
-                          engine.explorer_model, progress=progress, explore_fn=trajectory_triplets,
+                          engine.explorer_model, progress=progress, steps=replace(engine.round_steps(), explore=trajectory_triplets),
                           report_extra={"baseline": "rest", "counts": counts})
 
 

@@ -41,6 +41,9 @@ keeps the two lists equal)."""
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 FORGETTING_KEYS = ("task", "task_type")
 RARE_PATTERNS = ("bigram", "sequence", "set")
+BFCL_SPLITS = ("val", "train", "all")
+APPWORLD_POOL_UPDATES = ("signals", "random", "none")
+"""The pool updates wired for AppWorld (the Table 10 baselines are BFCL-only so far)."""
 
 
 # ------------------------------------------------------------------------------------------------ rollout
@@ -87,14 +90,17 @@ class EvalConfig:
     """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible endpoint."""
     profile: str = "tiny"
     """Profile the values came from (recorded in results)."""
-    benchmark: Literal["bfcl"] = "bfcl"
-    """Benchmark; only BFCL multi-turn runs offline (AppWorld's task data cannot be downloaded here)."""
+    benchmark: Literal["bfcl", "appworld"] = "bfcl"
+    """The run's benchmark: its environments seed D_0 and the rounds, and its `split` is evaluated. `bfcl` (BFCL
+    multi-turn) or `appworld` (AppWorld's server on APPWORLD_ROOT's official data, else on the synthetic world the kit
+    builds offline; docs/appworld.md)."""
     data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version: `v3` (the paper's) or `v4`."""
     category: str = "multi_turn_base"
     """BFCL multi-turn category: base, miss_func, miss_param or long_context (with or without `multi_turn_`)."""
-    split: Literal["val", "train", "all"] = "val"
-    """`val` (the kit's evaluation split), `train`, or `all`; see envs.bfcl.split_tasks."""
+    split: str = "val"
+    """BFCL: `val` (the kit's evaluation split), `train`, or `all` (see envs.bfcl.split_tasks). AppWorld: a dataset
+    file of the data root: `dev`, `test_normal`, `test_challenge` (official), `dev` (the synthetic world)."""
     split_seed: int = 42
     """Seed of the train/val split (fixed so every run evaluates the same tasks)."""
     limit: PositiveInt | None = None
@@ -121,6 +127,13 @@ class EvalConfig:
         from coevolve_lib.envs.bfcl_backend import normalize_category
 
         return normalize_category(value)
+
+    def __post_init__(self):
+        if self.benchmark == "bfcl" and self.split not in BFCL_SPLITS:
+            raise ValueError(f"BFCL split {self.split!r}: choose from {list(BFCL_SPLITS)}")
+        if self.benchmark == "appworld" and self.split in ("val", "all"):
+            raise ValueError(f"{self.split!r} is a BFCL split; AppWorld's are its dataset files: dev, test_normal, "
+                             "test_challenge (the synthetic world: train, dev)")
 
 
 # ------------------------------------------------------------------------------------------------ data engine
@@ -551,6 +564,31 @@ class RunConfig:
                 and not self.data_engine.explorer_model:
             raise ValueError("training.baselines.reflexion_reflector=explorer needs data_engine.explorer_model "
                              "(e.g. openai:<name>); or let the policy reflect (reflexion_reflector=policy)")
+        if self.evaluation.benchmark == "appworld":
+            self._check_appworld()
         if self.rollout.engine == "vllm":  # the evaluations share the rollout section and have no trainer
             raise ValueError("rollout.engine=vllm is not chosen by name: set training.use_vllm=true and keep "
                              "rollout.engine=auto (vLLM for the GRPO rollouts, local engines for evaluations)")
+
+    def _check_appworld(self) -> None:
+        """What the AppWorld data engine supports so far (`appworld_engine`): the offline explorer and abstraction, no
+        held-out set or warm start (both BFCL's), the binary reward and the pool updates of APPWORLD_POOL_UPDATES."""
+        data, problems = self.data_engine, []
+        if data.explore.explorer != "schema" or data.explore.context_builder != "heuristic":
+            problems.append("data_engine.explore.explorer=schema and context_builder=heuristic (the LLM explorer "
+                            "and context builder are BFCL-only so far)")
+        if data.synthesis.abstraction != "deterministic" or data.synthesis.judge:
+            problems.append("data_engine.synthesis.abstraction=deterministic and judge=false (the LLM abstraction "
+                            "and judge are BFCL-only so far)")
+        if data.heldout.size:
+            problems.append("data_engine.heldout.size=0 (AppWorld runs are measured on evaluation.split)")
+        if data.warm_start.enabled:
+            problems.append("data_engine.warm_start.enabled=false (the warm start is BFCL's)")
+        if data.d0_source_split != "train":
+            problems.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
+        if self.training.reward != "binary":
+            problems.append("training.reward=binary (the prefix reward reads BFCL calls)")
+        if self.training.pool_updates not in APPWORLD_POOL_UPDATES:
+            problems.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
+        if problems:
+            raise ValueError("evaluation.benchmark=appworld needs " + "; ".join(problems))

@@ -26,7 +26,7 @@ from coevolve_lib.agent import rollout_config, run_rollouts
 from coevolve_lib.config import DataEngineConfig
 from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.contexts import ExplorationTarget
-from coevolve_lib.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
+from coevolve_lib.feedback import FeedbackConfig, RoundSteps, feedback_round, select_targets, synthesize_initial
 from coevolve_lib.heldout import heldout_tasks
 from coevolve_lib.model_artifacts import TinyConfig
 from coevolve_lib.models import load_chat_model
@@ -74,6 +74,25 @@ class DataEngine:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.pool = TaskPool(self.run_dir / "pool.jsonl")
         self.explorer_model = load_chat_model(config.explorer_model) if config.explorer_model else None
+
+    def round_steps(self) -> RoundSteps:
+        """How this engine's rounds explore, abstract and validate (BFCL's; `AppWorldDataEngine` has its own)."""
+        return RoundSteps()
+
+    def rollout_tasks(self, tasks: list[dict]) -> list:
+        """Pool tasks as `run_rollouts` takes them: one-turn BFCL tasks graded against their reference actions."""
+        return [pool_task_to_bfcl(task) for task in tasks]
+
+    def episodes(self):
+        """`run_rollouts`' `new_episode` for pool tasks (None: BFCL's episode)."""
+        return None
+
+    def environment(self) -> dict:
+        """What the run's environment is, for its records."""
+        return {"benchmark": "bfcl", "data_version": self.config.data_version}
+
+    def close(self) -> None:
+        """Stop what the engine started (BFCL: nothing; AppWorld: its servers)."""
 
     def feedback_config(self) -> FeedbackConfig:
         return FeedbackConfig(explore=self.config.explore, synthesis=self.config.synthesis,
@@ -155,8 +174,9 @@ class DataEngine:
                 rng = random.Random(cfg.seed * 1000 + step)
                 chosen = rng.sample(sorted(pool_tasks), min(cfg.tasks_per_step, len(pool_tasks)))
                 rollout_cfg = rollout_config(self.config.rollout, seed=cfg.seed * 1000 + step)
-                records = run_rollouts(model, [pool_task_to_bfcl(pool_tasks[i]) for i in chosen], rollout_cfg,
-                                       samples_per_task=cfg.samples_per_task, progress=progress)
+                records = run_rollouts(model, self.rollout_tasks([pool_tasks[i] for i in chosen]), rollout_cfg,
+                                       samples_per_task=cfg.samples_per_task, progress=progress,
+                                       new_episode=self.episodes())
                 write_json_atomic(step_path(step), stamp_rollouts(records, step, [pool_tasks[i] for i in chosen]))
         return [r for step in range(cfg.batches) for r in json.loads(step_path(step).read_text())]
 
@@ -185,7 +205,7 @@ class DataEngine:
             self.config.max_targets, seed=self.config.explore.seed + round_index))
         targets = [ExplorationTarget.from_pool_task(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
         return feedback_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.explorer_model,
-                         progress=progress)
+                              progress=progress, steps=self.round_steps())
 
     def _frozen_targets(self, round_index: int, choose) -> tuple[Path, list]:
         """(round folder, targets) of a round: `choose()` once, written to targets.json before any exploration; a
@@ -210,4 +230,5 @@ class DataEngine:
             round_index, lambda: rng.sample(sorted(pool_tasks), min(count, len(pool_tasks))))
         targets = [ExplorationTarget.from_pool_task(pool_tasks[task_id]) for task_id in chosen]
         unguided = replace(self.feedback_config(), explore=replace(self.config.explore, guided=False))
-        return feedback_round(round_index, round_dir, targets, self.pool, unguided, self.explorer_model, progress=progress)
+        return feedback_round(round_index, round_dir, targets, self.pool, unguided, self.explorer_model, progress=progress,
+                              steps=self.round_steps())

@@ -63,10 +63,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, samples: int = 1,
-                  progress: bool = False) -> dict[str, list[int]]:
-    """Success (1/0) of each of `samples` episodes per pool task (task/v1 records), by task id."""
-    records = run_rollouts(model, [pool_task_to_bfcl(t) for t in tasks], rollout, samples_per_task=samples,
-                           progress=progress)
+                  progress: bool = False, engine=None) -> dict[str, list[int]]:
+    """Success (1/0) of each of `samples` episodes per pool task (task/v1 records), by task id; `engine`: the data
+    engine whose environment runs them (`rollout_tasks`, `episodes`; default: BFCL)."""
+    env_tasks = engine.rollout_tasks(tasks) if engine else [pool_task_to_bfcl(t) for t in tasks]
+    records = run_rollouts(model, env_tasks, rollout, samples_per_task=samples, progress=progress,
+                           new_episode=engine.episodes() if engine else None)
     outcomes: dict[str, list[int]] = {t["task_id"]: [] for t in tasks}
     for record in records:
         outcomes[record["task_id"]].append(int(record["success"]))

@@ -18,6 +18,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -47,6 +48,22 @@ class FeedbackConfig:
     """Signal trajectories re-explored per round (the paper leaves it open); None = all."""
     seed: int = 0
     """Seed of target selection."""
+
+
+@dataclass
+class RoundSteps:
+    """How a round's stages run in one environment: BFCL's by default; AppWorld's engine
+    (`appworld_engine.AppWorldDataEngine.round_steps`) and ReST (its own trajectories as the triplets) swap some."""
+
+    explore: Callable = explore
+    """`(target, explore_config, model) -> (context, triplets, cost)`."""
+    abstract: Callable = abstract
+    """`(group_key, triplets, source, synthesis_config, model) -> (specs, cost)`."""
+    validate: Callable = validate
+    """`(spec, synthesis_config, model, known_task_ids) -> verdict`."""
+    prepare_validation: Callable[[list[dict]], None] | None = None
+    """Called once with the specs still to validate before the first of them is (e.g. to write them all in one
+    batch); None: nothing to prepare."""
 
 
 def select_targets(signals: list[dict], rollouts_by_id: dict[str, dict], max_targets: int | None,
@@ -80,12 +97,11 @@ def _target_key(target: ExplorationTarget) -> str:
 
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
               config: FeedbackConfig, model: ChatModel | None = None, max_new_tasks: int | None = None,
-              progress: bool = True, explore_fn=None, report_extra: dict | None = None) -> dict:
+              progress: bool = True, steps: RoundSteps | None = None, report_extra: dict | None = None) -> dict:
     """Run (or resume, or return the finished report of) one round; returns its report.
 
-    `explore_fn(target, explore_config, model) -> (context, triplets, cost)` replaces stage 2's exploration (default:
-    `explore`; ReST passes the policy's own trajectory as the triplets); `report_extra` joins the report."""
-    explore_fn = explore_fn or explore
+    `steps`: the environment's explore / abstract / validate (default: BFCL's); `report_extra` joins the report."""
+    steps = steps or RoundSteps()
     round_dir = Path(round_dir)
     report_path = round_dir / "report.json"
     if report_path.exists():
@@ -100,7 +116,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     for target in tqdm(targets, desc=f"round {round_index}: explore", disable=not progress):
         key = _target_key(target)
         if key not in explorations:
-            context, triplets, cost = explore_fn(target, config.explore, model)
+            context, triplets, cost = steps.explore(target, config.explore, model)
             explorations[key] = {"key": key, "source": target.source(context), "signal": target.signal,
                                  "context": context, "triplets": triplets, "cost": cost}
             append_jsonl(round_dir / "explorations.jsonl", explorations[key])
@@ -117,7 +133,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     for group_key, triplets in tqdm(groups.items(), desc=f"round {round_index}: abstract", disable=not progress):
         key = f"{group_key[0]}|{group_key[1]}"
         if key not in abstractions:
-            specs, cost = abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
+            specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
             abstractions[key] = {"key": key, "group": list(group_key), "specs": specs, "cost": cost}
             append_jsonl(round_dir / "abstractions.jsonl", abstractions[key])
     specs = [spec for a in abstractions.values() for spec in a["specs"]]
@@ -129,9 +145,12 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     # Stage 3b: validation by execution, one line per spec; duplicates of the pool or of this round are rejected.
     verdicts = {v["spec_id"]: v for v in read_jsonl(round_dir / "verdicts.jsonl")}
     known = set(pool.ids) | {v["task_id"] for v in verdicts.values() if v["accepted"]}
+    pending = [spec for spec in specs if spec["spec_id"] not in verdicts]
+    if pending and config.synthesis.validate and steps.prepare_validation is not None:
+        steps.prepare_validation(pending)
     for spec in tqdm(specs, desc=f"round {round_index}: validate", disable=not progress):
         if spec["spec_id"] not in verdicts:
-            verdict = (validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
+            verdict = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
                        else accept_unvalidated(spec, config.synthesis, known))
             verdicts[spec["spec_id"]] = verdict
             append_jsonl(round_dir / "verdicts.jsonl", verdict)
@@ -184,10 +203,11 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
 
 
 def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: FeedbackConfig, size: int = 100,
-                       model: ChatModel | None = None, progress: bool = True) -> dict:
+                       model: ChatModel | None = None, progress: bool = True, steps: RoundSteps | None = None,
+                       target=ExplorationTarget.from_bfcl_task) -> dict:
     """D_0: unguided exploration of the environments of `tasks` (benchmark *train* tasks: only their initial
     states are used, never their queries or answers as training tasks), abstracted and validated through the
-    same path as a signal round, capped at `size` tasks (the paper's N = 100)."""
+    same path as a signal round, capped at `size` tasks (the paper's N = 100). `target(task)` makes a task's
+    exploration target, `steps` runs the stages (defaults: BFCL's)."""
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
-    targets = [ExplorationTarget.from_bfcl_task(task) for task in tasks]
-    return feedback_round(0, round_dir, targets, pool, unguided, model, size, progress)
+    return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, model, size, progress, steps)

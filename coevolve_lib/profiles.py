@@ -122,7 +122,8 @@ def _validation_message(exc: ValidationError, section: str, cls) -> str:
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "unexpected_keyword_argument":
             message = f"unknown field; valid: {', '.join(_valid_fields(cls, error['loc'][:-1]))}"
-        elif "input" in error and not isinstance(error["input"], dict):
+        elif error["loc"] and "input" in error and not isinstance(error["input"], dict):  # a field's value, not
+            # the whole section's (a cross-field check has no `loc`)
             message += f" (got {error['input']!r})"
         problems.append(f"{where}: {message}")
     return "; ".join(problems)

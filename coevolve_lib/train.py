@@ -47,7 +47,6 @@ from coevolve_lib.paths import repo_relative
 from coevolve_lib.records import append_jsonl, config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.results import metric_row
 from coevolve_lib.signals import SignalExtractor
-from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.profiles import ConfigError
 from coevolve_lib.train_summary import summarize
 from coevolve_lib.trl_args import grpo_kwargs, lora_config
@@ -107,8 +106,8 @@ def check_vllm(cfg: TrainConfig) -> None:
 class PoolRollouts:
     """TRL's `rollout_func`: draws the step's tasks from the pool and runs K episodes of each with the policy."""
 
-    def __init__(self, pool, run: RunConfig, process_index: int = 0):
-        self.pool, self.cfg, self.process_index = pool, run.training, process_index
+    def __init__(self, engine: DataEngine, run: RunConfig, process_index: int = 0):
+        self.engine, self.pool, self.cfg, self.process_index = engine, engine.pool, run.training, process_index
         self.rollout = training_rollouts(run)
         self.allowed_version = 0
         """Highest pool version training samples (rounds committed after the last checkpoint wait)."""
@@ -142,8 +141,9 @@ class PoolRollouts:
                                          gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
                                          ) as model:
             policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
-            records = run_rollouts(policy, [pool_task_to_bfcl(t) for t in tasks], self.rollout,
-                                   samples_per_task=self.cfg.group_size, progress=False, trainer=trainer)
+            records = run_rollouts(policy, self.engine.rollout_tasks(tasks), self.rollout,
+                                   samples_per_task=self.cfg.group_size, progress=False, trainer=trainer,
+                                   new_episode=self.engine.episodes())
         self.seconds += time.perf_counter() - start
         output = {"prompt_ids": [r.pop("prompt_ids") for r in records],
                   "completion_ids": [r.pop("completion_ids") for r in records],
@@ -158,6 +158,15 @@ class PoolRollouts:
         output["reward"] = [r["reward"] for r in records]
         self.pending += stamp_rollouts(records, step, tasks, drawn_before)
         return output
+
+
+def data_engine(run: RunConfig, out_dir: Path) -> DataEngine:
+    """The run's data engine: AppWorld's for `evaluation.benchmark: appworld`, else BFCL's."""
+    if run.evaluation.benchmark == "appworld":
+        from coevolve_lib.appworld_engine import AppWorldDataEngine
+
+        return AppWorldDataEngine(run.data_engine, out_dir)
+    return DataEngine(run.data_engine, out_dir)
 
 
 def latest_checkpoint(trainer_dir: Path) -> Path | None:
@@ -239,10 +248,20 @@ class CoEvolveLoop:
             result.update({"eval/heldout_greedy_success": percent(heldout), "eval/heldout_n": len(heldout),
                            "eval/heldout_set": self.heldout_key, "heldout_outcomes": heldout})
         pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
-        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.eval_pool_ids], greedy)
+        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.eval_pool_ids], greedy, engine=self.engine)
         result.update({"eval/d0_greedy_success": percent(d0), "eval/d0_n": len(d0)})
         limit = self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit
-        if val and limit != 0:
+        if val and limit != 0 and self.run.evaluation.benchmark == "appworld":
+            from coevolve_lib.appworld_agent import evaluate_appworld
+
+            doc = evaluate_appworld(policy, self.run.evaluation.split, self.engine.root, greedy,
+                                    out=self.out_dir / "eval" / f"val_step_{step:05d}.json", limit=limit,
+                                    profile=self.run.profile, experiment="coevolve_train",
+                                    episodes=self.engine.episodes())
+            tgc, sgc = metric_row(doc, "tgc"), metric_row(doc, "sgc")
+            result.update({"eval/val_success": tgc["value"], "eval/val_n": tgc["n"], "eval/val_sgc": sgc["value"],
+                           "eval/val_sgc_n": sgc["n"]})
+        elif val and limit != 0:
             eval_cfg = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
             bfcl = evaluate(eval_cfg, self.out_dir / "eval" / f"val_step_{step:05d}.json", model=policy,
                             progress=False, experiment="coevolve_train")
@@ -439,14 +458,10 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     `start_evaluations`: a folder where runs that start from the same policy and settings share their step-0
     evaluation (the studies' runs do)."""
     check_vllm(run.training)
-    import torch
     from accelerate import PartialState
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    cfg = run.training
-    set_torch_threads(cfg.torch_threads)
+    set_torch_threads(run.training.torch_threads)
     out_dir = Path(out_dir)
     trainer_dir = out_dir / "trainer"
     checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
@@ -454,7 +469,21 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         raise FileExistsError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                               "choose another --out")
     state = PartialState()
-    engine = DataEngine(run.data_engine, out_dir)
+    engine = data_engine(run, out_dir)
+    try:
+        return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
+    finally:
+        engine.close()
+
+
+def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint: Path | None, progress: bool,
+           start_evaluations) -> dict:
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg = run.training
+    trainer_dir = out_dir / "trainer"
     timings = {}
     if state.is_main_process:  # D_0 and the warm start are cached in the run folder; other processes wait
         announce(progress, f"D_0: {run.data_engine.d0_size} validated tasks (cached in {out_dir.name}/round_000; "
@@ -471,6 +500,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
             timings = json.loads((out_dir / "run_config.json").read_text())["timings_before_training"]
         write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
                                                         "training": asdict(cfg), "policy": policy_path,
+                                                        "environment": engine.environment(),
                                                         "timings_before_training": timings})
     state.wait_for_everyone()
     if not state.is_main_process:
@@ -479,7 +509,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
 
     announce(progress, f"training: {cfg.max_steps} GRPO steps of {cfg.tasks_per_step} tasks x K = {cfg.group_size}, "
                        f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
-    rollouts = PoolRollouts(engine.pool, run, process_index=state.process_index)
+    rollouts = PoolRollouts(engine, run, process_index=state.process_index)
     loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress,
                         start_evaluations=Path(start_evaluations) if start_evaluations else None)
     if checkpoint is not None:

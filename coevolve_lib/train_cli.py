@@ -119,9 +119,21 @@ def plan(run: RunConfig, out_dir: str | Path) -> dict:
     if launch.num_processes > 1:
         notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
                      f"--profile {run.profile} --model {out}/final --all-tasks --out <results.json>")
+    evaluation = run.evaluation
+    if evaluation.benchmark == "appworld":
+        root = os.environ.get("APPWORLD_ROOT")
+        benchmark = {"name": "appworld", "split": evaluation.split,
+                     "data": f"APPWORLD_ROOT={root}" if root else "the synthetic world (APPWORLD_ROOT is not set)",
+                     "setup": "make appworld (AppWorld's venv); official data: docs/appworld.md"}
+        if not root and evaluation.split not in ("train", "dev"):
+            notes.append(f"APPWORLD_ROOT is not set and the synthetic world has no {evaluation.split!r} split: "
+                         "point APPWORLD_ROOT at AppWorld's official data (docs/appworld.md)")
+    else:
+        benchmark = {"name": "bfcl", "data_version": evaluation.data_version, "category": evaluation.category,
+                     "split": evaluation.split}
     completions = cfg.tasks_per_step * cfg.group_size
     return {
-        "profile": run.profile, "policy_model": run.model, "explorer_model": explorer,
+        "profile": run.profile, "benchmark": benchmark, "policy_model": run.model, "explorer_model": explorer,
         "warm_start": run.data_engine.warm_start.enabled,
         "schedule": {"max_steps": cfg.max_steps, "pool_updates": cfg.pool_updates,
                      "feedback_every": cfg.feedback_every if cfg.pool_updates != "none" else None,

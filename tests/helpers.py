@@ -3,6 +3,7 @@
 import json
 
 from coevolve_lib.envs.bfcl import grade
+from coevolve_lib.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.profiles import deep_merge, parse_overrides, run_config
 
@@ -53,3 +54,26 @@ def scripted_reply_ids(tokenizer, tasks, prompt_ids: list[int]) -> list[int]:
     else:
         reply = "Done.<|im_end|>"
     return tokenizer(reply, add_special_tokens=False)["input_ids"]
+
+
+class CodeModel(ChatModel):
+    """Replies to each task's n-th request with its n-th scripted reply (the last one repeated), by the task id whose
+    instruction the user message holds; `before_reply(task_id, step)` runs first (the fault test kills the server
+    there). Message-level, a unit-test stand-in."""
+
+    def __init__(self, tasks, replies: dict[str, list[str]], before_reply=None):
+        self.name, self.native_tools, self.calls = "scripted-code", False, 0
+        self.task_of = {task.instruction: task.task_id for task in tasks}
+        self.replies, self.before_reply = replies, before_reply
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        self.calls += 1
+        return [self._reply(messages) for messages in conversations]
+
+    def _reply(self, messages):
+        instruction = messages[1]["content"].split("Task: ", 1)[1]
+        task_id, step = self.task_of[instruction], sum(m["role"] == "assistant" for m in messages)
+        if self.before_reply is not None:
+            self.before_reply(task_id, step)
+        replies = self.replies[task_id]
+        return Generation(replies[min(step, len(replies) - 1)], None, 10, 5, 0.0, "stop")

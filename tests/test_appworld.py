@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from helpers import CodeModel
 
 from coevolve_lib.agent import RolloutConfig, run_rollouts
 from coevolve_lib.appworld_agent import AppWorldEpisodes, evaluate_appworld
@@ -28,7 +29,7 @@ from coevolve_lib.envs.appworld_client import AppWorldClient, AppWorldServerErro
 from coevolve_lib.envs.appworld_server import (
     AppWorldNotInstalledError, AppWorldServer, AppWorldServerConfig, appworld_python, free_port)
 from coevolve_lib.envs.appworld_synthetic import SYNTHETIC_SPLIT, build_synthetic_world
-from coevolve_lib.models import ChatModel, Generation, GenerationConfig, load_chat_model
+from coevolve_lib.models import GenerationConfig, load_chat_model
 from coevolve_lib.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -277,29 +278,6 @@ def test_a_killed_server_is_detected_restarted_and_the_episode_retried(server, w
 
 
 # --- the agent: AppWorld episodes in the kit's rollout loop ---------------------------------------------------------
-
-class CodeModel(ChatModel):
-    """Replies to each task's n-th request with its n-th scripted reply (the last one repeated), by the task id whose
-    instruction the user message holds; `before_reply(task_id, step)` runs first (the fault test kills the server
-    there). Message-level, a unit-test stand-in."""
-
-    def __init__(self, tasks, replies: dict[str, list[str]], before_reply=None):
-        self.name, self.native_tools, self.calls = "scripted-code", False, 0
-        self.task_of = {task.instruction: task.task_id for task in tasks}
-        self.replies, self.before_reply = replies, before_reply
-
-    def generate(self, conversations, tools=None, config=GenerationConfig()):
-        self.calls += 1
-        return [self._reply(messages) for messages in conversations]
-
-    def _reply(self, messages):
-        instruction = messages[1]["content"].split("Task: ", 1)[1]
-        task_id, step = self.task_of[instruction], sum(m["role"] == "assistant" for m in messages)
-        if self.before_reply is not None:
-            self.before_reply(task_id, step)
-        replies = self.replies[task_id]
-        return Generation(replies[min(step, len(replies) - 1)], None, 10, 5, 0.0, "stop")
-
 
 def _block(code):
     return f"I will run this.\n```python\n{code}\n```"

@@ -9,7 +9,7 @@ import coevolve_lib.feedback as feedback
 from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks, split_tasks
 from coevolve_lib.config import ExploreConfig
 from coevolve_lib.contexts import ExplorationTarget
-from coevolve_lib.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
+from coevolve_lib.feedback import FeedbackConfig, RoundSteps, feedback_round, select_targets, synthesize_initial
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.openai_server import ChatServer, FaultConfig
 from coevolve_lib.pool import TaskPool
@@ -95,12 +95,14 @@ def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, mo
             raise Killed
         return real[stage](*args, **kwargs)
 
+    steps = None
     if stage == "commit":  # dies after the pool was written, before the report
         monkeypatch.setattr(feedback, "write_json_atomic", lambda *a, **k: (_ for _ in ()).throw(Killed()))
     else:
-        monkeypatch.setattr(feedback, stage, dying)
+        steps = RoundSteps(**{stage: dying})
     with pytest.raises(Killed):
-        feedback_round(0, tmp_path / "killed" / "round_000", targets, TaskPool(pool_path), FeedbackConfig(), progress=False)
+        feedback_round(0, tmp_path / "killed" / "round_000", targets, TaskPool(pool_path), FeedbackConfig(),
+                       progress=False, steps=steps)
     monkeypatch.undo()
 
     pool = TaskPool(pool_path)

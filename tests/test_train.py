@@ -8,14 +8,16 @@ from helpers import small_run
 import torch
 from safetensors.torch import load_file
 
-import coevolve_lib.feedback as feedback
 import coevolve_lib.train as train_lib
 import coevolve_lib.train_cli as train_cli
+from coevolve_lib.engine import DataEngine
+from coevolve_lib.feedback import RoundSteps
 from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
 from coevolve_lib.models import MODELS_DIR
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import read_jsonl
 from coevolve_lib.signals import Signal, register
+from coevolve_lib.validation import validate
 
 SMALL = {
     "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
@@ -127,17 +129,16 @@ def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monk
     reference = TaskPool(reference_dir / "pool.jsonl")
 
     run, out = _run(tmp_path, "killed", **extra)
-    real_validate = feedback.validate
 
     def validate_then_die(spec, *args, **kwargs):
         if (out / "round_002").exists():  # round 2 has chosen and explored its targets: die at its first verdict
             raise Killed
-        return real_validate(spec, *args, **kwargs)
+        return validate(spec, *args, **kwargs)
 
-    monkeypatch.setattr(feedback, "validate", validate_then_die)
+    monkeypatch.setattr(DataEngine, "round_steps", lambda engine: RoundSteps(validate=validate_then_die))
     with pytest.raises(Killed):
         train_lib.train(run, out, progress=False)
-    monkeypatch.setattr(feedback, "validate", real_validate)
+    monkeypatch.undo()
     assert train_lib.latest_checkpoint(out / "trainer").name == "checkpoint-2"
     assert not (out / "round_002" / "report.json").exists()
 

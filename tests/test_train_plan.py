@@ -12,7 +12,8 @@ from coevolve_lib.__main__ import main as cli
 from coevolve_lib.profiles import CONFIGS_DIR, run_config
 from coevolve_lib.paths import REPO_ROOT
 
-PAPER_PROFILES = sorted(p.stem for p in CONFIGS_DIR.glob("paper-*.yaml"))
+PAPER_PROFILES = sorted(p.stem for p in CONFIGS_DIR.glob("paper-*.yaml") if not p.stem.endswith("-appworld"))
+"""The BFCL runs; `paper-qwen3-4b-appworld` is the same run on AppWorld (test_appworld_paper_profile_plan)."""
 
 # The paper (§4.2): 1 node x 8 GPUs with rollout TP 1 for the 4B/7B models, 2 nodes x 8 with TP 2 for 30B-A3B.
 EXPECTED = {
@@ -30,6 +31,35 @@ def dry_run(capsys, *argv) -> tuple[int, dict | None, str]:
 
 def test_the_three_paper_profiles_exist():
     assert PAPER_PROFILES == sorted(EXPECTED)
+
+
+def test_appworld_paper_profile_plan(capsys, tmp_path, monkeypatch):
+    """The Qwen3-4B run on AppWorld: the BFCL profile's training, AppWorld's Test-Normal split, the offline explorer
+    (the AppWorld data engine's only one so far), and a note when the split needs official data that is not there."""
+    monkeypatch.delenv("APPWORLD_ROOT", raising=False)
+    code, plan, err = dry_run(capsys, "--profile", "paper-qwen3-4b-appworld", "--out", str(tmp_path))
+    assert code == 0, err
+    _, bfcl, _ = dry_run(capsys, "--profile", "paper-qwen3-4b", "--out", str(tmp_path))
+    assert plan["benchmark"]["name"] == "appworld" and plan["benchmark"]["split"] == "test_normal"
+    assert bfcl["benchmark"] == {"name": "bfcl", "data_version": "v3", "category": "multi_turn_base", "split": "val"}
+    assert plan["policy_model"] == "Qwen/Qwen3-4B-Instruct-2507" and plan["explorer_model"] is None
+    assert (plan["schedule"], plan["batch"], plan["grpo_config"]) == (bfcl["schedule"], bfcl["batch"], bfcl["grpo_config"])
+    assert plan["rollout"]["max_steps_per_episode"] == 30
+    assert any("APPWORLD_ROOT is not set" in note for note in plan["notes"])
+    monkeypatch.setenv("APPWORLD_ROOT", str(tmp_path))
+    _, plan, _ = dry_run(capsys, "--profile", "paper-qwen3-4b-appworld", "--out", str(tmp_path))
+    assert plan["benchmark"]["data"] == f"APPWORLD_ROOT={tmp_path}"
+    assert not any("APPWORLD_ROOT" in note for note in plan["notes"])
+
+
+def test_appworld_refuses_what_its_data_engine_lacks(capsys):
+    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.benchmark=appworld",
+                           "--set", "evaluation.split=dev")
+    assert code == 2
+    assert "evaluation.benchmark=appworld needs data_engine.explore.explorer=schema" in err
+    assert "judge=false" in err and "ArgsKwargs" not in err
+    code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "evaluation.split=val")
+    assert code == 2 and "'val' is a BFCL split" in err
 
 
 @pytest.mark.parametrize("profile", PAPER_PROFILES)

@@ -1,0 +1,113 @@
+"""The CoEvolve loop on AppWorld, against AppWorld's REAL server on the synthetic world its own code builds: D_0 from
+unguided exploration of the train split, a signal-guided round from real AppWorld rollouts (the data engine), and
+TRL's GRPO steps with a feedback round and TGC/SGC (the training loop, `tiny-appworld`)."""
+
+import json
+from collections import Counter
+
+import pytest
+from helpers import CodeModel
+
+from coevolve_lib.agent import RolloutConfig, run_rollouts
+from coevolve_lib.appworld_calls import solution_code
+from coevolve_lib.appworld_engine import AppWorldDataEngine
+from coevolve_lib.engine import stamp_rollouts
+from coevolve_lib.envs.appworld_synthetic import build_synthetic_world
+from coevolve_lib.models import Generation
+from coevolve_lib.profiles import run_config
+from coevolve_lib.records import read_jsonl
+from coevolve_lib.signals import SignalExtractor
+from coevolve_lib.train import train
+
+SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4"]
+
+
+@pytest.fixture(scope="module")
+def world():
+    return build_synthetic_world()
+
+
+@pytest.fixture(scope="module")
+def engine(world, tmp_path_factory):
+    """A data engine with D_0 built (module scope: the round test grows the same pool)."""
+    run = run_config("tiny-appworld", SMALL)
+    engine = AppWorldDataEngine(run.data_engine, tmp_path_factory.mktemp("engine"), source_root=world.root)
+    engine.initial_pool(progress=False)
+    yield engine
+    engine.close()
+
+
+def test_d0_holds_appworld_tasks_that_appworlds_evaluator_accepted(engine, world):
+    report = json.loads((engine.run_dir / "round_000" / "report.json").read_text())
+    tasks = engine.pool.tasks
+    assert 0 < len(tasks) <= 6 and report["added_to_pool"] == len(tasks)
+    sources = {t["provenance"]["origin_task"] for t in tasks}
+    assert sources <= set(world.splits["train"])  # D_0 explores the train split's start states only
+    verdicts = {v["task_id"]: v for v in read_jsonl(engine.run_dir / "round_000" / "verdicts.jsonl")}
+    for task in tasks:
+        assert verdicts[task["task_id"]]["reason"] in ("objective_met", "positive_reward")
+        assert len(task["reference_actions"]) >= 3 and task["data_version"] == "appworld"
+        folder = engine.root / "data" / "tasks" / task["task_id"]
+        assert json.loads((folder / "specs.json").read_text())["instruction"] == task["query"]
+    assert not (world.root / "data" / "tasks" / tasks[0]["task_id"]).exists()  # the source root is never written
+
+
+class HalfSolving(CodeModel):
+    """A task's first sampled episode gets its first reply (the reference solution), the second its second (complete
+    the task doing nothing); either ends the episode in one step: a group with one success and one failure, the
+    boundary signal's case. A unit-test stand-in for a policy on the boundary."""
+
+    def __init__(self, tasks, replies):
+        super().__init__(tasks, replies)
+        self.episodes = Counter()
+
+    def _reply(self, messages):
+        task_id = self.task_of[messages[1]["content"].split("Task: ", 1)[1]]
+        self.episodes[task_id] += 1
+        return Generation(self.replies[task_id][(self.episodes[task_id] - 1) % 2], None, 10, 5, 0.0, "stop")
+
+
+def test_a_signal_guided_round_grows_the_pool_from_real_rollouts(engine):
+    tasks = engine.pool.tasks[:2]
+    docs = engine.api_docs()
+    solve = {t["task_id"]: f"```python\n{solution_code(t['reference_actions'], docs, t.get('answer_from'))}\n```"
+             for t in tasks}
+    give_up = "```python\napis.supervisor.complete_task()\n```"
+    env_tasks = engine.rollout_tasks(tasks)
+    model = HalfSolving(env_tasks, {t["task_id"]: [solve[t["task_id"]], give_up] for t in tasks})
+    records = run_rollouts(model, env_tasks, RolloutConfig(max_batch_size=2, max_steps_per_episode=3),
+                           samples_per_task=2, progress=False, new_episode=engine.episodes())
+    assert [r["success"] for r in records] == [True, False, True, False]
+    assert records[0]["steps"][0]["calls"][:2] == ["supervisor.show_account_passwords", "supervisor.show_profile"]
+    stamp_rollouts(records, 1, tasks)
+    signals = SignalExtractor(run_config("tiny-appworld").data_engine.signals).observe(1, records)
+    assert {s["type"] for s in signals} >= {"boundary"}
+
+    before = len(engine.pool)
+    report = engine.signal_feedback_round(1, signals, records, progress=False)
+    assert report["targets"] >= 1 and report["signal_types"].get("boundary", 0) >= 1
+    assert report["specs"] >= 1 and report["added_to_pool"] == len(engine.pool) - before
+    added = [t for t in engine.pool.tasks if t["pool_version"] == 1]
+    for task in added:
+        assert task["provenance"]["signal_type"] in {s["type"] for s in signals}
+        assert (engine.root / "data" / "tasks" / task["task_id"] / "ground_truth" / "evaluation.py").exists()
+
+
+def test_grpo_steps_and_a_feedback_round_on_appworld(world, tmp_path, monkeypatch):
+    """TRL's GRPO on AppWorld pool tasks with the tiny policy: the loop runs end to end (D_0, 2 steps, a round after
+    each, TGC/SGC before and after). The random policy solves nothing, so the rewards are all 0 and GRPO's update is
+    zero: this shows the loop, not learning (docs/appworld.md)."""
+    monkeypatch.delenv("APPWORLD_ROOT", raising=False)  # the synthetic world
+    run = run_config("tiny-appworld", SMALL)
+    summary = train(run, tmp_path / "run", progress=False)
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and all(r["train/episodes"] == 8 for r in rows)
+    assert all("feedback/round" in r for r in rows) and summary["rounds"][0]["round"] == 1
+    step_records = read_jsonl(tmp_path / "run" / "rollouts" / "step_00001.jsonl")
+    assert {r["task_source"] for r in step_records} == {"pool:0"}
+    assert all(r["tool_format"] == "code" and r["num_tests"] >= 1 for r in step_records)
+    before, after = summary["eval_before"], summary["eval_after"]
+    assert before["eval/val_n"] == after["eval/val_n"] == len(world.splits["dev"])
+    assert before["eval/val_sgc"] is not None and before["eval/d0_n"] >= 1
+    environment = json.loads((tmp_path / "run" / "run_config.json").read_text())["environment"]
+    assert environment == {"benchmark": "appworld", "data_root": str(world.root), "data": "synthetic world"}
