@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from coevolve_lib.envs.safe_calls import CallParseError, parse_call
 
+DATA_VERSION = "appworld"
+"""The `data_version` of AppWorld targets, specs and pool tasks (BFCL's are "v3", ...)."""
 TOKEN_PARAMETER = "access_token"
 """The parameter the login preamble fills (`tokens[<app>]`); a call string never holds it."""
 NO_LOGIN_APPS = ("supervisor", "api_docs")
@@ -25,6 +27,8 @@ ANSWER_COUNT = "count"
 """`answer_from` of a task whose answer is the number of items the last call returned."""
 ANSWER_FIELD = "field:"
 """`answer_from` prefix of a task whose answer is one field of the last call's result (`field:content`)."""
+FAILED_OUTPUT = "Execution failed"
+"""How AppWorld's printed output starts when the code raised or was refused (an API's error status included)."""
 
 _CALL = re.compile(r"^\s*([A-Za-z_]\w*)\.([A-Za-z_]\w*\(.*\))\s*$", re.DOTALL)
 _API_NAME = re.compile(r"\bapis\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
@@ -77,6 +81,17 @@ def parse_appworld_call(text: str, api_docs: dict | None = None) -> AppWorldCall
         if unknown:
             raise CallParseError(f"{app}.{call.name} has no parameter(s) {unknown}")
     return AppWorldCall(app, call.name, call.kwargs)
+
+
+def is_failed_output(output: str) -> bool:
+    """AppWorld says the executed code failed (an API error, a refused call, an exception)."""
+    return str(output).lstrip().startswith(FAILED_OUTPUT)
+
+
+def api_tool_docs(api_docs: dict, apps: list[str]) -> list[dict]:
+    """The apps' API docs as tool docs named `app.api` (the names rollouts' `calls` and contexts use)."""
+    return [{**doc, "name": f"{app}.{api}"}
+            for app in dict.fromkeys(apps) for api, doc in api_docs.get(app, {}).items()]
 
 
 def needs_login(app: str, api: str, api_docs: dict) -> bool:

@@ -16,6 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from coevolve_lib.appworld_calls import DATA_VERSION as APPWORLD, api_tool_docs, is_failed_output
 from coevolve_lib.config import ExploreConfig
 from coevolve_lib.cost import Cost
 from coevolve_lib.envs.bfcl import BFCLEnv, docs_by_name, is_error_observation, start_env
@@ -42,6 +43,9 @@ class ExplorationTarget:
     """The signal/v1 record; None for D_0 / unguided exploration."""
     trajectory: dict | None = None
     """The rollout/v1 record that carried the signal."""
+    api_docs: dict | None = None
+    """AppWorld's `{app: {api: doc}}` (data_version "appworld" only): AppWorld's API names come from its server, not
+    from files the kit ships, so the target carries them for `tool_docs`."""
 
     @classmethod
     def from_bfcl_task(cls, task, signal: dict | None = None, trajectory: dict | None = None) -> "ExplorationTarget":
@@ -73,8 +77,17 @@ class ExplorationTarget:
                 "context_id": context["context_id"] if context else None}
 
     def tool_docs(self) -> list[dict]:
-        """Func docs of the involved classes; a later class wins a name clash, as in the env."""
+        """Func docs of the involved classes; a later class wins a name clash, as in the env. AppWorld: the involved
+        apps' API docs, named `app.api`."""
+        if self.data_version == APPWORLD:
+            if self.api_docs is None:
+                raise ValueError(f"AppWorld target {self.task_id} has no api_docs (the server's `api_docs()`)")
+            return api_tool_docs(self.api_docs, self.involved_classes)
         return [doc for _, doc in docs_by_name(self.data_version, self.involved_classes).values()]
+
+    def is_error(self, observation: str) -> bool:
+        """Whether an observation of this target's environment reports a failed call."""
+        return is_failed_output(observation) if self.data_version == APPWORLD else is_error_observation(observation)
 
     def new_env(self) -> BFCLEnv:
         return start_env(self.source())
@@ -153,11 +166,13 @@ def _instability_pattern(signal: dict) -> str:
 
 
 def _signal_tools(signal: dict, known: set[str]) -> list[str]:
-    """Tool names named in a rare signal's patterns ("cd>mv" -> cd, mv)."""
+    """Tool names named in a rare signal's patterns ("cd>mv" -> cd, mv; AppWorld's "simple_note.search_notes>...")."""
     if signal["type"] != "rare":
         return []
     text = json.dumps((signal.get("evidence") or {}).get("patterns", []))
-    return list(dict.fromkeys(name for name in re.findall(r"[A-Za-z_]\w*", text) if name in known))
+    names = [part for dotted in re.findall(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", text)
+             for part in (dotted, *dotted.split("."))]
+    return list(dict.fromkeys(name for name in names if name in known))
 
 
 def heuristic_context(target: ExplorationTarget) -> dict:
@@ -166,7 +181,7 @@ def heuristic_context(target: ExplorationTarget) -> dict:
     calls = trajectory_calls(trajectory)
     known = {doc["name"] for doc in target.tool_docs()}
     used = list(dict.fromkeys(_tool_name(call) for _, call, _ in calls if _tool_name(call) in known))
-    errors = [(call, observation) for _, call, observation in calls if is_error_observation(observation)]
+    errors = [(call, observation) for _, call, observation in calls if target.is_error(observation)]
     score = trajectory.get("score")
     task_text = " / ".join(line.strip() for line in target.description.splitlines() if line.strip())
     summary = (f"Task: {clip(task_text, 300)} The agent made {len(calls)} call(s)"

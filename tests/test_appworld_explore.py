@@ -1,0 +1,206 @@
+"""AppWorld exploration and deterministic abstraction against AppWorld's REAL server on the synthetic world (as
+tests/test_appworld.py: it needs `.venv-appworld`, built by `make appworld`)."""
+
+import json
+import os
+import signal
+
+import pytest
+
+from coevolve_lib.appworld_calls import parse_appworld_call
+from coevolve_lib.appworld_explore import (
+    COMPLETION_CRITERION, EXCLUDED_CALLS, AppWorldExplorer, abstract_appworld, explorable_apis, explore_appworld)
+from coevolve_lib.config import ExploreConfig, SynthesisConfig
+from coevolve_lib.contexts import ExplorationTarget
+from coevolve_lib.envs.appworld_server import AppWorldServer, AppWorldServerConfig
+from coevolve_lib.envs.appworld_synthetic import build_synthetic_world
+from coevolve_lib.triplets import split_runs
+from coevolve_lib.validation import content_id
+
+UNGUIDED = ExploreConfig(runs=2, calls_per_run=8, seed=3)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with AppWorldServer(AppWorldServerConfig(root=build_synthetic_world().root)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api_docs(server):
+    return server.client.api_docs()
+
+
+@pytest.fixture(scope="module")
+def explorer(server, api_docs):
+    return AppWorldExplorer(server, api_docs)
+
+
+def _target(signal=None, trajectory=None):
+    return ExplorationTarget("synnote_1", "appworld", {"appworld_task": "synnote_1"}, ["simple_note"],
+                             "Create a new note in my Simple Note account titled 'Dentist'.", signal, trajectory)
+
+
+@pytest.fixture(scope="module")
+def unguided(explorer):
+    return explore_appworld(_target(), UNGUIDED, None, explorer)
+
+
+def test_account_and_irreversible_apis_are_never_explored(api_docs):
+    apis = explorable_apis(api_docs, ["simple_note"])
+    assert {"simple_note.search_notes", "simple_note.show_note", "simple_note.update_note",
+            "supervisor.show_profile"} <= set(apis)
+    forbidden = {"simple_note.login", "simple_note.logout", "simple_note.signup", "simple_note.delete_account",
+                 "simple_note.update_account_name", "simple_note.reset_password", "simple_note.verify_account",
+                 "supervisor.show_account_passwords", *EXCLUDED_CALLS}
+    assert not forbidden & set(apis)
+
+
+def test_unguided_runs_read_real_data_and_reuse_what_they_saw(unguided, api_docs):
+    context, triplets, cost = unguided
+    assert context is None and cost["skipped"] == {}
+    runs = split_runs(triplets)
+    assert list(runs) == ["unguided/synnote_1/run0", "unguided/synnote_1/run1"]
+    assert all(len(run) == UNGUIDED.calls_per_run for run in runs.values())
+    assert all(t["schema"] == "triplet/v1" and t["explorer"] == "appworld_schema" for t in triplets)
+    for triplet in triplets:
+        assert parse_appworld_call(triplet["action"], api_docs).to_source() == triplet["action"]
+        assert triplet["valid"] == (not triplet["observation"].startswith("Execution failed"))
+    assert sum(t["valid"] for t in triplets) >= len(triplets) // 2
+    observed = " ".join(t["observation"] for t in triplets if t["valid"])
+    assert "Grocery list" in observed or "Gate code" in observed  # the world's own notes
+    reused = []
+    for run in runs.values():
+        seen_ids = set()
+        for triplet in run:
+            note_id = dict(parse_appworld_call(triplet["action"]).kwargs).get("note_id")
+            if triplet["valid"] and note_id in seen_ids:
+                reused.append(triplet["action"])
+            if triplet["valid"] and triplet["observation"].lstrip().startswith(("[", "{")):
+                seen_ids |= set(_values(json.loads(triplet["observation"]), "note_id"))
+    assert reused, "no call reused a note_id an earlier output of its run showed"
+
+
+def _values(value, key):
+    if isinstance(value, dict):
+        yield from ([value[key]] if key in value else [])
+        for item in value.values():
+            yield from _values(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _values(item, key)
+
+
+def test_runs_are_reproducible_for_a_seed_and_differ_across_runs(unguided, explorer):
+    _, triplets, _ = unguided
+    runs = split_runs(triplets)
+    first, second = ([(t["action"], t["valid"]) for t in run] for run in runs.values())
+    assert first != second
+    again = explorer.explore(_target(), None, ExploreConfig(runs=1, calls_per_run=UNGUIDED.calls_per_run,
+                                                            seed=UNGUIDED.seed))
+    assert [(t["action"], t["valid"], t["observation"]) for t in again] == \
+        [(t["action"], t["valid"], t["observation"]) for t in runs["unguided/synnote_1/run0"]]
+
+
+def test_exploration_triplets_abstract_into_tasks(unguided, api_docs):
+    context, triplets, _ = unguided
+    specs, cost = abstract_appworld(("synnote_1", None), triplets, _target().source(context), SynthesisConfig(),
+                                    api_docs)
+    assert specs, cost
+    for spec in specs:
+        assert 3 <= len(spec["action_sequence"]) <= 6 and spec["data_version"] == "appworld"
+        assert all(parse_appworld_call(action, api_docs) for action in spec["action_sequence"])
+
+
+def test_guided_exploration_draws_the_focus_api(explorer):
+    """The heuristic context of a rare-pattern signal on an AppWorld rollout focuses on its API."""
+    failed = "Execution failed. Traceback:\nException: Response status code is 409:\n{\"message\": \"no note 9\"}"
+    trajectory = {"schema": "rollout/v1", "task_id": "synnote_1", "score": 0.0, "success": False,
+                  "error_type": "appworld:tests_failed", "error_message": "1 test failed", "terminated": "completed",
+                  "steps": [{"step": 0, "raw": "", "code": "apis.simple_note.update_note(note_id=9, ...)",
+                             "output": failed, "calls": ["simple_note.update_note"], "observations": [failed]}]}
+    signal_record = {"schema": "signal/v1", "signal_id": "rare/2/synnote_1/0", "type": "rare", "task_id": "synnote_1",
+                     "evidence": {"patterns": [{"pattern": "simple_note.update_note", "count": 1}], "total": 40}}
+    config = ExploreConfig(runs=1, calls_per_run=6, focus_ratio=0.9)
+    context, triplets, cost = explore_appworld(_target(signal_record, trajectory), config, None, explorer)
+    assert context["focus_pattern"] == ["simple_note.update_note"]
+    assert "1 call(s) returned errors" in context["failure_cause"]
+    assert len(triplets) == 6 and all(t["signal_id"] == "rare/2/synnote_1/0" for t in triplets)
+    assert [t["run_id"] for t in triplets] == ["ctx/rare/2/synnote_1/0/run0"] * 6
+    focused = [t for t in triplets if t["action"].startswith("simple_note.update_note(")]
+    assert len(focused) >= 4, [t["action"] for t in triplets]
+    assert any(t["valid"] for t in focused)
+
+
+def test_the_llm_explorer_is_refused_for_appworld(explorer):
+    with pytest.raises(ValueError, match="not supported for AppWorld yet"):
+        explore_appworld(_target(), ExploreConfig(explorer="llm"), None, explorer)
+
+
+NOTES = json.dumps([{"note_id": 3, "title": "Gate code", "tags": ["home"]}])
+NOTE = json.dumps({"note_id": 3, "title": "Gate code", "content": "4417", "tags": ["home"]})
+ALL_NOTES = json.dumps([{"note_id": n, "title": f"note {n}"} for n in range(1, 5)])
+FAILED = "Execution failed. Traceback:\nException: Response status code is 409"
+
+
+def _triplets(run, steps):
+    return [{"schema": "triplet/v1", "run_id": run, "step": k, "action": action, "observation": observation,
+             "valid": not observation.startswith("Execution failed"), "task_id": "synnote_1", "signal_id": None,
+             "signal_type": None, "explorer": "appworld_schema"} for k, (action, observation) in enumerate(steps)]
+
+
+def test_abstraction_writes_count_field_and_state_tasks(api_docs):
+    search, show = "simple_note.search_notes(query='Gate')", "simple_note.show_note(note_id=3)"
+    triplets = (_triplets("r/run0", [(search, NOTES), (show, NOTE), ("simple_note.show_note(note_id=9)", FAILED),
+                                     (search, NOTES), ("simple_note.search_notes(page_limit=20)", ALL_NOTES)])
+                + _triplets("r/run1", [("supervisor.show_profile()", '{"email": "ada.okafor@example.com"}'),
+                                       (search, NOTES), (show, NOTE)])
+                + _triplets("r/run2", [(search, NOTES), (show, NOTE),
+                                       ("simple_note.update_note(note_id=3, content='4418')",
+                                        '{"message": "Note updated."}')])
+                + _triplets("r/run3", [(search, NOTES), (show, NOTE)]))
+    source = _target().source()
+    specs, cost = abstract_appworld(("synnote_1", None), triplets, source, SynthesisConfig(max_calls=3), api_docs)
+    assert cost["skipped"] == {"too_few_calls": 1}  # run3; run0's failed call and repeated search are dropped
+    count, field, state = specs
+    assert count["action_sequence"] == [search, show, "simple_note.search_notes(page_limit=20)"]
+    assert count["answer_from"] == "count"
+    assert count["query"] == ("In my Simple Note account, do these steps in order: 1. Search your notes (query: "
+                              "'Gate'). 2. Show detailed information of a note, including its content (note_id: 3). "
+                              "3. Search your notes (page_limit: 20). Then tell me the number of items the last step "
+                              "returned.")
+    assert field["answer_from"] == "field:content" and field["involved_classes"] == ["supervisor", "simple_note"]
+    assert field["query"].startswith("In my Simple Note account, do these steps in order: 1. Show your "
+                                     "supervisor's profile information. 2. Search your notes (query: 'Gate').")
+    assert field["query"].endswith("Then tell me the 'content' of what the last step returned.")
+    assert state["answer_from"] is None and state["query"].endswith(
+        "3. Update a note's title, content, tags, and/or pinned status (note_id: 3, content: '4418'). "
+        "Then mark the task complete.")
+    for spec, run in zip(specs, ["r/run0", "r/run1", "r/run2"]):
+        assert spec["schema"] == "taskspec/v1" and spec["abstraction"] == "deterministic"
+        assert spec["spec_id"] == content_id({"appworld_task": "synnote_1"}, spec["query"], spec["action_sequence"])
+        assert spec["data_version"] == "appworld" and spec["completion_criterion"] == COMPLETION_CRITERION
+        assert spec["source"] == {"task_id": "synnote_1", "signal_id": None, "signal_type": None,
+                                  "context_id": None, "run_ids": [run]}
+    longer, _ = abstract_appworld(("synnote_1", None), triplets, source, SynthesisConfig(max_calls=6), api_docs)
+    assert len(longer) == 3  # no run has a 4th distinct successful call
+
+
+def test_a_server_killed_mid_exploration_ends_the_run_with_a_counted_skip(server, explorer, monkeypatch):
+    """The server dies before run 0's 2nd call: run 0 keeps its one triplet, the skip is counted, run 1 runs on the
+    restarted server."""
+    execute, executed = server.client.execute, []
+
+    def execute_then_kill(task_id, code):
+        executed.append(code)
+        if len(executed) == 3:  # the login preamble, the 1st call, then the kill
+            os.kill(server.pid, signal.SIGKILL)
+            server.process.wait()
+        return execute(task_id, code)
+
+    monkeypatch.setattr(server.client, "execute", execute_then_kill)
+    restarts = server.restarts
+    _, triplets, cost = explore_appworld(_target(), ExploreConfig(runs=2, calls_per_run=3), None, explorer)
+    assert cost["skipped"] == {"server_down": 1}
+    assert [len(run) for run in split_runs(triplets).values()] == [1, 3]
+    assert server.restarts == restarts + 1 and server.alive()
