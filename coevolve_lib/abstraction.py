@@ -58,7 +58,7 @@ def abstract(group_key: tuple, triplets: list[dict], source: dict, config: Synth
         raise ValueError(f"unknown abstraction {config.abstraction!r}; choose deterministic or llm")
     specs, seen = [], set()
     for draft in drafts:
-        spec = _spec(draft, source, config.abstraction)
+        spec = task_spec(draft, source, config.abstraction)
         if spec["spec_id"] in seen:
             cost.skip("duplicate")
             continue
@@ -68,7 +68,8 @@ def abstract(group_key: tuple, triplets: list[dict], source: dict, config: Synth
     return specs, cost.as_dict()
 
 
-def _spec(draft: dict, source: dict, abstraction: str) -> dict:
+def task_spec(draft: dict, source: dict, abstraction: str) -> dict:
+    """The taskspec/v1 record of an abstraction draft (shared by the BFCL and AppWorld abstractions)."""
     return {
         "schema": "taskspec/v1",
         "spec_id": content_id(source["initial_config"], draft["query"], draft["action_sequence"]),

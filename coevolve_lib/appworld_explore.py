@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from coevolve_lib.abstraction import _spec
+from coevolve_lib.abstraction import task_spec
 from coevolve_lib.appworld_calls import (
     ANSWER_COUNT, ANSWER_FIELD, DATA_VERSION, NO_LOGIN_APPS, TOKEN_PARAMETER, AppWorldCall, call_code,
     is_failed_output, login_preamble, parse_appworld_call)
@@ -30,7 +30,7 @@ from coevolve_lib.cost import Cost
 from coevolve_lib.envs.appworld_client import AppWorldServerError
 from coevolve_lib.envs.appworld_server import AppWorldServer
 from coevolve_lib.envs.safe_calls import CallParseError
-from coevolve_lib.explore_schema import _WORDS, _stable_seed
+from coevolve_lib.explore_schema import WORDS, stable_seed
 from coevolve_lib.models import ChatModel
 from coevolve_lib.prompts import clip
 from coevolve_lib.triplets import Explorer, run_ids, split_runs, triplet_record
@@ -179,7 +179,7 @@ class ArgumentDrawer:
             value = self.rng.randint(*_bounds(parameter))
             return value if kind == "integer" else float(value)
         # A short phrase, of words the run has seen when it has (a search for 'Gate' finds the 'Gate code' note).
-        words = self.observed.words or list(_WORDS)
+        words = self.observed.words or list(WORDS)
         return " ".join(self.rng.sample(words, k=min(len(words), self.rng.randint(1, 2))))
 
 
@@ -215,7 +215,7 @@ class AppWorldExplorer(Explorer):
                 except AppWorldServerError as error:  # it will not come back: the remaining runs cannot run
                     self.cost.skip(f"server_{error.kind}")
                     break
-            rng = random.Random(_stable_seed(config.seed, target.task_id, target.signal_id, k))
+            rng = random.Random(stable_seed(config.seed, target.task_id, target.signal_id, k))
             try:
                 for triplet in self._run(server, target, context, run_id, rng, apis, focus, banned, config):
                     triplets.append(triplet)
@@ -302,7 +302,7 @@ def abstract_appworld(group_key: tuple, triplets: list[dict], source: dict, conf
             continue
         for draft in _drafts(steps, api_docs, config, run_id, cost.skipped):
             apps = list(dict.fromkeys(parse_appworld_call(a).app for a in draft["action_sequence"]))
-            spec = {**_spec(draft, {**source, "involved_classes": apps, "data_version": DATA_VERSION},
+            spec = {**task_spec(draft, {**source, "involved_classes": apps, "data_version": DATA_VERSION},
                             "deterministic"), "answer_from": draft["answer_from"]}
             if spec["spec_id"] in seen:
                 cost.skip("duplicate")

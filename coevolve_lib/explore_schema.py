@@ -23,14 +23,15 @@ _SYNONYMS = {"folder": "dir", "directory": "dir", "stock": "symbol", "username":
              "source": "name"}
 _FILE_LIKE = re.compile(r"^[\w\-. ]{1,60}\.[A-Za-z][A-Za-z0-9]{0,4}$")
 _CREATORS = ("mkdir", "touch", "create", "register", "add", "post", "echo")
-_WORDS = ("alpha", "annual", "archive", "audit", "backup", "beta", "budget", "build", "campaign", "chapter", "client",
-          "config", "contract", "course", "daily", "data", "design", "draft", "event", "expense", "experiment", "field",
-          "final", "garden", "grant", "guide", "harbor", "index", "invoice", "journal", "lab", "launch", "lecture",
-          "ledger", "lesson", "market", "meeting", "memo", "metrics", "model", "monthly", "notes", "orbit", "outline",
-          "paper", "plan", "poster", "project", "proposal", "quarter", "recipe", "release", "report", "research",
-          "review", "roadmap", "sales", "sample", "schedule", "script", "season", "sketch", "spring", "study",
-          "summary", "survey", "team", "test", "thesis", "travel", "trial", "update", "vendor", "weekly", "winter",
-          "workshop")
+WORDS = ("alpha", "annual", "archive", "audit", "backup", "beta", "budget", "build", "campaign", "chapter", "client",
+         "config", "contract", "course", "daily", "data", "design", "draft", "event", "expense", "experiment", "field",
+         "final", "garden", "grant", "guide", "harbor", "index", "invoice", "journal", "lab", "launch", "lecture",
+         "ledger", "lesson", "market", "meeting", "memo", "metrics", "model", "monthly", "notes", "orbit", "outline",
+         "paper", "plan", "poster", "project", "proposal", "quarter", "recipe", "release", "report", "research",
+         "review", "roadmap", "sales", "sample", "schedule", "script", "season", "sketch", "spring", "study",
+         "summary", "survey", "team", "test", "thesis", "travel", "trial", "update", "vendor", "weekly", "winter",
+         "workshop")
+"""Words the offline explorers make up names, texts and queries from."""
 """Words that new file, folder and item names and new text are made of (a made-up value must be copied from the query:
 names the policy could guess from the environment would not test that)."""
 _EXTENSIONS = ("txt", "md", "csv", "json", "log", "pdf")
@@ -233,14 +234,14 @@ class ArgumentSampler:
 
     def fresh_name(self, tags: frozenset) -> str:
         """A new name made of two random words: a file name with an extension, a folder or an item name."""
-        stem = "_".join(self.rng.sample(_WORDS, 2))
+        stem = "_".join(self.rng.sample(WORDS, 2))
         if "file" in tags:
             return f"{stem}.{self.rng.choice(_EXTENSIONS)}"
         return stem
 
     def fresh_text(self) -> str:
         """A short new text of three random words, e.g. "Budget review trial"."""
-        return " ".join(self.rng.sample(_WORDS, 3)).capitalize()
+        return " ".join(self.rng.sample(WORDS, 3)).capitalize()
 
     def default(self, tags: frozenset, kind: str):
         if kind == "integer":
@@ -265,7 +266,8 @@ def _kind(schema: dict) -> str:
             "double": "float"}.get(kind, kind)
 
 
-def _stable_seed(*parts) -> int:
+def stable_seed(*parts) -> int:
+    """A seed from `parts` that is the same in every process."""
     # Python's hash() of a str changes per process; sha256 keeps runs reproducible across processes.
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big")
 
@@ -289,7 +291,7 @@ class SchemaExplorer(Explorer):
         login = [doc for doc in docs if re.search(r"login|authenticate", doc["name"])]
         triplets = []
         for k, run_id in enumerate(run_ids(target, context, config.runs)):
-            rng = random.Random(_stable_seed(config.seed, target.task_id, target.signal_id, k))
+            rng = random.Random(stable_seed(config.seed, target.task_id, target.signal_id, k))
             pool = ValuePool()
             for state in target.initial_config.values():  # keyed by class name, which is no argument value
                 pool.harvest(state, frozenset(), ValuePool.GIVEN)
