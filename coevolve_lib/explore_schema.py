@@ -31,7 +31,6 @@ WORDS = ("alpha", "annual", "archive", "audit", "backup", "beta", "budget", "bui
          "review", "roadmap", "sales", "sample", "schedule", "script", "season", "sketch", "spring", "study",
          "summary", "survey", "team", "test", "thesis", "travel", "trial", "update", "vendor", "weekly", "winter",
          "workshop")
-"""Words the offline explorers make up names, texts and queries from."""
 """Words that new file, folder and item names and new text are made of (a made-up value must be copied from the query:
 names the policy could guess from the environment would not test that)."""
 _EXTENSIONS = ("txt", "md", "csv", "json", "log", "pdf")
