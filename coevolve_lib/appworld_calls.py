@@ -135,14 +135,20 @@ def answer_expression(answer_from: str | None) -> str | None:
     raise ValueError(f"unknown answer_from {answer_from!r}: {ANSWER_COUNT!r} or '{ANSWER_FIELD}<key>'")
 
 
-def solution_code(actions: list[str], api_docs: dict, answer_from: str | None = None) -> str:
-    """A task's reference solution: the login preamble, one step per call, then `complete_task` (with the answer
-    `answer_from` names, if any)."""
+def solution_steps(actions: list[str], api_docs: dict, answer_from: str | None = None) -> list[str]:
+    """A task's reference solution as code cells to run in order in one AppWorld shell: the login preamble, one cell
+    per call, then `complete_task` (with the answer `answer_from` names, if any). Cells, so that each call's output
+    and error stay apart."""
     calls = [parse_appworld_call(action, api_docs) for action in actions]
     answer = answer_expression(answer_from)
-    lines = [login_preamble(login_apps(calls, api_docs))] + [call_code(call, api_docs) for call in calls]
-    lines.append(f"apis.supervisor.complete_task(answer={answer})" if answer else "apis.supervisor.complete_task()")
-    return "\n".join(lines)
+    cells = [login_preamble(login_apps(calls, api_docs))] + [call_code(call, api_docs) for call in calls]
+    cells.append(f"apis.supervisor.complete_task(answer={answer})" if answer else "apis.supervisor.complete_task()")
+    return cells
+
+
+def solution_code(actions: list[str], api_docs: dict, answer_from: str | None = None) -> str:
+    """A task's reference solution as one block of code (`solution_steps` joined)."""
+    return "\n".join(solution_steps(actions, api_docs, answer_from))
 
 
 def code_api_names(code: str | None) -> list[str]:

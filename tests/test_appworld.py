@@ -154,14 +154,14 @@ def test_make_test_builds_appworlds_venv_first():
 
 
 def test_the_kit_never_imports_appworld():
-    code = ("import sys, coevolve_lib.envs.appworld, coevolve_lib.envs.appworld_synthetic; "
-            "print([m for m in sys.modules if m.split('.')[0] == 'appworld'])")
+    modules = "coevolve_lib.envs.appworld, coevolve_lib.envs.appworld_synthetic, coevolve_lib.appworld_tasks"
+    code = f"import sys, {modules}; print([m for m in sys.modules if m.split('.')[0] == 'appworld'])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           check=True).stdout.strip() == "[]"
-    builder = ROOT / "coevolve_lib" / "envs" / "appworld_world_builder.py"  # runs in AppWorld's venv only
-    importers = [path.name for path in (ROOT / "coevolve_lib").rglob("*.py") if path != builder
-                 and "appworld" in _imported_packages(path)]
-    assert importers == []
+    venv_scripts = {"appworld_world_builder.py", "appworld_task_writer.py"}  # run in AppWorld's venv only
+    importers = [path.name for path in (ROOT / "coevolve_lib").rglob("*.py")
+                 if "appworld" in _imported_packages(path)]
+    assert sorted(importers) == sorted(venv_scripts)
 
 
 def _imported_packages(path: Path) -> set[str]:
