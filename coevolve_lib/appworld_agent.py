@@ -160,9 +160,11 @@ class AppWorldEpisode(Conversation):
         finally:
             self.env_seconds += time.perf_counter() - start
         code = extract_code(generation.text)
-        # `calls` (the APIs the code names, read as text) and `observations` are what signals and contexts read.
+        # What signals and contexts read: `calls`, the APIs the code names (read as text), and one observation per
+        # call; the block's output is one text, given to its last call.
+        calls = code_api_names(code)
         self.steps.append({"step": len(self.steps), "raw": generation.text, "code": code, "output": output,
-                           "calls": code_api_names(code), "observations": [output]})
+                           "calls": calls, "observations": [""] * (len(calls) - 1) + [output] if calls else []})
         self.messages.append({"role": "user", "content": output or EMPTY_OUTPUT})
         if self.env.completed:
             self.terminated = "completed"
@@ -242,14 +244,13 @@ class AppWorldEpisodes:
     (`RolloutConfig.max_batch_size`; ~250 MB of memory each). `servers`: already started servers to use first
     (e.g. a test's); they are not stopped on exit."""
 
-    def __init__(self, root: str | Path | None = None, split: str = "dev", api_docs: bool = True,
-                 servers: list[AppWorldServer] = (), server_config: AppWorldServerConfig | None = None,
-                 env_config: AppWorldEnvConfig | None = None, retries: int = 1):
+    def __init__(self, root: str | Path | None = None, split: str = "dev", servers: list[AppWorldServer] = (),
+                 server_config: AppWorldServerConfig | None = None, env_config: AppWorldEnvConfig | None = None,
+                 retries: int = 1):
         """`root`: the data root (else APPWORLD_ROOT); `split`: the tasks' split, for the records' `task_source`;
-        `api_docs`: list every app's API names in the system prompt (read once from a server's api_docs);
         `retries`: episode restarts after a server failure before it is recorded as an environment error."""
         self.root = data_root(root)
-        self.split, self.api_docs, self.retries = split, api_docs, retries
+        self.split, self.retries = split, retries
         self.server_config = server_config or AppWorldServerConfig(root=self.root)
         self.env_config = env_config or AppWorldEnvConfig()
         self.idle: list[AppWorldServer] = list(servers)
@@ -292,17 +293,20 @@ class AppWorldEpisodes:
 
     def __call__(self, task: AppWorldTask, sample_index: int, tool_format: str | None = None,
                  config: RolloutConfig | None = None) -> AppWorldEpisode:
-        """A new episode (`run_rollouts`' `new_episode`); `tool_format` is ignored: actions are code blocks."""
+        """A new episode (`run_rollouts`' `new_episode`); `tool_format` is ignored: actions are code blocks. The
+        system prompt lists every app's API names (read once from a server) unless `config.tool_docs` is `none`."""
+        config = config or RolloutConfig()
         server = self._acquire()
-        if self.api_docs and self.apis is None:
+        listed = config.tool_docs != "none"
+        if listed and self.apis is None:
             try:
                 if server.process is None:
                     server.start()
                 self.apis = api_list(server.client.api_docs())
             except AppWorldServerError as error:  # the episode meets it again and handles it; the prompt goes on
                 log.warning("AppWorld's api_docs could not be read (%s); the prompt lists no APIs", error.kind)
-        return AppWorldEpisode(task, sample_index, config or RolloutConfig(), server, self._release, self.split,
-                               self.apis, self.env_config, self.retries)
+        return AppWorldEpisode(task, sample_index, config, server, self._release, self.split,
+                               self.apis if listed else None, self.env_config, self.retries)
 
 
 def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = None,

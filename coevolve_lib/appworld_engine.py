@@ -124,7 +124,7 @@ class AppWorldDataEngine(DataEngine):
         return abstract_appworld(group_key, triplets, source, config, self.api_docs())
 
     def _write(self, specs: list[dict]) -> None:
-        write_tasks(self.root, specs)
+        write_tasks(self.root, specs, self.api_docs())
 
     def _validate(self, spec, config, model, known_task_ids):
         try:
@@ -142,6 +142,8 @@ class AppWorldDataEngine(DataEngine):
         return [load_task(task["task_id"], self.root) for task in tasks]
 
     def episodes(self) -> AppWorldEpisodes:
+        """`run_rollouts`' episode factory; its first server is the engine's own (idle while rollouts run: a server
+        costs ~12 s of CPU to start and load its first task)."""
         if self._episodes is None:
-            self._episodes = AppWorldEpisodes(self.root, split="pool").__enter__()
+            self._episodes = AppWorldEpisodes(self.root, split="pool", servers=[self.server()]).__enter__()
         return self._episodes

@@ -1,7 +1,7 @@
 """Synthesized AppWorld tasks: a task spec becomes a real AppWorld task on disk, validated by AppWorld's own evaluator.
 
-For AppWorld the paper validates an abstracted task by executing it, judged by the environment: positive reward means
-a pass fraction > 0 of AppWorld's tests. So a spec (query + action sequence of call strings, `appworld_calls`, + where
+The paper validates an abstracted task by executing it in the environment; on AppWorld the judge is AppWorld's own
+evaluator (its tests on the apps' databases and the answer). So a spec (query + action sequence of call strings, `appworld_calls`, + where
 its answer comes from) is written as an AppWorld task (specs.json, dbs, ground_truth with evaluation.py) by
 `appworld_task_writer.py` in AppWorld's venv, which defines the expected outcome by running the reference solution;
 then AppWorld's server runs the reference again in a fresh initialize of the written task and evaluates it.
@@ -29,7 +29,7 @@ from pathlib import Path
 from coevolve_lib.appworld_calls import parse_appworld_call, solution_steps
 from coevolve_lib.config import SynthesisConfig
 from coevolve_lib.cost import Cost
-from coevolve_lib.envs.appworld import AppWorldEnv, AppWorldEnvConfig, load_task, positive_reward
+from coevolve_lib.envs.appworld import AppWorldEnv, AppWorldEnvConfig, load_task
 from coevolve_lib.envs.appworld_server import APPWORLD_VENV, AppWorldServer, appworld_python
 from coevolve_lib.envs.safe_calls import CallParseError
 from coevolve_lib.validation import content_id
@@ -153,10 +153,12 @@ def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServe
     Rejections (all that apply in `reasons`, `reason` the first; the cheap ones skip execution): "duplicate" (spec
     id or task id in `known_task_ids`), "too_short" (< min_calls calls), "invalid_call" (a call that does not parse
     against the API docs), "call_error" (the writer's reference run raised), "no_effect" (no database change and no
-    answer), "nondeterministic" (the server's rerun of the reference in a fresh initialize fails every test although
-    the writer's run defined them). Accepted with "objective_met" when AppWorld's evaluator says success, or
-    "positive_reward" when it fails but some tests pass (pass fraction > 0: the paper keeps a failed execution that
-    the environment still rewards).
+    answer), "nondeterministic" (the server's rerun of the reference in a fresh initialize is not a success although
+    the writer's run of the same actions defined its tests). Accepted with "objective_met" when AppWorld's evaluator
+    says success. The paper's other acceptance, a failed execution with positive reward (pass fraction > 0), has no
+    case here: the execution validated is the reference itself, whose own run wrote the tests, so a rerun that passes
+    only some of them (e.g. a different answer, while the no-change test passes) is not reproducible, and its
+    reference would not solve its own task (docs/deviations.md).
     """
     known = known_task_ids or set()
     actions = list(spec["action_sequence"])
@@ -177,7 +179,7 @@ def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServe
             details.append(f"call {index} rejected: {e}")
     if invalid:
         reasons.append("invalid_call")
-    observations, positive = [], False
+    observations = []
     if not reasons:
         written = write_tasks(root, [spec], api_docs, server.config.venv)[spec["spec_id"]]
         observations = written["observations"]
@@ -193,16 +195,14 @@ def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServe
             details.append(f"AppWorld's evaluation: {len(score['passes'])}/{score['num_tests']} tests pass"
                            + "".join(f"; failed: {failure}" for failure in score["failures"]))
             if not score["success"]:
-                positive = positive_reward(score)
-                if not positive:
-                    reasons.append("nondeterministic")
-                    details.append("the server's rerun of the reference does not reproduce the writer's run")
+                reasons.append("nondeterministic")
+                details.append("the server's rerun of the reference does not reproduce the writer's run")
     accepted = not reasons
     return {
         "schema": "verdict/v1",
         "spec_id": spec["spec_id"],
         "accepted": accepted,
-        "reason": ("positive_reward" if positive else "objective_met") if accepted else reasons[0],
+        "reason": "objective_met" if accepted else reasons[0],
         "reasons": reasons,
         "detail": "; ".join(details),
         "observations": observations,

@@ -209,5 +209,8 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
     states are used, never their queries or answers as training tasks), abstracted and validated through the
     same path as a signal round, capped at `size` tasks (the paper's N = 100). `target(task)` makes a task's
     exploration target, `steps` runs the stages (defaults: BFCL's)."""
+    report_path = Path(round_dir) / "report.json"
+    if report_path.exists():  # a finished D_0, before its targets are made (an AppWorld target asks the server)
+        return json.loads(report_path.read_text())
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
     return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, model, size, progress, steps)

@@ -30,8 +30,9 @@ from coevolve_lib.studies import baselines as baselines_study
 from coevolve_lib.studies import explorers as explorers_study
 from coevolve_lib.studies import sensitivity as sensitivity_grid
 
-APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md), "
-            "and AppWorld training is not wired into the loop yet (issue 12)")
+APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md); "
+            "the studies' variants run on BFCL only")
+"""An AppWorld cell of a study's table (the loop itself runs on AppWorld: notebook 14, `appworld_cell`)."""
 OFFLINE = "not reproducible offline: no {} environment in the kit"
 PAPER_COLUMN = "BFCL"
 
@@ -111,6 +112,14 @@ class Results:
                                f"{repo_relative(expected_run)}: run notebook 11 again")
         return doc
 
+    def appworld(self) -> dict | None:
+        """Notebook 14's CoEvolve run on AppWorld (`<profile>-appworld`): TGC / SGC before and after training."""
+        path = self.dir / "appworld" / f"coevolve_{self.profile}-appworld.json"
+        if not path.exists():
+            self._absent(f"AppWorld training result {path.name}", "notebooks/14_appworld_coevolve.ipynb")
+            return None
+        return json.loads(path.read_text())
+
     def training(self) -> dict | None:
         path = self.dir / "training" / f"train_{self.profile}.json"
         if not path.exists():
@@ -183,11 +192,26 @@ def _backbone_rows(table_id: str) -> tuple[list[str], list[str]]:
     return rows[index], rows[index + 1]
 
 
-def table1(comparison: dict | None) -> KitTable:
+def appworld_cell(doc: dict | None, trained: bool) -> str:
+    """TGC / SGC of the starting (or the `trained`) policy from notebook 14's result: measured on an official split,
+    or "not run" with the reason; a run on the synthetic world is named as such, never shown as the paper's split."""
+    missing = "not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md)"
+    if doc is None:
+        return missing
+    step = max(r["step"] for r in doc["metrics"]) if trained else 0
+    value = {r["metric"]: r for r in doc["metrics"] if r["step"] == step}
+    measured = (f"TGC {value['tgc']['value']}% of {value['tgc']['n']} / SGC {value['sgc']['value']}% of "
+                f"{value['sgc']['n']} on {value['tgc']['eval_set']} at step {step} ({doc['provenance']})")
+    if value["tgc"]["eval_set"].startswith("appworld-synthetic/"):
+        return f"{missing}; the kit's loop on the synthetic world (notebook 14), not the paper's split: {measured}"
+    return measured
+
+
+def table1(comparison: dict | None, appworld: dict | None) -> KitTable:
     column = paper.tables()["table1"]["columns"].index("BFCL-V3 Multi-turn")
     backbone, with_coevolve = _backbone_rows("table1")
     rows = [{"row": label, "paper row": paper_row[0], "paper BFCL": paper_row[column],
-             **_kit_cells(comparison, variant), "AppWorld (TGC/SGC)": APPWORLD}
+             **_kit_cells(comparison, variant), "AppWorld (TGC/SGC)": appworld_cell(appworld, variant == "coevolve")}
             for label, paper_row, variant in (("starting policy (zero-shot)", backbone, "zero_shot"),
                                               ("+ CoEvolve", with_coevolve, "coevolve"))]
     return KitTable(("table1",), pd.DataFrame(rows).set_index("row"), [
@@ -195,7 +219,7 @@ def table1(comparison: dict | None) -> KitTable:
         "of Table 1 are not evaluated by the kit."])
 
 
-def table2(comparison: dict | None) -> KitTable:
+def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
     columns = paper.tables()["table2"]["columns"]
     paper_row = next(r for r in paper.tables()["table2"]["rows"] if r[0].startswith(PAPER_BACKBONE))
     row = {"backbone": "profile model (kit)"}
@@ -205,7 +229,9 @@ def table2(comparison: dict | None) -> KitTable:
         row[f"kit {name} held-out %"] = cells["kit held-out %"]
     row[f"paper ({paper_row[0]})"] = ", ".join(f"{c}: {v}" for c, v in zip(columns[1:], paper_row[1:]))
     row["scale"] = _scale(comparison) if comparison else "-"
-    return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), ["AppWorld TestN: " + APPWORLD])
+    return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), [
+        f"AppWorld TestN, zero-shot: {appworld_cell(appworld, False)}", f"AppWorld TestN, CoEvolve: "
+        f"{appworld_cell(appworld, True)}", "AppWorld TestN, GRPO: not run (the comparison study runs on BFCL)"])
 
 
 def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study) -> KitTable:
@@ -370,6 +396,7 @@ def assemble(results: Results) -> list[KitTable]:
     baseline_runs = results.study(baselines_study(), "notebooks/10_adaptive_baselines.ipynb")
     explorer_runs = results.study(explorers_study({}), "notebooks/12_explorer_models.ipynb")
     training = results.training()
+    appworld = results.appworld()
     similarity = results.similarity(run_folder(default_runs_dir(results.profile),
                                                variant_run(results.profile, [], COEVOLVE, 0)))
     if training is not None and comparison is not None:
@@ -378,7 +405,7 @@ def assemble(results: Results) -> list[KitTable]:
             raise StaleResults(f"the training result (notebook 06, config {training['config_hash']}) is not the "
                                f"comparison's CoEvolve seed-0 run ({coevolve['config_hash']}): run notebook 06 again")
     return [
-        table1(comparison), table2(comparison),
+        table1(comparison, appworld), table2(comparison, appworld),
         from_study(("table3",), comparison, COMPARISON),
         from_study(("table4", "table14"), sensitivity, sensitivity_study),
         from_study(("table5",), signals, STUDIES["signals"]),

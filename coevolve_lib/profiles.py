@@ -66,12 +66,26 @@ def _profile_name(name) -> str:
     return name
 
 
+def capped(raw: dict, caps: dict) -> dict:
+    """A copy of `raw` whose sizes are at most `caps`' (a scale's): the smaller of the two numbers, the cap where
+    `raw` has none (unset or None: unbounded). So a scale only shrinks: a size the profile set to 0 (an AppWorld
+    profile's held-out set) stays 0."""
+    out = dict(raw)
+    for key, cap in caps.items():
+        value = out.get(key)
+        if isinstance(cap, dict):
+            out[key] = capped(value if isinstance(value, dict) else {}, cap)
+        else:
+            out[key] = cap if value is None else min(value, cap)
+    return out
+
+
 def at_scale(raw: dict) -> dict:
-    """`raw` with `configs/scales/<scale>.yaml` merged on top when $COEVOLVE_SCALE names a scale. `make test` sets
-    COEVOLVE_SCALE=smoke, so the notebooks run under nbval in seconds to minutes: fewer steps, tasks and samples,
-    never a different model or warm start. Its values win over a notebook's own overrides. Multi-process profiles
-    (the paper's GPU runs) stay as they are: they are only planned here, and their batch must divide over their
-    processes."""
+    """`raw` with the sizes of `configs/scales/<scale>.yaml` as caps (`capped`) when $COEVOLVE_SCALE names a scale.
+    `make test` sets COEVOLVE_SCALE=smoke, so the notebooks run under nbval in seconds to minutes: fewer steps, tasks
+    and samples, never a different model or warm start. Its caps hold over a notebook's own overrides too.
+    Multi-process profiles (the paper's GPU runs) stay as they are: they are only planned here, and their batch must
+    divide over their processes."""
     scale = os.environ.get("COEVOLVE_SCALE")
     launch = (raw.get("training") or {}).get("launch") or {}
     if not scale or launch.get("num_processes", 1) > 1:
@@ -80,7 +94,7 @@ def at_scale(raw: dict) -> dict:
     if not path.exists():
         choices = sorted(p.stem for p in (CONFIGS_DIR / "scales").glob("*.yaml"))
         raise ConfigError(f"unknown COEVOLVE_SCALE {scale!r}; choose from {choices} or leave it unset")
-    return deep_merge(raw, yaml.safe_load(path.read_text()) or {})
+    return capped(raw, yaml.safe_load(path.read_text()) or {})
 
 
 def parse_overrides(items: list[str]) -> dict:

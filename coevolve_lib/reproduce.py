@@ -70,6 +70,7 @@ EXPERIMENTS = (
     Experiment("11_task_similarity.ipynb", ("table13", "table15", "fig5"), minutes=1.5),
     Experiment("12_explorer_models.ipynb", ("table12",), ("explorers",), minutes=0.5),
     Experiment("13_appworld.ipynb", ("appworld",), minutes=1.5),
+    Experiment("14_appworld_coevolve.ipynb", ("appworld-coevolve",), minutes=2.5),
     Experiment("20_paper_tables.ipynb", ("table1", "table6", "tables"), minutes=0.5),
 )
 """In running order. The last one assembles `tables.md` from the results the others wrote."""

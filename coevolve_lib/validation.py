@@ -170,6 +170,7 @@ def to_pool_task(spec: dict, verdict: dict, pool_version: int, provenance_extra:
         "data_version": spec["data_version"],
         "reference_actions": verdict["reference_actions"],
         "completion_criterion": spec["completion_criterion"],
+        **({"answer_from": spec["answer_from"]} if "answer_from" in spec else {}),  # AppWorld: what the answer is
         "pool_version": pool_version,
         "provenance": {"signal": source.get("signal_id"), "context": source.get("context_id"),
                        "runs": source.get("run_ids", []), "spec": spec["spec_id"], "verdict": verdict["reason"],

@@ -6,6 +6,7 @@ from coevolve_lib.envs.bfcl import grade
 from coevolve_lib.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.profiles import deep_merge, parse_overrides, run_config
+from coevolve_lib.signals import Signal, register
 
 
 def checker_accepts(task: dict, steps: list[list[str]]) -> bool:
@@ -77,3 +78,13 @@ class CodeModel(ChatModel):
             self.before_reply(task_id, step)
         replies = self.replies[task_id]
         return Generation(replies[min(step, len(replies) - 1)], None, 10, 5, 0.0, "stop")
+
+
+@register
+class EveryFailure(Signal):
+    """Test-only signal type: every failed rollout (so that rounds have targets with a random-init policy)."""
+
+    type = "every_failure"
+
+    def observe(self, step, rollouts):
+        return [self.fire(r, step, {"score": r["score"]}) for r in rollouts if r["score"] < 0.5]

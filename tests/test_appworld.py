@@ -298,8 +298,9 @@ def test_a_server_that_never_answers_gives_environment_error_records(tmp_path):
         "first_name": "A", "last_name": "B", "email": "a@b.c", "phone_number": "1"}, datetime="2023-05-18T12:00:00")
         for n in (1, 2)]
     model = CodeModel(tasks, {task.task_id: [_block("print(1)")] for task in tasks})
-    factory = AppWorldEpisodes(tmp_path, split="dev", api_docs=False, servers=[DeadServer()])
-    records = run_rollouts(model, tasks, RolloutConfig(max_batch_size=1), progress=False, new_episode=factory)
+    factory = AppWorldEpisodes(tmp_path, split="dev", servers=[DeadServer()])
+    records = run_rollouts(model, tasks, RolloutConfig(max_batch_size=1, tool_docs="none"), progress=False,
+                           new_episode=factory)
     assert [r["task_id"] for r in records] == ["t_1", "t_2"] and model.calls == 2
     for record in records:
         assert record["environment_error"] and record["error_type"] == "environment:down"
@@ -321,7 +322,8 @@ def _check_record(record, split=SYNTHETIC_SPLIT):
     assert record["scenario_id"] == scenario_id(record["task_id"])
     assert [m["role"] for m in record["messages"][:2]] == ["system", "user"]
     assert "```python" in record["messages"][0]["content"] and "simple_note:" in record["messages"][0]["content"]
-    assert all(set(step) == {"step", "raw", "code", "output"} for step in record["steps"])
+    assert all(set(step) == {"step", "raw", "code", "output", "calls", "observations"} for step in record["steps"])
+    assert all(len(step["calls"]) == len(step["observations"]) for step in record["steps"])
     assert record["prompt_tokens"] > 0 and record["completion_tokens"] > 0
     assert isinstance(record["success"], bool) and record["score"] == float(record["success"])
 

@@ -49,7 +49,7 @@ def test_a_missing_results_file_names_the_notebook_to_run(tmp_path):
 def test_allowed_missing_files_give_not_run_cells_never_zeros(tmp_path):
     results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
     tables = paper_tables.assemble(results)
-    assert len(results.missing) == 8
+    assert len(results.missing) == 9
     for table in tables:  # every cell the kit would have measured says it did not run, with the reason
         kit_columns = [c for c in table.kit.columns if c.startswith("kit")] or list(table.kit.columns)
         cells = [str(v) for c in kit_columns for v in table.kit[c] if str(v) != "-"]
@@ -74,6 +74,28 @@ def test_measured_rows_sit_beside_the_paper_with_their_scale(tmp_path):
     assert tables["table10"].kit.loc["Reflexion", "kit held-out %"].startswith("not run")
     path = paper_tables.write_markdown(list(tables.values()), tmp_path / "tables.md", "# t")
     assert "| coevolve |" in path.read_text() and "63.00" in path.read_text()
+
+
+def appworld_doc(results_dir: Path, eval_set: str, before: float, after: float) -> None:
+    """Notebook 14's result: TGC / SGC of the tiny-appworld run before (step 0) and after (step 2) training."""
+    metrics = [{"benchmark": "appworld", "eval_set": eval_set, "metric": metric, "value": value, "n": 2, "step": step}
+               for step, value in ((0, before), (2, after)) for metric in ("tgc", "sgc")]
+    write_result(results_dir / "appworld" / "coevolve_tiny-appworld.json", experiment="appworld_coevolve",
+                 profile="tiny-appworld", model="tiny", config_hash="0" * 12, metrics=metrics,
+                 provenance="profile=tiny-appworld, model=tiny, steps=2")
+
+
+@pytest.mark.parametrize("eval_set", ["appworld-synthetic/dev", "appworld/test_normal"])
+def test_appworld_cells_show_notebook_14s_run_and_never_pass_the_synthetic_world_off_as_the_papers(tmp_path,
+                                                                                                   eval_set):
+    appworld_doc(tmp_path, eval_set, 0.0, 50.0)
+    tables = {t.table_ids[0]: t for t in paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0],
+                                                                                    allow_missing=True))}
+    start, trained = tables["table1"].kit["AppWorld (TGC/SGC)"]
+    assert "TGC 0.0% of 2" in start and "step 0" in start and "TGC 50.0% of 2" in trained and "step 2" in trained
+    synthetic = eval_set.startswith("appworld-synthetic")
+    assert all(("not run" in cell and "synthetic world" in cell) == synthetic for cell in (start, trained))
+    assert any("CoEvolve: " in note and "TGC 50.0%" in note for note in tables["table2"].notes)
 
 
 def test_results_of_another_configuration_are_refused(tmp_path):

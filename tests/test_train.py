@@ -4,7 +4,7 @@ mid-round resumes to the same end, configs reject bad values. Small sizes: a few
 import json
 
 import pytest
-from helpers import small_run
+from helpers import EveryFailure, small_run  # noqa: F401 (registers the every_failure signal)
 import torch
 from safetensors.torch import load_file
 
@@ -16,7 +16,6 @@ from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
 from coevolve_lib.models import MODELS_DIR
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.records import read_jsonl
-from coevolve_lib.signals import Signal, register
 from coevolve_lib.validation import validate
 
 SMALL = {
@@ -26,16 +25,6 @@ SMALL = {
     "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2,
                  "max_completion_tokens": 64, "eval_limit": 1, "learning_rate": 1e-3},
 }
-
-
-@register
-class EveryFailure(Signal):
-    """Test-only signal type: every failed rollout (so that rounds have targets with a random-init policy)."""
-
-    type = "every_failure"
-
-    def observe(self, step, rollouts):
-        return [self.fire(r, step, {"score": r["score"]}) for r in rollouts if r["score"] < 0.5]
 
 
 class Killed(Exception):
@@ -202,6 +191,10 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     recipes = [DataEngine(run.data_engine, tmp_path / name).warm_start_recipe()
                for run, name in ((normal, "a"), (smoke, "b"))]
     assert recipes[0] == recipes[1]
+    # the scale only shrinks: an AppWorld profile keeps its held-out set off and its smaller episode batch
+    appworld = run_config("tiny-appworld")
+    assert appworld.data_engine.heldout.size == 0 and appworld.rollout.batch_size == 2
+    assert appworld.training.group_size == 4 and appworld.evaluation.limit == 2  # capped; None (all) becomes 2
     # a multi-process (GPU) profile keeps its batch, which must divide over its processes
     assert run_config("paper-qwen3-4b").training.tasks_per_step == 32
     monkeypatch.setenv("COEVOLVE_SCALE", "huge")
