@@ -577,9 +577,10 @@ class RunConfig:
         if data.explore.explorer != "schema" or data.explore.context_builder != "heuristic":
             problems.append("data_engine.explore.explorer=schema and context_builder=heuristic (the LLM explorer "
                             "and context builder are BFCL-only so far)")
-        if data.synthesis.abstraction != "deterministic" or data.synthesis.judge:
-            problems.append("data_engine.synthesis.abstraction=deterministic and judge=false (the LLM abstraction "
-                            "and judge are BFCL-only so far)")
+        if data.synthesis.abstraction != "deterministic" or data.synthesis.judge or not data.synthesis.validate:
+            problems.append("data_engine.synthesis.abstraction=deterministic, judge=false and validate=true (the LLM "
+                            "abstraction, the judge and the unvalidated ablation are BFCL-only so far: an AppWorld "
+                            "task exists only once validation has written it)")
         if data.heldout.size:
             problems.append("data_engine.heldout.size=0 (AppWorld runs are measured on evaluation.split)")
         if data.warm_start.enabled:

@@ -1,5 +1,31 @@
-"""The tests run with the kit's process settings (offline hub, one OpenMP thread), as the CLI and notebooks do."""
+"""The tests run with the kit's process settings (offline hub, one OpenMP thread), as the CLI and notebooks do. The
+AppWorld fixtures are shared by the test modules that need AppWorld's real server on the synthetic world (one
+server for the session: a server costs ~12 s of CPU to start and load its first task)."""
+
+import pytest
 
 from coevolve_lib.runtime import configure_process
 
 configure_process()
+
+
+@pytest.fixture(scope="session")
+def world():
+    """The synthetic AppWorld world, built by AppWorld's own code (cached after the first build, ~40 s)."""
+    from coevolve_lib.envs.appworld_synthetic import build_synthetic_world
+
+    return build_synthetic_world()
+
+
+@pytest.fixture(scope="session")
+def server(world):
+    """AppWorld's server on the synthetic world (a test that kills it leaves it restarted: `ensure_running`)."""
+    from coevolve_lib.envs.appworld_server import AppWorldServer, AppWorldServerConfig
+
+    with AppWorldServer(AppWorldServerConfig(root=world.root)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def api_docs(server):
+    return server.client.api_docs()

@@ -27,8 +27,8 @@ from coevolve_lib.envs.appworld import (
     load_tasks, positive_reward, scenario_id, sgc, tgc)
 from coevolve_lib.envs.appworld_client import AppWorldClient, AppWorldServerError
 from coevolve_lib.envs.appworld_server import (
-    AppWorldNotInstalledError, AppWorldServer, AppWorldServerConfig, appworld_python, free_port)
-from coevolve_lib.envs.appworld_synthetic import SYNTHETIC_SPLIT, build_synthetic_world
+    AppWorldNotInstalledError, appworld_python, free_port)
+from coevolve_lib.envs.appworld_synthetic import SYNTHETIC_SPLIT
 from coevolve_lib.models import GenerationConfig, load_chat_model
 from coevolve_lib.records import read_jsonl
 
@@ -172,17 +172,6 @@ def _imported_packages(path: Path) -> set[str]:
 
 
 # --- the real AppWorld server on the synthetic world ----------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def world():
-    return build_synthetic_world()
-
-
-@pytest.fixture(scope="session")
-def server(world):
-    with AppWorldServer(AppWorldServerConfig(root=world.root)) as server:
-        yield server
-
 
 def _episode(server, world, task_id, code=None):
     """reset, optionally one `execute(code)`, score, close."""

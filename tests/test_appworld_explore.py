@@ -12,23 +12,10 @@ from coevolve_lib.appworld_explore import (
     COMPLETION_CRITERION, EXCLUDED_CALLS, AppWorldExplorer, abstract_appworld, explorable_apis, explore_appworld)
 from coevolve_lib.config import ExploreConfig, SynthesisConfig
 from coevolve_lib.contexts import ExplorationTarget
-from coevolve_lib.envs.appworld_server import AppWorldServer, AppWorldServerConfig
-from coevolve_lib.envs.appworld_synthetic import build_synthetic_world
 from coevolve_lib.triplets import split_runs
 from coevolve_lib.validation import content_id
 
 UNGUIDED = ExploreConfig(runs=2, calls_per_run=8, seed=3)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with AppWorldServer(AppWorldServerConfig(root=build_synthetic_world().root)) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def api_docs(server):
-    return server.client.api_docs()
 
 
 @pytest.fixture(scope="module")

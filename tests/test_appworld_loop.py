@@ -15,7 +15,6 @@ from coevolve_lib.appworld_calls import solution_code
 from coevolve_lib.appworld_engine import AppWorldDataEngine
 from coevolve_lib.contexts import ExplorationTarget, build_context
 from coevolve_lib.engine import stamp_rollouts
-from coevolve_lib.envs.appworld_synthetic import build_synthetic_world
 from coevolve_lib.models import Generation
 from coevolve_lib.pool import TaskPool
 from coevolve_lib.profiles import run_config
@@ -24,11 +23,6 @@ from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.train import train
 
 SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4"]
-
-
-@pytest.fixture(scope="module")
-def world():
-    return build_synthetic_world()
 
 
 @pytest.fixture(scope="module")

@@ -57,7 +57,7 @@ def test_appworld_refuses_what_its_data_engine_lacks(capsys):
                            "--set", "evaluation.split=dev")
     assert code == 2
     assert "evaluation.benchmark=appworld needs data_engine.explore.explorer=schema" in err
-    assert "judge=false" in err and "ArgsKwargs" not in err
+    assert "judge=false and validate=true" in err and "ArgsKwargs" not in err
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "evaluation.split=val")
     assert code == 2 and "'val' is a BFCL split" in err
 
