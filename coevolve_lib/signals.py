@@ -26,9 +26,9 @@ from abc import ABC, abstractmethod
 from collections import Counter, defaultdict, deque
 from typing import ClassVar
 
-log = logging.getLogger(__name__)
-
 from coevolve_lib.config import RARE_PATTERNS, SignalConfig
+
+log = logging.getLogger(__name__)
 
 SIGNAL_SCHEMA = "signal/v1"
 

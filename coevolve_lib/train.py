@@ -453,10 +453,11 @@ def announce(progress: bool, message: str) -> None:
 
 
 def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True,
-          start_evaluations: str | Path | None = None) -> dict:
+          start_evaluations: str | Path | None = None, engine: DataEngine | None = None) -> dict:
     """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json).
     `start_evaluations`: a folder where runs that start from the same policy and settings share their step-0
-    evaluation (the studies' runs do)."""
+    evaluation (the studies' runs do). `engine`: the run's data engine, already open on `out_dir` (a notebook's,
+    whose AppWorld servers are then reused); the caller closes it. By default one is made and closed here."""
     check_vllm(run.training)
     from accelerate import PartialState
 
@@ -469,6 +470,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         raise FileExistsError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                               "choose another --out")
     state = PartialState()
+    if engine is not None:
+        return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
     engine = data_engine(run, out_dir)
     try:
         return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)

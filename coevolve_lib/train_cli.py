@@ -151,12 +151,13 @@ def plan(run: RunConfig, out_dir: str | Path) -> dict:
 
 
 def run_training(profile: str = "tiny", overrides: dict | list[str] | None = None, out_dir: str | Path | None = None,
-                 resume: bool = True, progress: bool = True) -> dict:
-    """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones."""
+                 resume: bool = True, progress: bool = True, engine=None) -> dict:
+    """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones.
+    `engine`: a data engine the notebook has open on `out_dir` (in-process runs reuse it, `train.train`)."""
     run = profiles.run_config(profile, overrides)
     out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
     if run.training.launch.num_processes == 1:
-        return train(run, out_dir, resume=resume, progress=progress)
+        return train(run, out_dir, resume=resume, progress=progress, engine=engine)
     command = plan(run, out_dir)["commands"]["train"]
     extra = [f"--set={k}" for k in flatten_overrides(overrides)] if isinstance(overrides, dict) else \
         [f"--set={o}" for o in overrides or []]

@@ -3,7 +3,6 @@ unguided exploration of the train split (the data engine), signals and contexts 
 TRL's GRPO steps with a feedback round and TGC/SGC (the training loop, `tiny-appworld`)."""
 
 import json
-import shutil
 from collections import Counter
 from dataclasses import replace
 
@@ -22,12 +21,15 @@ from coevolve_lib.records import read_jsonl
 from coevolve_lib.signals import SignalExtractor
 from coevolve_lib.train import train
 
-SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4"]
+SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4",
+         'data_engine.signals.enabled=["every_failure"]', "data_engine.max_targets=1"]
+"""The module's data engine: a small D_0; rounds target one failed trajectory (test-only `every_failure` signal:
+the random policy fails every episode)."""
 
 
 @pytest.fixture(scope="module")
 def engine(world, tmp_path_factory):
-    """A data engine with D_0 built (module scope: the round test grows the same pool)."""
+    """A data engine with D_0 built (module scope: the training test goes on in its folder, with its servers)."""
     run = run_config("tiny-appworld", SMALL)
     engine = AppWorldDataEngine(run.data_engine, tmp_path_factory.mktemp("engine"), source_root=world.root)
     engine.initial_pool(progress=False)
@@ -90,23 +92,17 @@ def test_signals_and_contexts_read_real_appworld_rollouts(engine):
     assert called and called <= set(context["focus_pattern"])
 
 
-def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world, tmp_path, monkeypatch):
+def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world):
     """TRL's GRPO on AppWorld pool tasks with the tiny policy, end to end: 2 steps, a feedback round (its targets:
-    the test-only `every_failure` signal, since the random policy fails every episode), TGC/SGC before and after. The
-    run starts from the engine's D_0 (copied: built by the same data engine settings) to keep the test short. All
-    rewards are 0, so GRPO's update is zero: this shows the loop, not learning (docs/appworld.md)."""
-    monkeypatch.delenv("APPWORLD_ROOT", raising=False)  # the synthetic world
-    out = tmp_path / "run"
-    out.mkdir()
-    for name in ("pool.jsonl", "pool.jsonl.rounds.json"):
-        shutil.copy(engine.run_dir / name, out / name)
-    for name in ("round_000", "appworld_root"):
-        shutil.copytree(engine.run_dir / name, out / name, symlinks=True)
+    the test-only `every_failure` signal), TGC/SGC before and after. The run goes on from the module's D_0, in its
+    folder and with its servers (`train(engine=...)`). All rewards are 0, so GRPO's update is zero: this shows the
+    loop, not learning (docs/appworld.md)."""
+    out = engine.run_dir
     run = run_config("tiny-appworld", SMALL + [
-        'data_engine.signals.enabled=["every_failure"]', "data_engine.max_targets=1", "rollout.batch_size=2",
         "rollout.max_steps_per_episode=1", "training.tasks_per_step=1", "training.group_size=2",
         "training.feedback_every=2", "training.eval_limit=1", "training.eval_pool_tasks=1"])
-    summary = train(run, out, progress=False)
+    d0 = [t["task_id"] for t in engine.pool.tasks]
+    summary = train(run, out, progress=False, engine=engine)
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2] and all(r["train/episodes"] == 2 for r in rows)
     assert [r.get("feedback/round") for r in rows] == [None, 1]
@@ -114,10 +110,12 @@ def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world, tmp_path, mo
     assert round_1["targets"] == 1 and round_1["signals"]["every_failure"] == 4
     report = json.loads((out / "round_001" / "report.json").read_text())
     assert report["specs"] >= 1 and report["accepted"] >= 1
-    added = [t for t in TaskPool(out / "pool.jsonl").tasks if t["pool_version"] == 1]
+    pool = TaskPool(out / "pool.jsonl")
+    assert [t["task_id"] for t in pool.tasks if t["pool_version"] == 0] == d0  # D_0 was not built again
+    added = [t for t in pool.tasks if t["pool_version"] == 1]
     assert len(added) == report["added_to_pool"] == round_1["tasks_added"]
     for task in added:
-        assert (out / "appworld_root" / "data" / "tasks" / task["task_id"] / "ground_truth").is_dir()
+        assert (engine.root / "data" / "tasks" / task["task_id"] / "ground_truth").is_dir()
     step_records = read_jsonl(out / "rollouts" / "step_00001.jsonl")
     assert {r["task_source"] for r in step_records} == {"pool:0"}
     assert all(r["tool_format"] == "code" and r["num_tests"] >= 1 and r["reward"] == 0.0 for r in step_records)

@@ -193,7 +193,7 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     assert recipes[0] == recipes[1]
     # the scale only shrinks: an AppWorld profile keeps its held-out set off and its smaller episode batch
     appworld = run_config("tiny-appworld")
-    assert appworld.data_engine.heldout.size == 0 and appworld.rollout.batch_size == 2
+    assert appworld.data_engine.heldout.size == 0 and appworld.rollout.batch_size == 1
     assert appworld.training.group_size == 4 and appworld.evaluation.limit == 2  # capped; None (all) becomes 2
     # a multi-process (GPU) profile keeps its batch, which must divide over its processes
     assert run_config("paper-qwen3-4b").training.tasks_per_step == 32
