@@ -49,13 +49,15 @@ def overlay_root(source_root: Path, out_dir: Path) -> Path:
     data = Path(out_dir) / OVERLAY / "data"
     tasks = data / "tasks"
     tasks.mkdir(parents=True, exist_ok=True)
-    for entry in source.iterdir():
-        if entry.name != "tasks" and not os.path.lexists(data / entry.name):
-            (data / entry.name).symlink_to(entry)
+    links = [(data / entry.name, entry) for entry in source.iterdir() if entry.name != "tasks"]
     if (source / "tasks").is_dir():
-        for task in (source / "tasks").iterdir():
-            if not os.path.lexists(tasks / task.name):
-                (tasks / task.name).symlink_to(task, target_is_directory=True)
+        links += [(tasks / task.name, task) for task in (source / "tasks").iterdir()]
+    for link, target in links:
+        if not os.path.lexists(link):
+            try:
+                link.symlink_to(target, target_is_directory=target.is_dir())
+            except FileExistsError:  # another training process (multi-GPU runs) made it first
+                pass
     return data.parent
 
 

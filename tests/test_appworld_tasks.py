@@ -6,6 +6,7 @@ Needs `.venv-appworld` (`make appworld`), as tests/test_appworld.py's real-serve
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,17 @@ def test_the_overlay_links_the_source_and_is_idempotent(tmp_path):
     assert sorted(p.name for p in (root / "data" / "tasks").iterdir()) == ["a_1", "b_1", "syn0_1"]
     assert (root / "data" / "tasks" / "b_1").is_symlink() and (root / "data" / "tasks" / "syn0_1").is_dir()
     assert sorted(p.name for p in (source / "data" / "tasks").iterdir()) == ["a_1", "b_1"]
+
+
+def test_processes_making_the_same_overlay_at_once_do_not_collide(tmp_path):
+    """Every process of a multi-GPU run makes its engine's overlay at the same moment."""
+    source = tmp_path / "source"
+    for n in range(200):
+        (source / "data" / "tasks" / f"t_{n}").mkdir(parents=True)
+    with ThreadPoolExecutor(8) as pool:
+        roots = list(pool.map(lambda _: overlay_root(source, tmp_path / "out"), range(8)))
+    assert set(roots) == {tmp_path / "out" / "appworld_root"}
+    assert len(list((roots[0] / "data" / "tasks").iterdir())) == 200
 
 
 def test_the_task_id_is_a_content_hash_in_appworlds_form():
