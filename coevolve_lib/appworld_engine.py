@@ -12,8 +12,9 @@ The data root: `APPWORLD_ROOT` (official data, docs/appworld.md) or, when it is 
 builds with AppWorld's own code (`envs/appworld_synthetic.py`). The official data is never written into: the run's
 `appworld_root/` links its tasks and holds the synthesized ones (`appworld_tasks.overlay_root`).
 
-Offline stand-ins, as on BFCL: the schema explorer and the deterministic abstraction (no LLM). The LLM explorer,
-LLM abstraction and judge are BFCL-only so far (a profile asking for them on AppWorld is refused at load).
+Explorers: the offline one (`explore.explorer: schema`) or the paper's LLM explorer (`llm`, Figs. 9-10), with the
+heuristic or the LLM context (Fig. 11). The abstraction is the deterministic one: the LLM abstraction and the judge
+are BFCL-only so far (a profile asking for them on AppWorld is refused at load).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 from pathlib import Path
 
 from coevolve_lib.appworld_agent import AppWorldEpisodes
-from coevolve_lib.appworld_explore import AppWorldExplorer, abstract_appworld, explore_appworld
+from coevolve_lib.appworld_explore import abstract_appworld, explore_appworld, make_appworld_explorer
 from coevolve_lib.appworld_tasks import overlay_root, validate_appworld, write_tasks
 from coevolve_lib.config import DataEngineConfig
 from coevolve_lib.contexts import ExplorationTarget
@@ -110,7 +111,8 @@ class AppWorldDataEngine(DataEngine):
 
     def initial_pool(self, progress: bool = True) -> dict:
         return synthesize_initial(self.environments("pool"), self.pool, self.run_dir / "round_000",
-                                  self.feedback_config(), size=self.config.d0_size, model=None, progress=progress,
+                                  self.feedback_config(), size=self.config.d0_size, model=self.explorer_model,
+                                  progress=progress,
                                   steps=self.round_steps(), target=self.target)
 
     def round_steps(self) -> RoundSteps:
@@ -118,7 +120,8 @@ class AppWorldDataEngine(DataEngine):
                           prepare_validation=self._write)
 
     def _explore(self, target, config, model):
-        return explore_appworld(target, config, model, AppWorldExplorer(self.server(), self.api_docs()))
+        return explore_appworld(target, config, model,
+                                make_appworld_explorer(config, model, self.server, self.api_docs()))
 
     def _abstract(self, group_key, triplets, source, config, model):
         return abstract_appworld(group_key, triplets, source, config, self.api_docs())

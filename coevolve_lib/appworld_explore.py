@@ -30,9 +30,10 @@ from coevolve_lib.cost import Cost
 from coevolve_lib.envs.appworld_client import AppWorldServerError
 from coevolve_lib.envs.appworld_server import AppWorldServer
 from coevolve_lib.envs.safe_calls import CallParseError
+from coevolve_lib.explore_llm import ACTION_TAG, NO_VALID_ACTION, guidance, render_history
 from coevolve_lib.explore_schema import WORDS, stable_seed
-from coevolve_lib.models import ChatModel
-from coevolve_lib.prompts import clip
+from coevolve_lib.models import ChatModel, GenerationConfig
+from coevolve_lib.prompts import clip, load_prompt
 from coevolve_lib.triplets import Explorer, run_ids, split_runs, triplet_record
 
 EXCLUDED_APIS = re.compile(r"login|logout|signup|delete_account|update_account_\w+|\w*password\w*|\w*verif\w*")
@@ -260,12 +261,121 @@ class AppWorldExplorer(Explorer):
         return None
 
 
-def explore_appworld(target: ExplorationTarget, config: ExploreConfig, model: ChatModel | None,
-                     explorer: AppWorldExplorer) -> tuple[dict | None, list[dict], dict]:
-    """`explore.explore` for AppWorld: (context/v1 or None when unguided, triplet/v1 records, the stage's cost).
-    The explorer holds the server, so it is passed in; its cost of this call alone is reported (and kept in it)."""
+LLM_ACTION_FORMAT = ("Exactly one AppWorld API call, written as Python with literal keyword arguments only, inside "
+                     "<action>...</action> tags, e.g. <action>simple_note.search_notes(query='groceries')</action>. "
+                     "You are logged in to every app listed: never pass access_token. Use only the APIs listed in the "
+                     "environment description.")
+"""The Fig. 9 prompt's action format on AppWorld (the explorer adds the token itself, as `call_code` does)."""
+
+
+def describe_apis(target: ExplorationTarget, apis: list[str]) -> str:
+    """The `{initial_obs}` of Fig. 9 on AppWorld: the apps, each allowed API's parameters and one-line description
+    (from AppWorld's docs), and the task whose start state is explored."""
+    lines = [f"AppWorld apps: {', '.join(target.involved_classes)} (and the supervisor's profile).", "APIs:"]
+    for name in apis:
+        app, api = name.split(".", 1)
+        doc = target.api_docs[app][api]
+        signature = ", ".join(f"{p['name']}: {p['type']}{'' if p['required'] else ' (optional)'}"
+                              for p in doc["parameters"] if p["name"] != TOKEN_PARAMETER)
+        lines.append(f"- {name}({signature}): {clip(doc['description'].split('. ')[0].rstrip('.'), 160)}.")
+    lines += ["", "The apps start in the state of this task:", target.description]
+    return "\n".join(lines)
+
+
+class AppWorldLLMExplorer(Explorer):
+    """The paper's LLM explorer (Figs. 9-10, `explore_llm`) on AppWorld: each step the model picks one API call in
+    an `<action>` tag, parsed as a call string (never evaluated) and run on the server from the target's start state.
+    AppWorld's server holds one task at a time, so the R runs go one after the other (one model call per step). A
+    reply without a valid call is recorded as an invalid step, as on BFCL; a model or server failure ends the run,
+    counted in `cost.skipped`."""
+
+    name = "llm"
+
+    def __init__(self, model: ChatModel, server: AppWorldServer | Callable[[], AppWorldServer], api_docs: dict):
+        super().__init__()
+        self.model, self._server, self.api_docs = model, server, api_docs
+
+    @property
+    def server(self) -> AppWorldServer:
+        return self._server() if callable(self._server) else self._server
+
+    def explore(self, target: ExplorationTarget, context: dict | None, config: ExploreConfig) -> list[dict]:
+        apis = explorable_apis(self.api_docs, target.involved_classes)
+        system = load_prompt("explore_system").format(action_format=LLM_ACTION_FORMAT)
+        block, initial_obs = guidance(context), describe_apis(replace(target, api_docs=self.api_docs), apis)
+        generation = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
+        triplets = []
+        for run_id in run_ids(target, context, config.runs):
+            server = self.server
+            try:
+                server.ensure_running()
+                triplets += self._run(server, target, context, run_id, apis, system, block, initial_obs, generation,
+                                      config.calls_per_run)
+            except AppWorldServerError as error:
+                self.cost.skip(f"server_{error.kind}")
+        return triplets
+
+    def _run(self, server, target, context, run_id, apis, system, block, initial_obs, generation, steps):
+        client, task_id = server.client, target.initial_config["appworld_task"]
+        client.initialize(task_id, experiment_name="explore_" + re.sub(r"[^\w.-]+", "_", run_id))
+        triplets, history = [], []
+        try:
+            if is_failed_output(client.execute(task_id, login_preamble(target.involved_classes))):
+                self.cost.skip("login_failed")
+                return []
+            for step in range(steps):
+                user = load_prompt("explore_user").format(exploration_guidance=block, initial_obs=initial_obs,
+                                                          history_text=render_history(history))
+                [reply] = self.cost.generate(self.model, [[{"role": "system", "content": system},
+                                                           {"role": "user", "content": user}]], generation)
+                if reply.error:  # the endpoint is failing even after its retries: end this run
+                    self.cost.skip("model_error")
+                    break
+                call, action, reason = self._parse(reply.text, apis)
+                if call is None:
+                    self.cost.skip("no_valid_action")
+                    observation, valid = f"{NO_VALID_ACTION}: {reason}", False
+                else:
+                    action = call.to_source()
+                    observation = clip(client.execute(task_id, call_code(call, self.api_docs)).rstrip(),
+                                       OBSERVATION_CHARS)
+                    valid = not is_failed_output(observation)
+                history.append((action, observation))
+                triplets.append(triplet_record(target, context, run_id, step, action, observation, valid, self.name))
+        finally:
+            client.close(task_id)
+        return triplets
+
+    def _parse(self, text: str, apis: list[str]) -> tuple[AppWorldCall | None, str, str]:
+        """(call or None, the action text, the rejection reason); the last <action> tag wins, as on BFCL."""
+        tags = ACTION_TAG.findall(text or "")
+        if not tags:
+            return None, clip((text or "").strip(), 500), "no <action>...</action> tag in the reply"
+        action = tags[-1].strip().strip("`").strip()
+        try:
+            call = parse_appworld_call(action, self.api_docs)
+        except CallParseError as error:
+            return None, clip(action, 500), str(error)
+        if call.name not in apis:
+            return None, clip(action, 500), f"{call.name} is not an API this exploration may call"
+        return call, action, ""
+
+
+def make_appworld_explorer(config: ExploreConfig, model: ChatModel | None,
+                           server: AppWorldServer | Callable[[], AppWorldServer], api_docs: dict) -> Explorer:
+    """`explore.make_explorer` for AppWorld: the LLM explorer (`explorer: llm`, needs the model) or the offline one."""
     if config.explorer == "llm":
-        raise ValueError("explorer='llm' is not supported for AppWorld yet: use explorer='schema' (AppWorldExplorer)")
+        if model is None:
+            raise ValueError("explorer='llm' needs a model (data_engine.explorer_model)")
+        return AppWorldLLMExplorer(model, server, api_docs)
+    return AppWorldExplorer(server, api_docs)
+
+
+def explore_appworld(target: ExplorationTarget, config: ExploreConfig, model: ChatModel | None,
+                     explorer: Explorer) -> tuple[dict | None, list[dict], dict]:
+    """`explore.explore` for AppWorld: (context/v1 or None when unguided, triplet/v1 records, the stage's cost).
+    The explorer (`make_appworld_explorer`) holds the server, so it is passed in; its cost of this call alone is
+    reported (and kept in it)."""
     if target.api_docs is None:
         target = replace(target, api_docs=explorer.api_docs)
     cost = Cost()

@@ -571,12 +571,10 @@ class RunConfig:
                              "rollout.engine=auto (vLLM for the GRPO rollouts, local engines for evaluations)")
 
     def _check_appworld(self) -> None:
-        """What the AppWorld data engine supports so far (`appworld_engine`): the offline explorer and abstraction, no
-        held-out set or warm start (both BFCL's), the binary reward and the pool updates of APPWORLD_POOL_UPDATES."""
+        """What the AppWorld data engine supports so far (`appworld_engine`): both explorers and context builders,
+        the deterministic abstraction with validation, no held-out set or warm start (both BFCL's), the binary reward
+        and the pool updates of APPWORLD_POOL_UPDATES."""
         data, problems = self.data_engine, []
-        if data.explore.explorer != "schema" or data.explore.context_builder != "heuristic":
-            problems.append("data_engine.explore.explorer=schema and context_builder=heuristic (the LLM explorer "
-                            "and context builder are BFCL-only so far)")
         if data.synthesis.abstraction != "deterministic" or data.synthesis.judge or not data.synthesis.validate:
             problems.append("data_engine.synthesis.abstraction=deterministic, judge=false and validate=true (the LLM "
                             "abstraction, the judge and the unvalidated ablation are BFCL-only so far: an AppWorld "

@@ -9,9 +9,11 @@ import pytest
 
 from coevolve_lib.appworld_calls import parse_appworld_call
 from coevolve_lib.appworld_explore import (
-    COMPLETION_CRITERION, EXCLUDED_CALLS, AppWorldExplorer, abstract_appworld, explorable_apis, explore_appworld)
+    COMPLETION_CRITERION, EXCLUDED_CALLS, AppWorldExplorer, AppWorldLLMExplorer, abstract_appworld, explorable_apis,
+    explore_appworld, make_appworld_explorer)
 from coevolve_lib.config import ExploreConfig, SynthesisConfig
 from coevolve_lib.contexts import ExplorationTarget
+from coevolve_lib.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.triplets import split_runs
 from coevolve_lib.validation import content_id
 
@@ -119,9 +121,49 @@ def test_guided_exploration_draws_the_focus_api(explorer):
     assert any(t["valid"] for t in focused)
 
 
-def test_the_llm_explorer_is_refused_for_appworld(explorer):
-    with pytest.raises(ValueError, match="not supported for AppWorld yet"):
-        explore_appworld(_target(), ExploreConfig(explorer="llm"), None, explorer)
+class ScriptedExplorerModel(ChatModel):
+    """Replies in order (the last repeated) and keeps every prompt: a unit-test stand-in for the explorer LLM."""
+
+    name, native_tools = "scripted-explorer", False
+
+    def __init__(self, replies):
+        self.replies, self.prompts = list(replies), []
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        self.prompts += conversations
+        return [Generation(self.replies[min(len(self.prompts) - 1, len(self.replies) - 1)], None, 50, 10, 0.0, "stop")
+                for _ in conversations]
+
+
+def test_the_llm_explorer_runs_the_models_calls_on_the_server(server, api_docs):
+    """Fig. 9's prompts with AppWorld's APIs; the model's calls are parsed (never evaluated) and run on the server;
+    a reply without a tag, a refused API and an unknown one are invalid steps; the runs go one after the other."""
+    model = ScriptedExplorerModel([
+        "Let me look.\n<action>simple_note.search_notes(query='Gate')</action>",
+        "I think I am done.",
+        "<action>simple_note.login(username='a@b.c', password='x')</action>",
+        "<action>simple_note.frobnicate()</action>",
+        "Note 3 looked relevant: <action>simple_note.show_note(note_id=3)</action>"])
+    explorer = make_appworld_explorer(ExploreConfig(explorer="llm"), model, server, api_docs)
+    assert isinstance(explorer, AppWorldLLMExplorer)
+    config = ExploreConfig(explorer="llm", runs=2, calls_per_run=5)
+    context, triplets, cost = explore_appworld(_target(), config, model, explorer)
+    assert context is None and len(model.prompts) == 10  # unguided; 2 runs x 5 steps, one model call each
+    system, user = model.prompts[0]
+    assert "simple_note.search_notes(query='groceries')" in system["content"]  # the AppWorld action format
+    assert "- simple_note.show_note(note_id: integer): Show detailed information" in user["content"]
+    assert "access_token" not in user["content"] and "simple_note.login" not in user["content"]
+    first = [t for t in triplets if t["run_id"].endswith("run0")]
+    assert [t["valid"] for t in first] == [True, False, False, False, True]
+    assert first[0]["action"] == "simple_note.search_notes(query='Gate')" and "Gate code" in first[0]["observation"]
+    assert first[1]["observation"].startswith("No valid action: no <action>")
+    assert "not an API this exploration may call" in first[2]["observation"]
+    assert "unknown AppWorld API simple_note.frobnicate" in first[3]["observation"]
+    assert '"content": "4417"' in first[4]["observation"]
+    assert "Step 0: simple_note.search_notes(query='Gate') -> " in model.prompts[1][1]["content"]  # the history
+    second = [t for t in triplets if t["run_id"].endswith("run1")]  # the script's last reply, five times
+    assert [t["action"] for t in second] == ["simple_note.show_note(note_id=3)"] * 5 and all(t["valid"] for t in second)
+    assert cost["calls"] == 10 and cost["skipped"] == {"no_valid_action": 3}
 
 
 NOTES = json.dumps([{"note_id": 3, "title": "Gate code", "tags": ["home"]}])

@@ -34,15 +34,15 @@ def test_the_three_paper_profiles_exist():
 
 
 def test_appworld_paper_profile_plan(capsys, tmp_path, monkeypatch):
-    """The Qwen3-4B run on AppWorld: the BFCL profile's training, AppWorld's Test-Normal split, the offline explorer
-    (the AppWorld data engine's only one so far), and a note when the split needs official data that is not there."""
+    """The Qwen3-4B run on AppWorld: the BFCL profile's training and explorer, AppWorld's Test-Normal split, and a note
+    when the split needs official data that is not there."""
     monkeypatch.delenv("APPWORLD_ROOT", raising=False)
     code, plan, err = dry_run(capsys, "--profile", "paper-qwen3-4b-appworld", "--out", str(tmp_path))
     assert code == 0, err
     _, bfcl, _ = dry_run(capsys, "--profile", "paper-qwen3-4b", "--out", str(tmp_path))
     assert plan["benchmark"]["name"] == "appworld" and plan["benchmark"]["split"] == "test_normal"
     assert bfcl["benchmark"] == {"name": "bfcl", "data_version": "v3", "category": "multi_turn_base", "split": "val"}
-    assert plan["policy_model"] == "Qwen/Qwen3-4B-Instruct-2507" and plan["explorer_model"] is None
+    assert plan["policy_model"] == "Qwen/Qwen3-4B-Instruct-2507" and plan["explorer_model"] == "openai:qwen3-max"
     assert (plan["schedule"], plan["batch"], plan["grpo_config"]) == (bfcl["schedule"], bfcl["batch"], bfcl["grpo_config"])
     assert plan["rollout"]["max_steps_per_episode"] == 30
     assert any("APPWORLD_ROOT is not set" in note for note in plan["notes"])
@@ -56,8 +56,8 @@ def test_appworld_refuses_what_its_data_engine_lacks(capsys):
     code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.benchmark=appworld",
                            "--set", "evaluation.split=dev")
     assert code == 2
-    assert "evaluation.benchmark=appworld needs data_engine.explore.explorer=schema" in err
-    assert "judge=false and validate=true" in err and "ArgsKwargs" not in err
+    assert "evaluation.benchmark=appworld needs data_engine.synthesis.abstraction=deterministic, judge=false and " \
+        "validate=true" in err and "ArgsKwargs" not in err
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "evaluation.split=val")
     assert code == 2 and "'val' is a BFCL split" in err
 
