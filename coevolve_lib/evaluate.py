@@ -129,14 +129,29 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
                                  "rollouts_path": repo_relative(rollouts_path)})
 
 
+def _evaluate_appworld(cfg: EvalConfig, out: str, progress: bool) -> int:
+    """TGC / SGC on an AppWorld split (APPWORLD_ROOT's data, else the synthetic world), greedy, one episode per task."""
+    from coevolve_lib.appworld_agent import evaluate_appworld
+    from coevolve_lib.appworld_engine import appworld_source_root
+
+    rollout = rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
+    result = evaluate_appworld(_load_model(cfg), cfg.split, appworld_source_root(), rollout, out=out, limit=cfg.limit,
+                               profile=cfg.profile, experiment="zero_shot", progress=progress)
+    tgc, sgc = metric_row(result, "tgc"), metric_row(result, "sgc")
+    print(f"{cfg.model} on {tgc['eval_set']}: TGC {tgc['value']:.2f}% ({tgc['correct']}/{tgc['n']}), SGC "
+          f"{sgc['value']}% of {sgc['n']} scenarios (environment errors {result['details']['environment_errors']})")
+    print(json.dumps({"model": result["model"], "eval_set": tgc["eval_set"], "tgc": tgc["value"], "sgc": sgc["value"]}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = profiles.ArgumentParser("python -m coevolve_lib evaluate", __doc__)
     parser.add_argument("--profile", default="tiny", help="profile in configs/ giving the defaults (default: tiny)")
     parser.add_argument("--model", help="tiny, smollm2-135m, a local path/hub id, or openai:<model>")
-    parser.add_argument("--benchmark", help="benchmark (only bfcl runs offline)")
+    parser.add_argument("--benchmark", help="bfcl or appworld (APPWORLD_ROOT's data, else the synthetic world)")
     parser.add_argument("--data-version", help="v3 or v4")
     parser.add_argument("--category", help="base, miss_func, miss_param or long_context")
-    parser.add_argument("--split", help="val, train or all")
+    parser.add_argument("--split", help="BFCL: val, train or all; AppWorld: dev, test_normal, test_challenge")
     parser.add_argument("--limit", help="first N tasks of the split")
     parser.add_argument("--all-tasks", action="store_true", help="ignore the profile's limit: the whole split")
     parser.add_argument("--seed", help="sampling seed")
@@ -159,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         evaluation["limit"] = None
     cfg = profiles.run_config(args.profile, {"evaluation": evaluation, "rollout": rollout}).evaluation
     try:
+        if cfg.benchmark == "appworld":
+            return _evaluate_appworld(cfg, args.out, progress=not args.quiet)
         result = evaluate(cfg, args.out, resume=not args.no_resume, progress=not args.quiet)
     except EvaluationError as exc:
         print(f"python -m coevolve_lib evaluate: error: {exc}", file=sys.stderr)

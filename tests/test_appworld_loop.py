@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from helpers import CodeModel, EveryFailure  # noqa: F401 (registers the every_failure signal)
 
+from coevolve_lib.__main__ import main as cli
 from coevolve_lib.agent import RolloutConfig, run_rollouts
 from coevolve_lib.appworld_calls import solution_code
 from coevolve_lib.appworld_engine import AppWorldDataEngine
@@ -124,3 +125,13 @@ def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world):
     assert before["eval/val_sgc_n"] == 1
     environment = json.loads((out / "run_config.json").read_text())["environment"]
     assert environment == {"benchmark": "appworld", "data_root": str(world.root), "data": "synthetic world"}
+
+
+def test_the_evaluate_command_measures_tgc_and_sgc_on_appworld(tmp_path, monkeypatch, capsys):
+    """`python -m coevolve_lib evaluate --profile <appworld profile>`: what multi-GPU runs evaluate checkpoints with."""
+    monkeypatch.delenv("APPWORLD_ROOT", raising=False)  # the synthetic world
+    out = tmp_path / "dev.json"
+    assert cli(["evaluate", "--profile", "tiny-appworld", "--limit", "1", "--quiet", "--out", str(out)]) == 0
+    assert "tiny on appworld/dev: TGC 0.00% (0/1), SGC 0.0% of 1 scenarios" in capsys.readouterr().out
+    rows = {row["metric"]: row for row in json.loads(out.read_text())["metrics"]}
+    assert rows["tgc"]["n"] == 1 and rows["sgc"]["n"] == 1 and rows["tgc"]["temperature"] == 0.0
