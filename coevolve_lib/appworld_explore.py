@@ -16,6 +16,7 @@ import json
 import random
 import re
 import time
+from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -184,15 +185,12 @@ class ArgumentDrawer:
         return " ".join(self.rng.sample(words, k=min(len(words), self.rng.randint(1, 2))))
 
 
-class AppWorldExplorer(Explorer):
-    """Calls drawn from the target's AppWorld API docs, with arguments from what the run has observed, executed on
-    AppWorld's server from the target task's start state (`initial_config["appworld_task"]`).
-
-    Guided: a `focus_ratio` share of steps draws from the context's focus_pattern APIs, and no call in do_not_repeat
-    is made. Each (target, run) has its own seeded RNG (as `SchemaExplorer`), so the same inputs give the same calls.
-    A server failure ends the run (counted in `cost.skipped` as `server_<kind>`); the next run restarts the server."""
-
-    name = "appworld_schema"
+class AppWorldRuns(Explorer):
+    """What both AppWorld explorers share: R runs, one after the other on one server (it holds one task at a time),
+    each from the target task's start state (`initial_config["appworld_task"]`), logged into the target's apps. A
+    subclass makes a run's steps (`_steps`). A server failure ends its run, keeping the triplets already made, and is
+    counted in `cost.skipped` as `server_<kind>`; the next run restarts the server, or, when it will not come back,
+    the exploration stops."""
 
     def __init__(self, server: AppWorldServer | Callable[[], AppWorldServer], api_docs: dict):
         super().__init__()
@@ -204,53 +202,78 @@ class AppWorldExplorer(Explorer):
         return self._server() if callable(self._server) else self._server
 
     def explore(self, target: ExplorationTarget, context: dict | None, config: ExploreConfig) -> list[dict]:
-        apis = explorable_apis(self.api_docs, target.involved_classes)
-        focus = focus_apis(context, apis)
-        banned = {_canonical(text, self.api_docs) for text in (context or {}).get("do_not_repeat", [])}
-        triplets, server_failed = [], False
+        plan = self._plan(target, context, config)
+        triplets = []
         for k, run_id in enumerate(run_ids(target, context, config.runs)):
             server = self.server
-            if server_failed:
-                try:
-                    server.ensure_running()
-                except AppWorldServerError as error:  # it will not come back: the remaining runs cannot run
-                    self.cost.skip(f"server_{error.kind}")
-                    break
-            rng = random.Random(stable_seed(config.seed, target.task_id, target.signal_id, k))
             try:
-                for triplet in self._run(server, target, context, run_id, rng, apis, focus, banned, config):
+                server.ensure_running()
+            except AppWorldServerError as error:  # it will not come back: the remaining runs cannot run
+                self.cost.skip(f"server_{error.kind}")
+                break
+            try:
+                for triplet in self._run(server.client, target, context, run_id, k, config, plan):
                     triplets.append(triplet)
-                server_failed = False
             except AppWorldServerError as error:
                 self.cost.skip(f"server_{error.kind}")
-                server_failed = True
         return triplets
 
-    def _run(self, server, target, context, run_id, rng, apis, focus, banned, config):
-        """One run's triplets, as they are made (a server error keeps those already made)."""
-        client, task_id = server.client, target.initial_config["appworld_task"]
+    def _run(self, client, target, context, run_id, k, config, plan):
+        """One run's triplets, as they are made: the task initialized, logged in, `_steps`, the task closed."""
+        task_id = target.initial_config["appworld_task"]
         client.initialize(task_id, experiment_name="explore_" + re.sub(r"[^\w.-]+", "_", run_id))
-        if is_failed_output(client.execute(task_id, login_preamble(target.involved_classes))):
-            self.cost.skip("login_failed")
+        try:
+            if is_failed_output(client.execute(task_id, login_preamble(target.involved_classes))):
+                self.cost.skip("login_failed")
+                return
+            yield from self._steps(client, task_id, target, context, run_id, k, config, plan)
+        finally:
             client.close(task_id)
-            return
+
+    def _execute(self, client, task_id: str, call: AppWorldCall) -> tuple[str, bool]:
+        """(the call's printed output, clipped; whether it succeeded)."""
+        output = client.execute(task_id, call_code(call, self.api_docs)).rstrip()
+        return clip(output, OBSERVATION_CHARS), not is_failed_output(output)
+
+    @abstractmethod
+    def _plan(self, target: ExplorationTarget, context: dict | None, config: ExploreConfig) -> dict:
+        """What every run of one exploration shares (the APIs it may call, ...)."""
+
+    @abstractmethod
+    def _steps(self, client, task_id, target, context, run_id, k, config, plan):
+        """One run's triplets after the login, as they are made (a generator)."""
+
+
+class AppWorldExplorer(AppWorldRuns):
+    """Calls drawn from the target's AppWorld API docs, with arguments from what the run has observed, executed on
+    AppWorld's server (`AppWorldRuns`).
+
+    Guided: a `focus_ratio` share of steps draws from the context's focus_pattern APIs, and no call in do_not_repeat
+    is made. Each (target, run) has its own seeded RNG (as `SchemaExplorer`), so the same inputs give the same calls."""
+
+    name = "appworld_schema"
+
+    def _plan(self, target, context, config):
+        apis = explorable_apis(self.api_docs, target.involved_classes)
+        return {"apis": apis, "focus": focus_apis(context, apis),
+                "banned": {_canonical(text, self.api_docs) for text in (context or {}).get("do_not_repeat", [])}}
+
+    def _steps(self, client, task_id, target, context, run_id, k, config, plan):
+        rng = random.Random(stable_seed(config.seed, target.task_id, target.signal_id, k))
         observed = ObservedValues()
         drawer = ArgumentDrawer(rng, self.api_docs, observed)
         made: set[str] = set()
         for step in range(config.calls_per_run):
-            call = self._draw(rng, drawer, apis, focus, config.focus_ratio, banned | made)
+            call = self._draw(rng, drawer, plan["apis"], plan["focus"], config.focus_ratio, plan["banned"] | made)
             if call is None:
                 self.cost.skip("no_new_call")
                 break
             action = call.to_source()
             made.add(action)
-            output = client.execute(task_id, call_code(call, self.api_docs)).rstrip()
-            valid = not is_failed_output(output)
+            output, valid = self._execute(client, task_id, call)
             if valid:
                 observed.harvest(output)
-            yield triplet_record(target, context, run_id, step, action, clip(output, OBSERVATION_CHARS), valid,
-                                 self.name)
-        client.close(task_id)
+            yield triplet_record(target, context, run_id, step, action, output, valid, self.name)
 
     @staticmethod
     def _draw(rng, drawer, apis, focus, focus_ratio, avoid) -> AppWorldCall | None:
@@ -282,69 +305,45 @@ def describe_apis(target: ExplorationTarget, apis: list[str]) -> str:
     return "\n".join(lines)
 
 
-class AppWorldLLMExplorer(Explorer):
+class AppWorldLLMExplorer(AppWorldRuns):
     """The paper's LLM explorer (Figs. 9-10, `explore_llm`) on AppWorld: each step the model picks one API call in
-    an `<action>` tag, parsed as a call string (never evaluated) and run on the server from the target's start state.
-    AppWorld's server holds one task at a time, so the R runs go one after the other (one model call per step). A
-    reply without a valid call is recorded as an invalid step, as on BFCL; a model or server failure ends the run,
-    counted in `cost.skipped`."""
+    an `<action>` tag, parsed as a call string (never evaluated) and run on the server (`AppWorldRuns`: the runs go
+    one after the other, one model call per step). A reply without a valid call is recorded as an invalid step, as on
+    BFCL; a model failure ends the run, counted in `cost.skipped`."""
 
     name = "llm"
 
     def __init__(self, model: ChatModel, server: AppWorldServer | Callable[[], AppWorldServer], api_docs: dict):
-        super().__init__()
-        self.model, self._server, self.api_docs = model, server, api_docs
+        super().__init__(server, api_docs)
+        self.model = model
 
-    @property
-    def server(self) -> AppWorldServer:
-        return self._server() if callable(self._server) else self._server
-
-    def explore(self, target: ExplorationTarget, context: dict | None, config: ExploreConfig) -> list[dict]:
+    def _plan(self, target, context, config):
         apis = explorable_apis(self.api_docs, target.involved_classes)
-        system = load_prompt("explore_system").format(action_format=LLM_ACTION_FORMAT)
-        block, initial_obs = guidance(context), describe_apis(replace(target, api_docs=self.api_docs), apis)
-        generation = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
-        triplets = []
-        for run_id in run_ids(target, context, config.runs):
-            server = self.server
-            try:
-                server.ensure_running()
-                triplets += self._run(server, target, context, run_id, apis, system, block, initial_obs, generation,
-                                      config.calls_per_run)
-            except AppWorldServerError as error:
-                self.cost.skip(f"server_{error.kind}")
-        return triplets
+        return {"apis": apis, "system": load_prompt("explore_system").format(action_format=LLM_ACTION_FORMAT),
+                "guidance": guidance(context),
+                "environment": describe_apis(replace(target, api_docs=self.api_docs), apis),
+                "generation": GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)}
 
-    def _run(self, server, target, context, run_id, apis, system, block, initial_obs, generation, steps):
-        client, task_id = server.client, target.initial_config["appworld_task"]
-        client.initialize(task_id, experiment_name="explore_" + re.sub(r"[^\w.-]+", "_", run_id))
-        triplets, history = [], []
-        try:
-            if is_failed_output(client.execute(task_id, login_preamble(target.involved_classes))):
-                self.cost.skip("login_failed")
-                return []
-            for step in range(steps):
-                user = load_prompt("explore_user").format(exploration_guidance=block, initial_obs=initial_obs,
-                                                          history_text=render_history(history))
-                [reply] = self.cost.generate(self.model, [[{"role": "system", "content": system},
-                                                           {"role": "user", "content": user}]], generation)
-                if reply.error:  # the endpoint is failing even after its retries: end this run
-                    self.cost.skip("model_error")
-                    break
-                call, action, reason = self._parse(reply.text, apis)
-                if call is None:
-                    self.cost.skip("no_valid_action")
-                    observation, valid = f"{NO_VALID_ACTION}: {reason}", False
-                else:
-                    action = call.to_source()
-                    observation = clip(client.execute(task_id, call_code(call, self.api_docs)).rstrip(),
-                                       OBSERVATION_CHARS)
-                    valid = not is_failed_output(observation)
-                history.append((action, observation))
-                triplets.append(triplet_record(target, context, run_id, step, action, observation, valid, self.name))
-        finally:
-            client.close(task_id)
-        return triplets
+    def _steps(self, client, task_id, target, context, run_id, k, config, plan):
+        history = []
+        for step in range(config.calls_per_run):
+            user = load_prompt("explore_user").format(exploration_guidance=plan["guidance"],
+                                                      initial_obs=plan["environment"],
+                                                      history_text=render_history(history))
+            [reply] = self.cost.generate(self.model, [[{"role": "system", "content": plan["system"]},
+                                                       {"role": "user", "content": user}]], plan["generation"])
+            if reply.error:  # the endpoint is failing even after its retries: end this run
+                self.cost.skip("model_error")
+                return
+            call, action, reason = self._parse(reply.text, plan["apis"])
+            if call is None:
+                self.cost.skip("no_valid_action")
+                observation, valid = f"{NO_VALID_ACTION}: {reason}", False
+            else:
+                action = call.to_source()
+                observation, valid = self._execute(client, task_id, call)
+            history.append((action, observation))
+            yield triplet_record(target, context, run_id, step, action, observation, valid, self.name)
 
     def _parse(self, text: str, apis: list[str]) -> tuple[AppWorldCall | None, str, str]:
         """(call or None, the action text, the rejection reason); the last <action> tag wins, as on BFCL."""

@@ -23,6 +23,7 @@ import pandas as pd
 from coevolve_lib import paper
 from coevolve_lib.report import bootstrap_ci, study_table
 from coevolve_lib.paths import repo_relative
+from coevolve_lib.profiles import run_config
 from coevolve_lib.study import (Study, Variant, default_runs_dir, results_file, run_folder, run_hash, settings_hash,
                                 variant_run)
 from coevolve_lib.studies import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
@@ -100,32 +101,35 @@ class Results:
         check_current(doc, study if study.name in STUDIES else None)
         return doc
 
+    def _read(self, path: Path, what: str, notebook: str) -> dict | None:
+        """The results document at `path`, or None (after `_absent`) when there is none."""
+        if not path.exists():
+            self._absent(f"{what} {path.name}", notebook)
+            return None
+        return json.loads(path.read_text())
+
     def similarity(self, expected_run: Path) -> dict | None:
         """Notebook 11's measurement, checked to be of `expected_run` (the current CoEvolve seed-0 run)."""
-        path = self.dir / "similarity" / f"{self.profile}.json"
-        if not path.exists():
-            self._absent(f"similarity result {path.name}", "notebooks/11_task_similarity.ipynb")
-            return None
-        doc = json.loads(path.read_text())
-        if doc["run_dir"] != repo_relative(expected_run):
+        doc = self._read(self.dir / "similarity" / f"{self.profile}.json", "similarity result",
+                         "notebooks/11_task_similarity.ipynb")
+        if doc is not None and doc["run_dir"] != repo_relative(expected_run):
             raise StaleResults(f"the similarity result measured {doc['run_dir']}, not the current CoEvolve run "
                                f"{repo_relative(expected_run)}: run notebook 11 again")
         return doc
 
     def appworld(self) -> dict | None:
-        """Notebook 14's CoEvolve run on AppWorld (`<profile>-appworld`): TGC / SGC before and after training."""
-        path = self.dir / "appworld" / f"coevolve_{self.profile}-appworld.json"
-        if not path.exists():
-            self._absent(f"AppWorld training result {path.name}", "notebooks/14_appworld_coevolve.ipynb")
-            return None
-        return json.loads(path.read_text())
+        """Notebook 14's CoEvolve run on AppWorld (`<profile>-appworld`): TGC / SGC before and after training, checked
+        to be of the profile's current configuration."""
+        doc = self._read(self.dir / "appworld" / f"coevolve_{self.profile}-appworld.json", "AppWorld training result",
+                         "notebooks/14_appworld_coevolve.ipynb")
+        if doc is not None and doc["config_hash"] != run_hash(run_config(doc["profile"])):
+            raise StaleResults(f"the AppWorld training result ran another configuration of {doc['profile']} (config "
+                               f"hash {doc['config_hash']}): run notebook 14 again")
+        return doc
 
     def training(self) -> dict | None:
-        path = self.dir / "training" / f"train_{self.profile}.json"
-        if not path.exists():
-            self._absent(f"training result {path.name}", "notebooks/06_coevolve_training.ipynb")
-            return None
-        return json.loads(path.read_text())
+        return self._read(self.dir / "training" / f"train_{self.profile}.json", "training result",
+                          "notebooks/06_coevolve_training.ipynb")
 
 
 def check_current(doc: dict, study: Study | None = None) -> None:

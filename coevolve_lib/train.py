@@ -470,13 +470,13 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         raise FileExistsError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                               "choose another --out")
     state = PartialState()
-    if engine is not None:
-        return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
-    engine = data_engine(run, out_dir)
+    owned = engine is None
+    engine = data_engine(run, out_dir) if owned else engine
     try:
         return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
     finally:
-        engine.close()
+        if owned:
+            engine.close()
 
 
 def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint: Path | None, progress: bool,

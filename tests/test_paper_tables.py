@@ -76,12 +76,14 @@ def test_measured_rows_sit_beside_the_paper_with_their_scale(tmp_path):
     assert "| coevolve |" in path.read_text() and "63.00" in path.read_text()
 
 
-def appworld_doc(results_dir: Path, eval_set: str, before: float, after: float) -> None:
+def appworld_doc(results_dir: Path, eval_set: str, before: float, after: float,
+                 config_hash: str | None = None) -> None:
     """Notebook 14's result: TGC / SGC of the tiny-appworld run before (step 0) and after (step 2) training."""
     metrics = [{"benchmark": "appworld", "eval_set": eval_set, "metric": metric, "value": value, "n": 2, "step": step}
                for step, value in ((0, before), (2, after)) for metric in ("tgc", "sgc")]
     write_result(results_dir / "appworld" / "coevolve_tiny-appworld.json", experiment="appworld_coevolve",
-                 profile="tiny-appworld", model="tiny", config_hash="0" * 12, metrics=metrics,
+                 profile="tiny-appworld", model="tiny", metrics=metrics,
+                 config_hash=config_hash or run_hash(paper_tables.run_config("tiny-appworld")),
                  provenance="profile=tiny-appworld, model=tiny, steps=2")
 
 
@@ -96,6 +98,12 @@ def test_appworld_cells_show_notebook_14s_run_and_never_pass_the_synthetic_world
     synthetic = eval_set.startswith("appworld-synthetic")
     assert all(("not run" in cell and "synthetic world" in cell) == synthetic for cell in (start, trained))
     assert any("CoEvolve: " in note and "TGC 50.0%" in note for note in tables["table2"].notes)
+
+
+def test_an_appworld_result_of_another_configuration_is_refused(tmp_path):
+    appworld_doc(tmp_path, "appworld-synthetic/dev", 0.0, 0.0, config_hash="0" * 12)
+    with pytest.raises(paper_tables.StaleResults, match="AppWorld training result ran another configuration"):
+        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
 
 
 def test_results_of_another_configuration_are_refused(tmp_path):
