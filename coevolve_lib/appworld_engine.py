@@ -112,8 +112,7 @@ class AppWorldDataEngine(DataEngine):
     def initial_pool(self, progress: bool = True) -> dict:
         return synthesize_initial(self.environments("pool"), self.pool, self.run_dir / "round_000",
                                   self.feedback_config(), size=self.config.d0_size, model=self.explorer_model,
-                                  progress=progress,
-                                  steps=self.round_steps(), target=self.target)
+                                  progress=progress, steps=self.round_steps(), target=self.target)
 
     def round_steps(self) -> RoundSteps:
         return RoundSteps(explore=self._explore, abstract=self._abstract, validate=self._validate,

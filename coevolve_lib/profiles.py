@@ -75,8 +75,11 @@ def capped(raw: dict, caps: dict) -> dict:
         value = out.get(key)
         if isinstance(cap, dict):
             out[key] = capped(value if isinstance(value, dict) else {}, cap)
-        else:
-            out[key] = cap if value is None else min(value, cap)
+        elif value is None:
+            out[key] = cap
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = min(value, cap)
+        # any other value stays, for the config to refuse in one line (`"abc"` steps)
     return out
 
 

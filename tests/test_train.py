@@ -195,6 +195,8 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     appworld = run_config("tiny-appworld")
     assert appworld.data_engine.heldout.size == 0 and appworld.rollout.batch_size == 1
     assert appworld.training.group_size == 4 and appworld.evaluation.limit == 2  # capped; None (all) becomes 2
+    with pytest.raises(ConfigError, match="training.max_steps: Input should be a valid integer"):
+        run_config("tiny", ["training.max_steps=abc"])  # a bad value is not hidden by the cap
     # a multi-process (GPU) profile keeps its batch, which must divide over its processes
     assert run_config("paper-qwen3-4b").training.tasks_per_step == 32
     monkeypatch.setenv("COEVOLVE_SCALE", "huge")
