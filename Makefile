@@ -50,7 +50,7 @@ test-notebooks:
 # Every table and figure of the embedded default profile: the numbered notebooks run with papermill, in order, by the
 # batch driver (results/<profile>/ with tables.md, figures/<profile>/, executed notebooks in runs/reproduce/<profile>/).
 # Complete notebooks are skipped and training runs resume, so a second run takes seconds.
-reproduce: setup
+reproduce: setup appworld
 	$(PY) -m coevolve_lib.reproduce --profile $(PROFILE)
 
 # Jupyter refuses to run as root without --allow-root (containers often run as root).
