@@ -15,7 +15,8 @@ COMMANDS = {
     "train": ("coevolve_lib.train_cli", "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
     "compare": ("coevolve_lib.compare", "one study (Tables 2-3 by default, or an ablation) over several seeds"),
     "reproduce": ("coevolve_lib.reproduce", "run the notebooks with papermill: every table and figure of a profile"),
-    "heldout": ("coevolve_lib.heldout", "build a profile's held-out evaluation set; --commit records its task ids"),
+    "sweep": ("coevolve_lib.sweep", "a GRPO recipe sweep: one training run per cell of configs/sweeps/<name>.yaml"),
+    "heldout": ("coevolve_lib.heldout", "build a profile's held-out evaluation sets; --commit records their task ids"),
     "warm-start": ("coevolve_lib.warmstart", "build (or find) a profile's warm start and check it; --ship ships it"),
     "notebook": ("coevolve_lib.notebook_runner", "run a notebook with papermill after checking its parameters"),
 }

@@ -134,10 +134,6 @@ class AppWorldDataEngine(DataEngine):
         except AppWorldServerError:  # a server that died mid-validation: restart it and judge the spec again
             return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids)
 
-    def heldout(self) -> tuple[str | None, list[dict]]:
-        """None: AppWorld runs are measured on their evaluation split (TGC / SGC), not on a synthesized held-out set."""
-        return None, []
-
     # -- rollouts of pool tasks --------------------------------------------------------------------------------
     def rollout_tasks(self, tasks: list[dict]) -> list[AppWorldTask]:
         """Pool tasks as the AppWorld tasks written for them (the pool task id is the AppWorld task id)."""

@@ -65,7 +65,7 @@ from coevolve_lib.config import BaselineSettings
 from coevolve_lib.contexts import ExplorationTarget, trajectory_calls
 from coevolve_lib.cost import Cost
 from coevolve_lib.envs.bfcl import is_error_observation
-from coevolve_lib.feedback import feedback_round
+from coevolve_lib.feedback import feedback_round, screen_heldout
 from coevolve_lib.models import ChatModel, GenerationConfig
 from coevolve_lib.prompts import clip, load_prompt
 from coevolve_lib.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
@@ -338,6 +338,7 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
                                           "error": generation.error}
             append_jsonl(round_dir / "reflections.jsonl", done[record["rollout_id"]])
     known = set(engine.pool.ids)
+    excluded = engine.feedback_config().excluded
     verdicts, accepted, rejections = [], [], Counter()
     for record in records:
         entry = done[record["rollout_id"]]
@@ -346,6 +347,7 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
             continue
         spec = reflexion_spec(pool_tasks[record["task_id"]], entry["reflection"], record, settings.reflexion_memory)
         verdict = validate(spec, engine.config.synthesis, engine.explorer_model, known_task_ids=known)
+        verdict = screen_heldout(spec, verdict, excluded)
         verdicts.append(verdict)
         if not verdict["accepted"]:
             rejections[verdict["reason"]] += 1

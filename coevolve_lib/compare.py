@@ -16,8 +16,14 @@ from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.paths import FIGURES_DIR
-from coevolve_lib.study import Study, results_file, run_study, run_summaries, variant_run
-from coevolve_lib.studies import COMPARISON, STUDIES
+from coevolve_lib.studies import COEVOLVE, COMPARISON, STUDIES
+from coevolve_lib.study import (
+    Study,
+    results_file,
+    run_study,
+    run_summaries,
+    variant_run,
+)
 
 PAPER_COLUMN = "BFCL"
 """The paper's column every study table prints beside the kit's numbers (BFCL-v3 multi-turn base, Qwen3-4B)."""
@@ -35,20 +41,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (default: 0 1 2)")
     parser.add_argument("--out", help="folder of the runs (default: runs/studies/<profile>)")
     parser.add_argument("--results", help="results JSON (default: results/<study>/<profile>_seeds<..>_steps<n>.json)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs trained at once, each on one torch thread (CPU profiles; default 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    profiles.run_config_from_args(args)  # every value checked before anything runs
+    run = profiles.run_config_from_args(args)  # every value checked before anything runs
     if any(seed < 0 for seed in args.seeds):
         raise profiles.ConfigError(f"--seeds must be >= 0 (got {args.seeds})")
-    from coevolve_lib.report import plot_learning_curves, rounds_table, study_table
+    if args.jobs < 1:
+        raise profiles.ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
+    from coevolve_lib.report import (
+        paired_differences,
+        plot_learning_curves,
+        rounds_table,
+        study_table,
+    )
 
     study = STUDIES[args.study]
-    results = run_study(study, args.profile, args.seeds, args.set, args.out, args.results, not args.quiet)
+    results = run_study(study, args.profile, args.seeds, args.set, args.out, args.results, not args.quiet,
+                        jobs=args.jobs)
     summaries = run_summaries(study, args.profile, args.seeds, args.set, args.out)
     steps = variant_run(args.profile, args.set, study.variants[0], args.seeds[0]).training.max_steps
     figure = figure_file(FIGURES_DIR, study, args.profile, args.seeds, steps)
     plot_learning_curves(summaries, figure)
-    print(study_table(results, study.tables[-1:], PAPER_COLUMN).to_string())
+    rank_by = run.data_engine.heldout.rank_by
+    print(study_table(results, study.tables[-1:], PAPER_COLUMN, rank_by=rank_by).to_string())
+    pairs = [(COEVOLVE.name, v.name) for v in study.variants if v.name != COEVOLVE.name]  # CoEvolve vs the others
+    print(paired_differences(results, pairs, rank_by).to_string())
     print(rounds_table(summaries).to_string())
     print(f"learning curves: {figure}")
     return 0

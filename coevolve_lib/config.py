@@ -265,6 +265,32 @@ class SynthesisConfig:
 
 
 @dataclass(config=STRICT)
+class WorldsStageConfig:
+    """The warm start's second stage (a kit addition, tiny profile): the first stage's model trained further on tasks
+    from procedurally generated GorillaFileSystem worlds (`envs.bfcl_worlds`, train-split seeds), so that it learns
+    to copy names from the query in file systems it has never seen instead of recalling a few environments' names
+    (measured: unseen-environment success 11 -> 16%, docs/log.md). The tasks are built as the first stage's are
+    (schema exploration, abstraction, validation), with its `data_runs`, `data_calls_per_run` and call lengths."""
+
+    count: NonNegativeInt = 0
+    """Generated worlds the stage's tasks come from (~10 tasks per world); 0: no second stage."""
+    first_world: NonNegativeInt = 0
+    """Index of the first train-split world (`bfcl_worlds.world_seeds`)."""
+    data_seed: int = 100
+    """Exploration seed of the worlds' tasks (other environments than the first stage's, so the same default)."""
+    max_steps: PositiveInt = 400
+    """Optimizer steps of the stage; its cosine schedule ends exactly here."""
+    batch_size: PositiveInt = 16
+    """Conversations per step."""
+    learning_rate: PositiveFloat = 1e-3
+    """Peak learning rate (lower than the first stage's: the model is trained already)."""
+    final_lr_ratio: Fraction = 0.1
+    """The cosine decay ends at this fraction of the peak."""
+    warmup_steps: NonNegativeInt = 20
+    """Linear warm-up steps."""
+
+
+@dataclass(config=STRICT)
 class WarmStartConfig:
     """Supervised fine-tuning before RL, and the synthetic tasks it trains on."""
 
@@ -305,18 +331,39 @@ class WarmStartConfig:
     """Share of the train-split environments the warm start's tasks come from; D_0 and every round use only the
     others, so the RL pool, like the held-out set, is in environments the warm start never saw (a policy that has
     memorized an environment's names solves its tasks without reading the query)."""
+    worlds: WorldsStageConfig = field(default_factory=WorldsStageConfig)
+    """The optional second stage on generated worlds (off unless `worlds.count` > 0)."""
+
+
+@dataclass(config=STRICT)
+class HeldoutSetConfig:
+    """One held-out evaluation set: validated synthetic tasks built as D_0 is, with their own exploration seed."""
+
+    size: NonNegativeInt = 100
+    """Tasks in the set (capped round-robin over its source environments, as D_0 is); 0: no such set."""
+    runs: PositiveInt = 10
+    """Exploration runs R per source environment (enough runs to fill `size`)."""
+    seed: int = 1000
+    """Exploration seed (apart from D_0's, the rounds' and the warm start's)."""
 
 
 @dataclass(config=STRICT)
 class HeldoutConfig:
-    """The held-out evaluation set of a profile."""
+    """The held-out evaluation sets of a profile (`coevolve_lib.heldout`): where a small policy shows what it learned
+    at a scale where the BFCL val split, the headline metric, stays at 0. No pool may hold a held-out task: D_0 and
+    every round reject a task whose content matches one (`heldout_leak` in the round reports)."""
 
-    size: NonNegativeInt = 200
-    """Tasks in the set (capped round-robin over the source environments, as D_0 is); 0: no held-out set."""
-    runs: PositiveInt = 10
-    """Exploration runs R per val-split environment (enough runs to fill `size`)."""
-    seed: int = 1000
-    """Exploration seed (apart from D_0's and the warm start's)."""
+    new_tasks: HeldoutSetConfig = field(default_factory=lambda: HeldoutSetConfig(size=0, runs=24, seed=4242))
+    """(a) New tasks in the pool's environments: the environments D_0 and the rounds explore, explored with the set's
+    own seed. Measures what GRPO on the pool teaches about those environments beyond the tasks trained on."""
+    new_envs: HeldoutSetConfig = field(default_factory=lambda: HeldoutSetConfig(size=0, runs=10, seed=1000))
+    """(b) Tasks in unseen environments: BFCL's val-split environments, which nothing trains on or explores."""
+    rank_by: Literal["new_tasks", "new_envs"] = "new_tasks"
+    """The set a study's table ranks its variants by (and computes their differences on); the other is shown beside."""
+
+    def sets(self) -> dict[str, HeldoutSetConfig]:
+        """The sets with tasks, by name."""
+        return {name: cfg for name, cfg in (("new_tasks", self.new_tasks), ("new_envs", self.new_envs)) if cfg.size}
 
 
 @dataclass(config=STRICT)
@@ -426,6 +473,11 @@ class TrainConfig:
     """Pool tasks per step over all processes (the paper's training batch size 32)."""
     group_size: Annotated[int, Field(ge=2)] = 8
     """K rollouts per task (GRPO group size; the paper: 8); at least 2, since GRPO compares rollouts in a group."""
+    draw_factor: Annotated[int, Field(ge=1, le=64)] = 1
+    """Dynamic sampling (DAPO, a kit addition; 1: off, as in the paper): each step draws `draw_factor` x
+    `tasks_per_step` tasks, runs K episodes of each, and trains on `tasks_per_step` of the groups, those whose
+    rewards differ first (`train.select_groups`). Every drawn episode still feeds the signals and the rounds;
+    `train/zero_std_drawn` and `train/zero_std_trained` log the zero-variance share before and after the selection."""
     learning_rate: PositiveFloat = 1e-6
     """Peak learning rate (the paper: 1e-6)."""
     lr_scheduler_type: Literal[LR_SCHEDULERS] = "constant"
@@ -438,6 +490,9 @@ class TrainConfig:
     """PPO clip range below 1 (the paper: 0.20)."""
     epsilon_high: PositiveFloat = 0.28
     """PPO clip range above 1 (the paper: 0.28, "clip-higher")."""
+    num_iterations: Annotated[int, Field(ge=1, le=16)] = 1
+    """Policy updates per batch of rollouts (TRL's mu; the paper: 1, one update per batch). More reuses each batch
+    with PPO's clipped importance ratio (`epsilon_low` / `epsilon_high`), at the cost of one extra forward pass."""
     beta: NonNegativeFloat = 1e-3
     """KL coefficient against the initial policy (the paper: 1e-3; 0 skips the reference model)."""
     loss_type: Literal[LOSS_TYPES] = "dapo"
@@ -579,8 +634,9 @@ class RunConfig:
             problems.append("data_engine.synthesis.abstraction=deterministic, judge=false and validate=true (the LLM "
                             "abstraction, the judge and the unvalidated ablation are BFCL-only so far: an AppWorld "
                             "task exists only once validation has written it)")
-        if data.heldout.size:
-            problems.append("data_engine.heldout.size=0 (AppWorld runs are measured on evaluation.split)")
+        if data.heldout.sets():
+            problems.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
+                            "are measured on evaluation.split)")
         if data.warm_start.enabled:
             problems.append("data_engine.warm_start.enabled=false (the warm start is BFCL's)")
         if data.d0_source_split != "train":

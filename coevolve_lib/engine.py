@@ -31,10 +31,11 @@ from coevolve_lib.heldout import heldout_tasks
 from coevolve_lib.model_artifacts import TinyConfig
 from coevolve_lib.models import load_chat_model
 from coevolve_lib.paths import CACHE_DIR, MODELS_DIR
-from coevolve_lib.pool import TaskPool, pool_task_to_bfcl
+from coevolve_lib.pool import TaskPool, content_keys, pool_task_to_bfcl
 from coevolve_lib.records import config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.signals import SignalExtractor
-from coevolve_lib.warmstart import RECIPE_VERSION, partition_environments, shipped_warm_start, warm_start
+from coevolve_lib.warmstart import (RECIPE_VERSION, WORLDS_VERSION, partition_environments, shipped_warm_start,
+                                    warm_start, worlds_stage)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class DataEngine:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.pool = TaskPool(self.run_dir / "pool.jsonl")
         self.explorer_model = load_chat_model(config.explorer_model) if config.explorer_model else None
+        self._excluded: frozenset[str] | None = None
 
     def round_steps(self) -> RoundSteps:
         """How this engine's rounds explore, abstract and validate (BFCL's; `AppWorldDataEngine` has its own)."""
@@ -95,8 +97,13 @@ class DataEngine:
         """Stop what the engine started (BFCL: nothing; AppWorld: its servers)."""
 
     def feedback_config(self) -> FeedbackConfig:
+        """A round's settings; its `excluded` keys keep every held-out task out of the pool."""
+        if self._excluded is None:
+            self._excluded = frozenset(key for _, tasks in self.heldout_sets().values() for task in tasks
+                                       for key in content_keys(task))
         return FeedbackConfig(explore=self.config.explore, synthesis=self.config.synthesis,
-                              max_targets=self.config.max_targets, seed=self.config.explore.seed)
+                              max_targets=self.config.max_targets, seed=self.config.explore.seed,
+                              excluded=self._excluded)
 
     def environments(self, part: str) -> list:
         """The benchmark environments (BFCL tasks of the `d0_source_split`, restricted to the profile's classes) that
@@ -116,49 +123,80 @@ class DataEngine:
                                   self.feedback_config(), size=self.config.d0_size, model=self.explorer_model,
                                   progress=progress)
 
-    def warm_start_recipe(self) -> dict:
-        """Everything that decides the warm start's weights (its key names the cache folder and the shipped copy)."""
+    def warm_start_recipe(self, stage: str = "final") -> dict:
+        """Everything that decides the warm start's weights (its key names the cache folder and the shipped copy):
+        of the first stage alone (`stage="first"`), or of the whole warm start (with its worlds stage, if any)."""
         cfg = self.config
-        settings = {k: v for k, v in asdict(cfg.warm_start).items() if k != "enabled"}
+        settings = {k: v for k, v in asdict(cfg.warm_start).items() if k not in ("enabled", "worlds")}
         base = asdict(TinyConfig()) if cfg.model == "tiny" else None  # the kit builds `tiny` itself, from TinyConfig
-        return {"recipe_version": RECIPE_VERSION, "model": cfg.model, "tiny_config": base, "warm_start": settings,
-                "data_version": cfg.data_version, "classes": cfg.classes, "source_split": cfg.d0_source_split,
-                "query": {"abstraction": cfg.synthesis.abstraction, "description_words": cfg.synthesis.description_words},
-                "tool_docs": cfg.rollout.tool_docs}
+        recipe = {"recipe_version": RECIPE_VERSION, "model": cfg.model, "tiny_config": base, "warm_start": settings,
+                  "data_version": cfg.data_version, "classes": cfg.classes, "source_split": cfg.d0_source_split,
+                  "query": {"abstraction": cfg.synthesis.abstraction,
+                            "description_words": cfg.synthesis.description_words},
+                  "tool_docs": cfg.rollout.tool_docs}
+        if stage == "final" and cfg.warm_start.worlds.count:
+            recipe["worlds_stage"] = {"worlds_version": WORLDS_VERSION, **asdict(cfg.warm_start.worlds)}
+        return recipe
 
     def policy(self, progress: bool = True, use_shipped: bool = True) -> str:
         """The policy's model path: the profile's model, or its warm start when the profile asks for one.
 
         A warm start is taken from `coevolve_lib/data/warm_start/<profile>` when that copy was built from the same
-        recipe (its files' hashes are checked), else from `.cache/warm_start/<key>`, building it there first (the tiny
-        recipe: ~35 minutes on 2 cores). A build cut short leaves only a `.partial` folder, started afresh next time."""
+        recipe (its files' hashes are checked), else from `.cache/warm_start/<key>`, building it there first: the
+        first stage on benchmark environments (the tiny recipe: ~35 minutes on 2 cores), then, if the profile has
+        one, the worlds stage from it (minutes). A build cut short leaves only a `.partial` folder, started afresh
+        next time."""
         cfg = self.config
         base = MODELS_DIR / cfg.model if (MODELS_DIR / cfg.model).exists() else cfg.model
         if not cfg.warm_start.enabled:
             return str(base)
-        recipe = self.warm_start_recipe()
+
+        def first_stage(out: Path) -> dict:
+            log.warning("building the %s warm start (no shipped copy matches its recipe): %d SFT steps, about %.0f min "
+                        "on 2 CPU cores at the tiny model's measured 0.9 s/step", cfg.profile,
+                        cfg.warm_start.max_steps, cfg.warm_start.max_steps * 0.9 / 60)
+            return warm_start(base, self.environments("warm_start"), out, cfg.warm_start, cfg.synthesis,
+                              tool_docs=cfg.rollout.tool_docs, progress=progress)
+
+        first = self._warm_start_stage(self.warm_start_recipe("first"), first_stage, use_shipped)
+        if not cfg.warm_start.worlds.count:
+            return first
+        return self._warm_start_stage(self.warm_start_recipe(), lambda out: worlds_stage(
+            first, out, cfg.warm_start, cfg.synthesis, cfg.data_version, cfg.rollout.tool_docs, progress),
+            use_shipped)
+
+    def _warm_start_stage(self, recipe: dict, build, use_shipped: bool) -> str:
+        """The model folder of a warm-start `recipe`: the shipped copy, the cached one, or `build(folder)` run into a
+        `.partial` folder that is moved into the cache when it finishes."""
         key = config_hash(recipe)
-        shipped = shipped_warm_start(cfg.profile, key) if use_shipped else None
+        shipped = shipped_warm_start(self.config.profile, key) if use_shipped else None
         if shipped is not None:
             return str(shipped)
         out = CACHE_DIR / "warm_start" / key
         if not (out / "warm_start.json").exists():
-            log.warning("building the %s warm start (recipe %s; no shipped copy matches it): %d SFT steps, about "
-                        "%.0f min on 2 CPU cores at the tiny model's measured 0.9 s/step", cfg.profile, key,
-                        cfg.warm_start.max_steps, cfg.warm_start.max_steps * 0.9 / 60)
             partial = out.with_name(key + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
-            summary = warm_start(base, self.environments("warm_start"), partial, cfg.warm_start, cfg.synthesis,
-                                 tool_docs=cfg.rollout.tool_docs, progress=progress)
+            summary = build(partial)
             write_json_atomic(partial / "warm_start.json", {**summary, "recipe_key": key, "recipe": recipe})
             shutil.rmtree(out, ignore_errors=True)
             os.replace(partial, out)
         return str(out)
 
-    def heldout(self) -> tuple[str, list[dict]]:
-        """(key, tasks) of the profile's held-out set (val-split environments; see `coevolve_lib.heldout`)."""
+    def heldout(self, name: str, progress: bool = False) -> tuple[str, list[dict]]:
+        """(key, tasks) of the held-out set `name` (`coevolve_lib.heldout`): `new_tasks` explores the pool's own
+        environments with the set's seed, `new_envs` the val-split environments."""
         cfg = self.config
-        return heldout_tasks(cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis, cfg.heldout)
+        if name == "new_tasks":
+            sources = self.environments("pool")
+        else:
+            sources = restrict_classes(split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), "val"),
+                                       cfg.classes)
+        return heldout_tasks(name, sources, cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis,
+                             getattr(cfg.heldout, name), progress=progress)
+
+    def heldout_sets(self) -> dict[str, tuple[str, list[dict]]]:
+        """Every held-out set the profile has (size > 0): name -> (key, tasks)."""
+        return {name: self.heldout(name) for name in self.config.heldout.sets()}
 
     def probe_rollouts(self, progress: bool = True) -> list[dict]:
         """K rollouts per sampled pool task for each probe step; each finished step is one file, written atomically."""
@@ -218,14 +256,15 @@ class DataEngine:
         write_json_atomic(path, targets)
         return round_dir, targets
 
-    def random_feedback_round(self, round_index: int, progress: bool = True) -> dict:
+    def random_feedback_round(self, round_index: int, progress: bool = True, seed: int = 0) -> dict:
         """One round of the paper's "+ Random Exploration" baseline (Table 3; its details are not given): as many
         targets as a signal round may have (`max_targets`), drawn uniformly from the pool instead of from weakness
-        signals, each re-explored unguided (no context), then abstracted and validated the same way. The drawn
-        task ids are written before exploring, so a resumed round finishes the same targets."""
+        signals, each re-explored unguided (no context), then abstracted and validated the same way. The draw
+        follows the training `seed` too, so each seed of a study draws its own targets. The drawn task ids are
+        written before exploring, so a resumed round finishes the same targets."""
         pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
         count = len(pool_tasks) if self.config.max_targets is None else self.config.max_targets
-        rng = random.Random(self.config.explore.seed + round_index)
+        rng = random.Random(self.config.explore.seed + 1_000_003 * seed + round_index)
         round_dir, chosen = self._frozen_targets(
             round_index, lambda: rng.sample(sorted(pool_tasks), min(count, len(pool_tasks))))
         targets = [ExplorationTarget.from_pool_task(pool_tasks[task_id]) for task_id in chosen]

@@ -30,7 +30,7 @@ from coevolve_lib.contexts import ExplorationTarget
 from coevolve_lib.cost import Cost
 from coevolve_lib.explore import explore
 from coevolve_lib.models import ChatModel
-from coevolve_lib.pool import TaskPool
+from coevolve_lib.pool import TaskPool, content_keys
 from coevolve_lib.records import append_jsonl, read_jsonl, write_json_atomic
 from coevolve_lib.triplets import group_triplets
 from coevolve_lib.validation import accept_unvalidated, to_pool_task, validate
@@ -48,6 +48,9 @@ class FeedbackConfig:
     """Signal trajectories re-explored per round (the paper leaves it open); None = all."""
     seed: int = 0
     """Seed of target selection."""
+    excluded: frozenset[str] = frozenset()
+    """Content keys (`pool.content_keys`) of held-out tasks: a validated task that shares one is rejected as
+    `heldout_leak`, so no round can add a test task to the pool."""
 
 
 @dataclass
@@ -89,6 +92,19 @@ def select_targets(signals: list[dict], rollouts_by_id: dict[str, dict], max_tar
             if by_type[signal_type] and (max_targets is None or len(chosen) < max_targets):
                 chosen.append(by_type[signal_type].pop())
     return chosen
+
+
+def screen_heldout(spec: dict, verdict: dict, excluded: frozenset[str]) -> dict:
+    """`verdict`, or, when the task it accepts shares a content key with a held-out task (`excluded`), that verdict
+    turned into a `heldout_leak` rejection."""
+    if not (verdict["accepted"] and excluded):
+        return verdict
+    task = {"initial_config": spec["initial_config"], "query": spec["query"],
+            "reference_actions": verdict["reference_actions"]}
+    if not content_keys(task) & excluded:
+        return verdict
+    return {**verdict, "accepted": False, "reason": "heldout_leak", "reasons": ["heldout_leak"],
+            "detail": "its environment and actions, or environment and query, are a held-out task's"}
 
 
 def _target_key(target: ExplorationTarget) -> str:
@@ -152,6 +168,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         if spec["spec_id"] not in verdicts:
             verdict = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
                        else accept_unvalidated(spec, config.synthesis, known))
+            verdict = screen_heldout(spec, verdict, config.excluded)
             verdicts[spec["spec_id"]] = verdict
             append_jsonl(round_dir / "verdicts.jsonl", verdict)
             if verdict["accepted"]:
@@ -191,6 +208,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         "acceptance_rate": round(sum(v["accepted"] for v in verdicts.values()) / len(specs), 4) if specs else None,
         "accept_reasons": dict(Counter(v["reason"] for v in verdicts.values() if v["accepted"])),
         "rejection_reasons": dict(rejections),
+        "heldout_leaks": rejections.get("heldout_leak", 0),  # always reported: 0 is a measurement too
         "added_to_pool": sum(t["pool_version"] == round_index for t in pool.tasks),
         "pool_size": len(pool),
         "pool_version": pool.version,

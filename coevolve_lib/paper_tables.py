@@ -22,6 +22,7 @@ import pandas as pd
 
 from coevolve_lib import paper
 from coevolve_lib.report import bootstrap_ci, study_table
+from coevolve_lib.results import HELDOUT_TITLES
 from coevolve_lib.paths import repo_relative
 from coevolve_lib.profiles import run_config
 from coevolve_lib.study import (Study, Variant, default_runs_dir, results_file, run_folder, run_hash, settings_hash,
@@ -77,8 +78,12 @@ class KitTable:
 class Results:
     """The results/v2 files of one profile's results folder, checked against the current configuration."""
 
-    def __init__(self, results_dir: str | Path, profile: str, seeds: list[int], allow_missing: bool = False):
+    def __init__(self, results_dir: str | Path, profile: str, seeds: list[int], allow_missing: bool = False,
+                 study_seeds: dict[str, list[int]] | None = None):
+        """`seeds`: the training seeds of every study's results; `study_seeds`: other seeds for some studies by name
+        (the tiny profile: Tables 2-3 over 3 seeds, the ablations over one)."""
         self.dir, self.profile, self.seeds, self.allow_missing = Path(results_dir), profile, list(seeds), allow_missing
+        self.study_seeds = {name: list(s) for name, s in (study_seeds or {}).items()}
         self.missing: list[str] = []
 
     def _absent(self, what: str, notebook: str) -> None:
@@ -88,14 +93,15 @@ class Results:
         self.missing.append(message)
 
     def study(self, study: Study, notebook: str) -> dict | None:
-        """The study's results document for these seeds (any training length), checked to be current."""
-        pattern = results_file(self.dir, study.name, self.profile, self.seeds, 0).name.replace("_steps0", "_steps*")
+        """The study's results document for its seeds (any training length), checked to be current."""
+        seeds = self.study_seeds.get(study.name, self.seeds)
+        pattern = results_file(self.dir, study.name, self.profile, seeds, 0).name.replace("_steps0", "_steps*")
         files = sorted((self.dir / study.name).glob(pattern))
         if not files:
-            self._absent(f"{study.name} results for seeds {self.seeds}", notebook)
+            self._absent(f"{study.name} results for seeds {seeds}", notebook)
             return None
         if len(files) > 1:
-            raise StaleResults(f"several {study.name} results for seeds {self.seeds} ({[f.name for f in files]}): "
+            raise StaleResults(f"several {study.name} results for seeds {seeds} ({[f.name for f in files]}): "
                                "remove the ones of an older configuration")
         doc = json.loads(files[0].read_text())
         check_current(doc, study if study.name in STUDIES else None)
@@ -178,11 +184,19 @@ def _scale(doc: dict) -> str:
 
 
 def _kit_cells(doc: dict | None, variant: str) -> dict:
-    """Held-out and BFCL val success of one variant (mean [95% CI] over seeds and tasks)."""
+    """Success of one variant on each held-out set and on the BFCL val split (mean [95% CI] over seeds and tasks)."""
+    columns = {f"kit held-out {title} %": f"heldout/{name}/" for name, title in HELDOUT_TITLES.items()}
+    columns["kit D_0 (trained on) %"] = "pool/d0"
+    columns["kit BFCL val %"] = "bfcl/"
     if doc is None:
-        return {"kit held-out %": "not run", "kit BFCL val %": "not run", "scale": "-"}
-    return {"kit held-out %": _mean_ci(_rows(doc, variant, "heldout/")),
-            "kit BFCL val %": _mean_ci(_rows(doc, variant, "bfcl/")), "scale": _scale(doc)}
+        return {**{column: "not run" for column in columns}, "scale": "-"}
+    return {**{column: _mean_ci(_rows(doc, variant, prefix)) for column, prefix in columns.items()},
+            "scale": _scale(doc)}
+
+
+def _ranked_prefix(doc: dict) -> str:
+    """The eval_set prefix of the held-out set a study ranks by (`data_engine.heldout.rank_by`)."""
+    return f"heldout/{doc['config'].get('rank_by', 'new_tasks')}/"
 
 
 PAPER_BACKBONE = "Qwen3-4B"
@@ -228,9 +242,9 @@ def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
     paper_row = next(r for r in paper.tables()["table2"]["rows"] if r[0].startswith(PAPER_BACKBONE))
     row = {"backbone": "profile model (kit)"}
     for variant, name in (("zero_shot", "Zero-shot"), ("static", "GRPO"), ("coevolve", "CoEvolve")):
-        cells = _kit_cells(comparison, variant)
-        row[f"kit {name} BFCL val %"] = cells["kit BFCL val %"]
-        row[f"kit {name} held-out %"] = cells["kit held-out %"]
+        for column, cell in _kit_cells(comparison, variant).items():
+            if column != "scale":
+                row[column.replace("kit ", f"kit {name} ", 1)] = cell
     row[f"paper ({paper_row[0]})"] = ", ".join(f"{c}: {v}" for c, v in zip(columns[1:], paper_row[1:]))
     row["scale"] = _scale(comparison) if comparison else "-"
     return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), [
@@ -243,7 +257,8 @@ def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study) -> Ki
     if doc is None:
         rows = [{"variant": v.name, "paper row": v.paper_row, "kit": "not run"} for v in study.variants]
         return KitTable(table_ids, pd.DataFrame(rows).set_index("variant"), [f"{study.name} results: not run"])
-    return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN),
+    return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN,
+                                           rank_by=doc["config"].get("rank_by", "new_tasks")),
                     ["AppWorld column: " + APPWORLD])
 
 
@@ -252,7 +267,8 @@ def table6(comparison: dict | None) -> KitTable:
     rows = [{"training domain": "Zero-shot baseline", "paper BFCL": cells["Zero-shot Baseline (Qwen3-4B)"],
              **_kit_cells(comparison, "zero_shot"), "AppWorld": APPWORLD},
             {"training domain": "AppWorld (Ours)", "paper BFCL": cells["AppWorld (Ours)"],
-             "kit held-out %": APPWORLD, "kit BFCL val %": APPWORLD, "scale": "-", "AppWorld": APPWORLD},
+             **{column: APPWORLD for column in _kit_cells(None, "") if column != "scale"}, "scale": "-",
+             "AppWorld": APPWORLD},
             {"training domain": "BFCL (Ours)", "paper BFCL": cells["BFCL (Ours)"],
              **_kit_cells(comparison, "coevolve"), "AppWorld": APPWORLD}]
     return KitTable(("table6",), pd.DataFrame(rows).set_index("training domain"))
@@ -264,11 +280,11 @@ def table7(training: dict | None, comparison: dict | None) -> KitTable:
     measured = next(r for r in training["details"]["table7"] if r["source"].startswith("measured"))
     gain = "-"
     if comparison is not None:
-        static, coevolve = (_rows(comparison, v, "heldout/") for v in ("static", "coevolve"))
+        static, coevolve = (_rows(comparison, v, _ranked_prefix(comparison)) for v in ("static", "coevolve"))
         if static and coevolve:
             before, after = (sum(r["value"] for r in rows) / len(rows) for rows in (static, coevolve))
             relative = f"{100 * (after - before) / before:+.2f}%" if before else "n/a (baseline 0)"
-            gain = f"{before:.2f} -> {after:.2f} held-out % ({relative})"
+            gain = f"{before:.2f} -> {after:.2f} % on {_ranked_prefix(comparison).rstrip('/')} ({relative})"
     row = {"benchmark": "BFCL (kit)", "feedback time ratio %": measured["feedback_time_ratio_%"],
            "single feedback cost s": measured["single_feedback_s"], "total time s": measured["total_s"],
            "performance gain (static -> CoEvolve)": gain, "scale": measured["scale"]}
@@ -298,7 +314,8 @@ def table8(comparison: dict | None) -> KitTable:
     if comparison is None:
         columns["kit"] = {cell: "not run" for cell in paper_cells}
     else:
-        for label, prefix in (("kit held-out", "heldout/"), ("kit BFCL val", "bfcl/")):
+        for label, prefix in [*((f"kit held-out {title}", f"heldout/{name}/") for name, title in HELDOUT_TITLES.items()),
+                              ("kit BFCL val", "bfcl/")]:
             cells = cross_comparison(comparison, prefix)
             if cells:
                 columns[label] = cells
@@ -342,10 +359,10 @@ def table12(explorers: dict | None) -> KitTable:
         only, coevolve = _kit_cells(explorers, f"{group}_static"), _kit_cells(explorers, f"{group}_coevolve")
         rows.append({"exploration model": model, "paper row": variant["paper_row"] or "-",
                      "paper synthesis only": paper_row[1], "paper CoEvolve": paper_row[2],
-                     "kit synthesis only held-out %": only["kit held-out %"],
-                     "kit CoEvolve held-out %": coevolve["kit held-out %"],
-                     "kit synthesis only BFCL val %": only["kit BFCL val %"],
-                     "kit CoEvolve BFCL val %": coevolve["kit BFCL val %"], "scale": only["scale"]})
+                     **{column.replace("kit ", "kit synthesis only ", 1): cell for column, cell in only.items()
+                        if column != "scale"},
+                     **{column.replace("kit ", "kit CoEvolve ", 1): cell for column, cell in coevolve.items()
+                        if column != "scale"}, "scale": only["scale"]})
     missing = [name for name in paper_rows if name not in {r["paper row"] for r in rows}]
     notes = [f"not run: the paper's {', '.join(missing)} explorer(s); give them to notebook 12 as `explorer_models` "
              "(an OpenAI-compatible endpoint each)"] if missing else []

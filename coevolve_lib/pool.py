@@ -7,6 +7,7 @@ batches from the whole pool (or from chosen versions) with `sample`.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -91,6 +92,19 @@ class TaskPool:
             total += added
             out.append({"pool_version": version, "added": added, "total": total})
         return out
+
+
+def content_keys(task: dict) -> set[str]:
+    """What makes two tasks the same for the held-out sets (`coevolve_lib.heldout`): the environment (initial state)
+    with the action sequence, or the environment with the query (whitespace-normalised). A pool task sharing either
+    key with a held-out task is a leak of the test set into training."""
+    environment = json.dumps(task["initial_config"], sort_keys=True, ensure_ascii=False, default=str)
+
+    def digest(*parts) -> str:
+        return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode()).hexdigest()[:20]
+
+    return {"actions:" + digest(environment, list(task["reference_actions"])),
+            "query:" + digest(environment, " ".join(str(task["query"]).split()))}
 
 
 def pool_task_to_bfcl(task: dict) -> BFCLTask:

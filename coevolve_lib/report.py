@@ -8,7 +8,12 @@ from pathlib import Path
 import pandas as pd
 
 from coevolve_lib import paper
-from coevolve_lib.results import metric_row
+from coevolve_lib.results import (
+    HELDOUT_TITLES,
+    heldout_eval_set,
+    heldout_set_name,
+    metric_row,
+)
 
 
 def save_figure(fig, path):
@@ -208,7 +213,8 @@ def training_metrics(summary: dict, cost: pd.DataFrame, val_set: str) -> list[di
              "step": summary["steps"]} for name in ("feedback_time_ratio_%", "single_feedback_s", "total_s")]
     for evaluation in filter(None, (summary["eval_before"], summary["eval_after"])):
         sets = {"val": ("eval/val_success", val_set), "d0": ("eval/d0_greedy_success", "pool/d0"),
-                "heldout": ("eval/heldout_greedy_success", f"heldout/{evaluation.get('eval/heldout_set')}")}
+                **{name: (f"eval/{name}_greedy_success", heldout_eval_set(name, evaluation.get(f"eval/{name}_set", "")))
+                   for name in HELDOUT_TITLES}}
         rows += [{"benchmark": "bfcl", "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0,
                   "seed": summary["seed"], "step": evaluation["step"], "n": evaluation[f"eval/{name}_n"],
                   "value": evaluation[key]} for name, (key, eval_set) in sets.items() if key in evaluation]
@@ -239,45 +245,94 @@ def _matrix(results: list[dict], variant: str, metric: str, eval_set: str) -> tu
     return [r["seed"] for r in picked], tasks, [[r["per_task"][t] for t in tasks] for r in picked]
 
 
-def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column: str,
-                metric: str = "greedy_success", baseline: str | None = None) -> pd.DataFrame:
-    """One row per variant of a study (zero-shot first, then in the order its rows come): held-out `metric` (mean over
-    seeds, bootstrap 95% CI, each seed; the BFCL val split for a profile without a held-out set), the paired
-    difference to `baseline` (default: the first variant), pass@k when measured, BFCL val success, the paper's number
-    (`paper_column` of `paper_tables`, on the variant's `paper_row`) and the scale."""
+def _ci_cell(matrix: list) -> str:
+    mean, low, high = bootstrap_ci(matrix)
+    return f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _diff_cell(matrix: list, reference: list) -> str:
+    diff = bootstrap_ci([[a - b for a, b in zip(row, ref_row)] for row, ref_row in zip(matrix, reference)])
+    return f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]"
+
+
+def ranked_sets(results: list[dict], rank_by: str = "new_tasks") -> list[str]:
+    """The evaluation sets a study table shows, the one it ranks by first: the held-out set `rank_by`, the other
+    held-out sets; or the BFCL split when the profile has no held-out set (the paper profiles)."""
+    heldout = sorted(dict.fromkeys(r["eval_set"] for r in results if heldout_set_name(r["eval_set"])),
+                     key=lambda s: heldout_set_name(s) != rank_by)
     bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
-    heldout = next((r["eval_set"] for r in results if r["eval_set"].startswith("heldout/")), bfcl)  # paper: BFCL
-    pass_metric = next((r["metric"] for r in results if r["metric"].startswith("pass@")), None)
+    return heldout or ([bfcl] if bfcl else [])
+
+
+def set_title(eval_set: str) -> str:
+    name = heldout_set_name(eval_set)
+    return f"held-out {HELDOUT_TITLES[name]}" if name else "D_0 (trained on)" if eval_set == "pool/d0" else eval_set
+
+
+def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column: str,
+                metric: str = "greedy_success", baseline: str | None = None, rank_by: str = "new_tasks") -> pd.DataFrame:
+    """One row per variant of a study (zero-shot first, then in the order its rows come): on each held-out set, the
+    set `rank_by` first (`ranked_sets`), `metric` as the mean over seeds with its bootstrap 95% CI and the paired
+    difference to `baseline` (default: the first variant); each seed on the ranked set; pass@k when measured; BFCL
+    val success; the paper's number (`paper_column` of `paper_tables`, on the variant's `paper_row`) and the scale."""
+    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
+    sets = ranked_sets(results, rank_by)
+    pass_metric = next((r["metric"] for r in results if r["metric"].startswith("pass@") and r["eval_set"] == sets[0]),
+                       None)  # sampled on one set only (`study.measure`)
     paper_cells = {label: cell for table in paper_tables for label, cell in paper.column(table, paper_column).items()}
     where = " / ".join(map(paper.title, paper_tables))
     variants = sorted(dict.fromkeys(r["variant"] for r in results), key=lambda v: v != "zero_shot")  # zero-shot first
     baseline = baseline or variants[0]
-    _, _, reference = _matrix(results, baseline, metric, heldout)
     rows = []
     for variant in variants:
-        seeds, _, matrix = _matrix(results, variant, metric, heldout)
-        if not matrix or len(matrix) != len(reference):
-            raise ValueError(f"variant {variant!r} has {len(matrix)} seed(s) of {metric} on {heldout}, {baseline!r} "
-                             f"has {len(reference)}: the runs were not measured on the same set")
         first = next(r for r in results if r["variant"] == variant)
-        mean, low, high = bootstrap_ci(matrix)
-        diff = bootstrap_ci([[a - b for a, b in zip(row, ref_row)] for row, ref_row in zip(matrix, reference)])
-        row = {"variant": variant, f"paper row ({where})": first["paper_row"] or "-",
-               f"held-out {metric} %": f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]",
-               f"vs {baseline} (points)": "-" if variant == baseline else
-               f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]",
-               "per seed": " / ".join(f"{100 * sum(r) / len(r):.1f}" for r in matrix)}
-        if pass_metric:
-            pass_mean, pass_low, pass_high = bootstrap_ci(_matrix(results, variant, pass_metric, heldout)[2])
-            row[f"held-out {pass_metric} %"] = f"{100 * pass_mean:.1f} [{100 * pass_low:.1f}, {100 * pass_high:.1f}]"
+        row = {"variant": variant, f"paper row ({where})": first["paper_row"] or "-"}
+        for index, eval_set in enumerate(sets):
+            seeds, _, matrix = _matrix(results, variant, metric, eval_set)
+            reference = _matrix(results, baseline, metric, eval_set)[2]
+            if not matrix or len(matrix) != len(reference):
+                raise ValueError(f"variant {variant!r} has {len(matrix)} seed(s) of {metric} on {eval_set}, "
+                                 f"{baseline!r} has {len(reference)}: the runs were not measured on the same set")
+            title = set_title(eval_set)
+            row[f"{title} {metric} %"] = _ci_cell(matrix)
+            row[f"{title}: vs {baseline} (points)"] = "-" if variant == baseline else _diff_cell(matrix, reference)
+            if index == 0:
+                row["per seed"] = " / ".join(f"{100 * sum(r) / len(r):.1f}" for r in matrix)
+                scale_seeds, scale_n = seeds, len(matrix[0])
+                if pass_metric:
+                    row[f"{title} {pass_metric} %"] = _ci_cell(_matrix(results, variant, pass_metric, eval_set)[2])
+        d0 = _matrix(results, variant, metric, "pool/d0")[2]
+        if d0:
+            row[f"D_0 (trained on) {metric} %"] = _ci_cell(d0)
         val = _matrix(results, variant, "greedy_success", bfcl)[2] if bfcl else []
         row["BFCL val %"] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
         row[f"paper {paper_column}"] = paper_cells.get(first["paper_row"], "-")
         row["scale"] = (f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
-                        f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {seeds}, "
-                        f"held-out n={len(matrix[0])} ({heldout})")
+                        f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {scale_seeds}, "
+                        f"n={scale_n} ranked ({sets[0]})")
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant")
+
+
+def paired_differences(results: list[dict], pairs: list[tuple[str, str]], rank_by: str = "new_tasks",
+                       metric: str = "greedy_success") -> pd.DataFrame:
+    """`a - b` in points for each (a, b) of `pairs` on every evaluation set of the study (held-out sets and the BFCL
+    split), paired by seed and task: the mean with its bootstrap 95% CI, and what it says in words."""
+    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
+    sets = list(dict.fromkeys([*ranked_sets(results, rank_by), "pool/d0", *([bfcl] if bfcl else [])]))
+    rows = []
+    for a, b in pairs:
+        for eval_set in sets:
+            left, right = _matrix(results, a, metric, eval_set)[2], _matrix(results, b, metric, eval_set)[2]
+            if not left or len(left) != len(right):
+                continue
+            mean, low, high = bootstrap_ci([[x - y for x, y in zip(r1, r2)] for r1, r2 in zip(left, right)])
+            verdict = (f"{a} above {b}" if low > 0 else f"{a} below {b}" if high < 0
+                       else "no difference the CI can tell")
+            rows.append({"comparison": f"{a} - {b}", "set": set_title(eval_set),
+                         "points": f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]",
+                         "reading": verdict, "seeds": len(left)})
+    return pd.DataFrame(rows).set_index(["comparison", "set"]) if rows else pd.DataFrame()
 
 
 def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
@@ -285,31 +340,40 @@ def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
     runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/baselines.py`) as columns."""
     rows = [{"variant": variant, "seed": run["seed"], "round": r["round"], "at step": r["step"],
              **{f"signals: {k}": v for k, v in r["signals"].items()}, "targets": r["targets"],
-             "tasks added": r["tasks_added"], "pool after": r["pool_size_after"],
+             "tasks added": r["tasks_added"], "held-out leaks refused": r.get("heldout_leaks", 0),
+             "pool after": r["pool_size_after"],
              **{k.replace("_", " "): v for k, v in r.get("counts", {}).items()}}
             for variant, runs in summaries.items() for run in runs for r in run["rounds"]]
     return pd.DataFrame(rows).set_index(["variant", "seed", "round"]) if rows else pd.DataFrame()
 
 
 def plot_learning_curves(summaries: dict[str, list[dict]], path: str | Path | None = None):
-    """Held-out greedy success over training steps, one line per variant (mean over its seeds, each seed faint), with
-    the pool size the trainer samples from beside it. `summaries`: variant -> the runs' summary.json contents."""
+    """Greedy success over training steps on each held-out set (and the fixed D_0 sample), one panel per set and one
+    line per variant (mean over its seeds, each seed faint), with the pool size the trainer samples from beside them.
+    `summaries`: variant -> the runs' summary.json contents."""
     import matplotlib.pyplot as plt
 
-    fig, (success_ax, pool_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    first = next(iter(summaries.values()))[0]["eval_curve"][0]
+    panels = [(f"eval/{name}_greedy_success", f"held-out {title}") for name, title in HELDOUT_TITLES.items()
+              if f"eval/{name}_greedy_success" in first] + [("eval/d0_greedy_success", "D_0 sample (trained on)")]
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 3.6))
+    pool_ax = axes[-1]
     for (variant, runs), color in zip(summaries.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
         curves = [pd.DataFrame(run["eval_curve"]).set_index("step") for run in runs]
+        for ax, (column, _) in zip(axes, panels):
+            for curve in curves:
+                ax.plot(curve.index, curve[column], color=color, alpha=0.25, lw=1)
+            mean = pd.concat([c[column] for c in curves], axis=1).mean(axis=1)
+            ax.plot(mean.index, mean.values, color=color, marker="o", label=f"{variant} ({len(runs)} seeds)")
         for curve in curves:
-            success_ax.plot(curve.index, curve["eval/heldout_greedy_success"], color=color, alpha=0.25, lw=1)
             pool_ax.plot(curve.index, curve["pool/size"], color=color, alpha=0.25, lw=1, drawstyle="steps-post")
-        mean = pd.concat([c["eval/heldout_greedy_success"] for c in curves], axis=1).mean(axis=1)
-        success_ax.plot(mean.index, mean.values, color=color, marker="o", label=f"{variant} ({len(runs)} seeds)")
         pool = pd.concat([c["pool/size"] for c in curves], axis=1).mean(axis=1)
         pool_ax.plot(pool.index, pool.values, color=color, marker=".", drawstyle="steps-post", label=variant)
-    success_ax.set_xlabel("GRPO step")
-    success_ax.set_ylabel("held-out greedy success (%)")
-    success_ax.set_title("Learning curve on the held-out set")
-    success_ax.legend(fontsize=8)
+    for ax, (_, title) in zip(axes, panels):
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel("greedy success (%)")
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=8)
     pool_ax.set_xlabel("GRPO step")
     pool_ax.set_ylabel("tasks in the pool")
     pool_ax.set_title("Pool size D_t (rounds every F steps)")

@@ -142,6 +142,21 @@ def write_result(path: str | Path, *, experiment: str, profile: str, model: str,
     return doc
 
 
+HELDOUT_TITLES = {"new_tasks": "(a) new tasks, pool envs", "new_envs": "(b) unseen envs"}
+"""The held-out sets (`coevolve_lib.heldout`) by name, and how tables name them."""
+
+
+def heldout_eval_set(name: str, key: str) -> str:
+    """The `eval_set` of numbers measured on held-out set `name` (built with key `key`): `heldout/<name>/<key>`."""
+    return f"heldout/{name}/{key}"
+
+
+def heldout_set_name(eval_set: str) -> str | None:
+    """The held-out set an `eval_set` names (`new_tasks`, `new_envs`), or None for any other evaluation set."""
+    parts = eval_set.split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == "heldout" and parts[1] in HELDOUT_TITLES else None
+
+
 def metric_row(doc: dict, metric: str | None = None) -> dict:
     """The document's one row (of `metric` when given); an error when there is not exactly one."""
     rows = [r for r in doc["metrics"] if metric is None or r["metric"] == metric]

@@ -6,8 +6,8 @@ boundary]`). A run's folder is named by the hash of its whole resolved config, `
 <pool_updates>_seed<k>_<hash>/`, so two studies that need the same run share it (Table 2's CoEvolve run is Table 5's
 reference), a finished run is reused and a killed one resumes.
 
-Each run is measured on the profile's held-out set (greedy success from the run's last evaluation, and optionally
-pass@k from k samples per task) and on the BFCL val split (the paper's metric); the starting policy ("zero-shot") is
+Each run is measured on the profile's held-out sets (greedy success from the run's last evaluation, and optionally
+pass@k from k samples per task on the set it ranks by) and on the BFCL val split (the paper's metric); the starting policy ("zero-shot") is
 read off the first variant's step-0 evaluation. The rows are results/v2 metric rows (coevolve_lib/results.py) that
 carry the scale they were measured at (profile, model, steps, tasks x K, seed) and the run's config hash, written to
 `results/<study>/<profile>_seeds<..>_steps<n>.json`.
@@ -28,11 +28,13 @@ from coevolve_lib.evaluate import pass_at_k, task_outcomes
 from coevolve_lib.models import HFChatModel
 from coevolve_lib.paths import RESULTS_DIR, RUNS_DIR, repo_relative
 from coevolve_lib.records import config_hash, write_json_atomic
-from coevolve_lib.results import metric_row, write_result
+from coevolve_lib.results import heldout_eval_set, metric_row, write_result
 from coevolve_lib.train import train
 from coevolve_lib.train_cli import flatten_overrides, plan
 
 ZERO_SHOT = "zero_shot"
+D0_EVAL_SET = "pool/d0"
+"""The eval_set of the fixed D_0 sample evaluated during training (docs/records.md)."""
 START_EVALUATIONS = "start_evaluations"
 """Folder beside the runs where runs that start alike share their step-0 evaluation (`train.train`)."""
 
@@ -113,25 +115,74 @@ def planned_runs(study: Study, profile: str, seeds: list[int], overrides: list[s
     return planned
 
 
+def _train_job(run: RunConfig, folder: Path) -> None:
+    """One run of `train_in_parallel`, in its own process: one torch thread, its output in the run's `train.log`."""
+    import contextlib
+    import os
+
+    os.environ["COEVOLVE_MAX_TORCH_THREADS"] = "1"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        train(run, folder, progress=False, start_evaluations=folder.parent / START_EVALUATIONS)
+
+
+def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> None:
+    """Train the unfinished runs of `planned`, `jobs` at a time, each in its own process on one torch thread (CPU
+    profiles on a multi-core machine: the tiny model's small matrices use two cores better as two runs than as two
+    threads of one). What the runs share is built here first (warm start, held-out sets), so no two processes build it
+    at once; a run that fails stops the study with its log's last lines."""
+    import concurrent.futures
+    import multiprocessing
+
+    from tqdm.auto import tqdm
+
+    todo = [p for p in planned if not p["finished"]]
+    if not todo:
+        return
+    first = DataEngine(todo[0]["run"].data_engine, todo[0]["folder"])
+    first.policy(progress=progress)
+    first.heldout_sets()
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state shared with this one
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_train_job, p["run"], p["folder"]): p for p in todo}
+        bar = tqdm(concurrent.futures.as_completed(futures), total=len(futures), desc=f"runs ({jobs} at a time)",
+                   disable=not progress)
+        for future in bar:
+            planned_run = futures[future]
+            try:
+                future.result()
+            except Exception as error:
+                log = planned_run["folder"] / "train.log"
+                tail = log.read_text()[-2000:] if log.exists() else ""
+                raise RuntimeError(f"run {planned_run['variant']} seed {planned_run['seed']} failed ({error}); "
+                                   f"{log}:\n{tail}") from error
+            bar.set_postfix_str(f"{planned_run['variant']} seed {planned_run['seed']} done")
+
+
 def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: list[str] | dict = (),
               runs_dir: str | Path | None = None, results_path: str | Path | None = None,
-              progress: bool = True) -> list[dict]:
+              progress: bool = True, jobs: int = 1) -> list[dict]:
     """Train (or reuse) every variant for every seed and measure it; returns the metric rows, also written to
-    `results_path` (default `results_file(RESULTS_DIR, ...)`)."""
+    `results_path` (default `results_file(RESULTS_DIR, ...)`). `jobs` > 1 trains that many runs at once
+    (`train_in_parallel`; single-process CPU profiles)."""
     overrides = flatten_overrides(overrides) if isinstance(overrides, dict) else list(overrides)
     rows = []
-    for planned in planned_runs(study, profile, seeds, overrides, runs_dir):
+    plans = planned_runs(study, profile, seeds, overrides, runs_dir)
+    if jobs > 1:
+        train_in_parallel(plans, jobs, progress)
+    for planned in plans:
         run, folder = planned["run"], planned["folder"]
-        if not planned["finished"]:
+        if not finished(folder, run.training.max_steps):
             train(run, folder, progress=progress, start_evaluations=folder.parent / START_EVALUATIONS)
         variant = next(v for v in study.variants if v.name == planned["variant"])
         rows += measure(study, run, variant, planned["seed"], folder)
         if study.zero_shot and variant == study.variants[0]:
             rows += measure(study, run, Variant(ZERO_SHOT, paper_row=study.zero_shot), planned["seed"], folder,
                             sampled_dir=folder.parent / ZERO_SHOT)
-    steps = variant_run(profile, overrides, study.variants[0], seeds[0]).training.max_steps
+    first = variant_run(profile, overrides, study.variants[0], seeds[0])
+    steps = first.training.max_steps
     settings = {"profile": profile, "seeds": list(seeds), "overrides": overrides, "pass_k": study.pass_k,
-                "variants": [asdict(v) for v in study.variants]}
+                "variants": [asdict(v) for v in study.variants], "rank_by": first.data_engine.heldout.rank_by}
     write_result(Path(results_path or results_file(RESULTS_DIR, study.name, profile, list(seeds), steps)),
                  experiment=study.name, profile=profile, model=rows[0]["model"],
                  config_hash=settings_hash(profile, seeds, overrides, study), table=",".join(study.tables),
@@ -168,21 +219,21 @@ def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str,
 
 def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: Path,
             sampled_dir: Path | None = None) -> list[dict]:
-    """Greedy (and with `study.pass_k`, pass@k) on the held-out set, and BFCL val success, of a run's final policy
-    (or, for the zero-shot variant, of the policy it started from: the run's step-0 evaluation). The starting policy
-    is the same for every seed, so its samples are drawn once (sampling seed 0, cached in `sampled_dir`)."""
+    """Greedy success on each held-out set (with `study.pass_k`, also pass@k on the set the profile ranks by), and BFCL
+    val success, of a run's final policy (or, for the zero-shot variant, of the policy it started from: the run's
+    step-0 evaluation). The starting policy is the same for every seed, so its samples are drawn once (sampling seed
+    0, cached in `sampled_dir`)."""
     zero_shot = variant.name == ZERO_SHOT
     step = 0 if zero_shot else run.training.max_steps
     evaluation = json.loads((folder / "eval" / f"step_{step:05d}.json").read_text())
     engine = DataEngine(run.data_engine, folder)
     model_path = engine.policy() if zero_shot else str(folder / "final")
     out = []
-    if "heldout_outcomes" in evaluation:  # profiles with a held-out set (the paper profiles have none)
-        key, tasks = engine.heldout()
-        eval_set = f"heldout/{key}"
-        greedy = {t: float(o[0]) for t, o in evaluation["heldout_outcomes"].items()}
+    for name, (key, tasks) in engine.heldout_sets().items():  # the paper profiles have none
+        eval_set = heldout_eval_set(name, key)
+        greedy = {t: float(o[0]) for t, o in evaluation["heldout_outcomes"][name].items()}
         out.append(_row(study, run, variant, seed, "greedy_success", eval_set, 1, 0.0, greedy, folder, model_path))
-        if study.pass_k:
+        if study.pass_k and name == run.data_engine.heldout.rank_by:
             rollout = rollout_config(run.rollout, token_level=True,
                                      max_completion_tokens=run.training.max_completion_tokens)
             sampled = _sampled_outcomes(sampled_dir or folder / "eval", model_path, tasks, rollout, study.pass_k,
@@ -194,6 +245,9 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
                          passed, folder, model_path),
                     _row(study, run, variant, seed, "sampled_success", eval_set, 1, temperature, mean, folder,
                          model_path)]
+    if evaluation.get("d0_outcomes"):  # the fixed D_0 sample: tasks the runs train on (every variant's pool holds them)
+        d0 = {t: float(o[0]) for t, o in evaluation["d0_outcomes"].items()}
+        out.append(_row(study, run, variant, seed, "greedy_success", D0_EVAL_SET, 1, 0.0, d0, folder, model_path))
     val = folder / "eval" / f"val_step_{step:05d}.json"
     if val.exists():
         bfcl = metric_row(json.loads(val.read_text()))

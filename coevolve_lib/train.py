@@ -103,8 +103,18 @@ def check_vllm(cfg: TrainConfig) -> None:
                           "install \"vllm==0.31.0\", docs/training.md section 5); or set training.use_vllm=false")
 
 
+def select_groups(group_rewards: list[list[float]], count: int) -> list[int]:
+    """Dynamic sampling (DAPO): the indices of the `count` groups to train on among the drawn ones: groups whose
+    rewards differ first (the only ones with a GRPO advantage), then the others, each in draw order; returned in draw
+    order."""
+    mixed = [i for i, rewards in enumerate(group_rewards) if len(set(rewards)) > 1]
+    uniform = [i for i, rewards in enumerate(group_rewards) if len(set(rewards)) <= 1]
+    return sorted((mixed + uniform)[:count])
+
+
 class PoolRollouts:
-    """TRL's `rollout_func`: draws the step's tasks from the pool and runs K episodes of each with the policy."""
+    """TRL's `rollout_func`: draws the step's tasks from the pool, runs K episodes of each with the policy, and hands
+    TRL the groups it trains on (all of them, or with `training.draw_factor` > 1 the `select_groups` share)."""
 
     def __init__(self, engine: DataEngine, run: RunConfig, process_index: int = 0):
         self.engine, self.pool, self.cfg, self.process_index = engine, engine.pool, run.training, process_index
@@ -117,11 +127,14 @@ class PoolRollouts:
         """This step's rollout records (without token ids), collected by the loop after the update."""
         self.seconds = 0.0
         """Wall time of this step's rollouts on this process (generation, environment, bookkeeping)."""
+        self.generated_at = 0
+        """The last step that drew new rollouts (with `num_iterations` > 1, the steps between reuse them)."""
 
     def step_tasks(self, step: int, count: int) -> tuple[list[dict], list[str]]:
-        """This process's `count` tasks of `step` (a seeded draw of the step's tasks over all processes), and the
-        task ids drawn before them (other processes' shares: a task drawn twice in a step is two groups)."""
-        drawn = self.pool.sample(self.cfg.tasks_per_step, seed=self.cfg.seed * 1_000_003 + step,
+        """This process's `count` tasks of `step` (a seeded draw of the step's `tasks_per_step x draw_factor` tasks
+        over all processes), and the task ids drawn before them (other processes' shares: a task drawn twice in a
+        step is two groups)."""
+        drawn = self.pool.sample(self.cfg.tasks_per_step * self.cfg.draw_factor, seed=self.cfg.seed * 1_000_003 + step,
                                  versions=set(range(self.allowed_version + 1)),
                                  ids=None if self.admitted is None else set(self.admitted))
         start = self.process_index * count
@@ -132,7 +145,8 @@ class PoolRollouts:
 
         step = trainer.state.global_step + 1
         # TRL hands each process its slice of the batch, each prompt repeated once per generation.
-        tasks, drawn_before = self.step_tasks(step, max(1, len(prompts) // self.cfg.group_size))
+        trained_groups = max(1, len(prompts) // self.cfg.group_size)
+        tasks, drawn_before = self.step_tasks(step, trained_groups * self.cfg.draw_factor)
         start = time.perf_counter()
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          # with vLLM the policy here only tokenizes: no ZeRO-3 gather
@@ -145,18 +159,24 @@ class PoolRollouts:
                                    samples_per_task=self.cfg.group_size, progress=False, trainer=trainer,
                                    new_episode=self.engine.episodes())
         self.seconds += time.perf_counter() - start
-        output = {"prompt_ids": [r.pop("prompt_ids") for r in records],
-                  "completion_ids": [r.pop("completion_ids") for r in records],
-                  "env_mask": [r.pop("completion_mask") for r in records],
-                  "logprobs": None}  # TRL recomputes what it needs from the policy
-        for record, mask in zip(records, output["env_mask"]):
-            record["model_tokens"] = sum(mask)
+        k = self.cfg.group_size
         # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read).
-        for record, task in zip(records, (t for t in tasks for _ in range(self.cfg.group_size))):
+        for record, task in zip(records, (t for t in tasks for _ in range(k))):
             record["reward"] = prefix_reward(record, task["reference_actions"]) if self.cfg.reward == "prefix" \
                 else float(record["score"])
-        output["reward"] = [r["reward"] for r in records]
+            record["model_tokens"] = sum(record["completion_mask"])
+        chosen = set(select_groups([[r["reward"] for r in records[i * k:(i + 1) * k]] for i in range(len(tasks))],
+                                   trained_groups))
+        trained = [r for index, r in enumerate(records) if index // k in chosen]
+        output = {"prompt_ids": [r["prompt_ids"] for r in trained], "completion_ids": [r["completion_ids"] for r in trained],
+                  "env_mask": [r["completion_mask"] for r in trained], "reward": [r["reward"] for r in trained],
+                  "logprobs": None}  # TRL recomputes what it needs from the policy
+        for index, record in enumerate(records):  # every drawn episode is kept (and feeds the signals)
+            record["trained"] = index // k in chosen
+            for token_field in ("prompt_ids", "completion_ids", "completion_mask"):
+                del record[token_field]
         self.pending += stamp_rollouts(records, step, tasks, drawn_before)
+        self.generated_at = step
         return output
 
 
@@ -189,7 +209,8 @@ class CoEvolveLoop:
         self.row: dict | None = None
         self.trainer = None
         self.eval_pool_ids = [t["task_id"] for t in engine.pool.tasks if t["pool_version"] == 0][:run.training.eval_pool_tasks]
-        self.heldout_key, self.heldout_tasks = engine.heldout() if run.data_engine.heldout.size else (None, [])
+        self.heldout = engine.heldout_sets()
+        """Held-out set name -> (key, tasks)."""
 
     # -- state -------------------------------------------------------------------------------------------------
     def state_dict(self, step: int) -> dict:
@@ -227,7 +248,7 @@ class CoEvolveLoop:
 
     # -- evaluation --------------------------------------------------------------------------------------------
     def evaluate(self, step: int, model, tokenizer, val: bool) -> dict:
-        """Greedy success on the held-out set and on a fixed sample of D_0, plus the BFCL val split (the paper's
+        """Greedy success on each held-out set and on a fixed sample of D_0, plus the BFCL val split (the paper's
         metric) when `val`; cached per step, so a resumed run does not evaluate the same checkpoint twice. Per-task
         outcomes are kept in the file for paired comparisons."""
         path = self.out_dir / "eval" / f"step_{step:05d}.json"
@@ -243,13 +264,17 @@ class CoEvolveLoop:
         greedy = rollout_config(self.run.rollout, temperature=0.0, token_level=True,
                                 max_completion_tokens=self.cfg.max_completion_tokens)
         result = {"step": step}
-        if self.heldout_tasks:
-            heldout = task_outcomes(policy, self.heldout_tasks, greedy)
-            result.update({"eval/heldout_greedy_success": percent(heldout), "eval/heldout_n": len(heldout),
-                           "eval/heldout_set": self.heldout_key, "heldout_outcomes": heldout})
+        if self.heldout:  # every set in one batch of episodes (the sets' environments differ: no id is in two)
+            outcomes = task_outcomes(policy, [t for _, tasks in self.heldout.values() for t in tasks], greedy)
+            result["heldout_outcomes"] = {}
+            for name, (key, tasks) in self.heldout.items():
+                per_task = {t["task_id"]: outcomes[t["task_id"]] for t in tasks}
+                result.update({f"eval/{name}_greedy_success": percent(per_task), f"eval/{name}_n": len(per_task),
+                               f"eval/{name}_set": key})
+                result["heldout_outcomes"][name] = per_task
         pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
         d0 = task_outcomes(policy, [pool_tasks[i] for i in self.eval_pool_ids], greedy, engine=self.engine)
-        result.update({"eval/d0_greedy_success": percent(d0), "eval/d0_n": len(d0)})
+        result.update({"eval/d0_greedy_success": percent(d0), "eval/d0_n": len(d0), "d0_outcomes": d0})
         limit = self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit
         if val and limit != 0 and self.run.evaluation.benchmark == "appworld":
             from coevolve_lib.appworld_agent import evaluate_appworld
@@ -269,12 +294,15 @@ class CoEvolveLoop:
             result.update({"eval/val_success": row["value"], "eval/val_n": row["n"]})
         write_json_atomic(path, result)
         if shared is not None and not shared.exists():  # step 0: kept for the next run that starts alike
-            staging = shared.with_name(shared.name + ".partial")
+            staging = shared.with_name(f"{shared.name}.partial-{os.getpid()}")
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
             for file in path.parent.glob("*_00000*"):
                 shutil.copyfile(file, staging / file.name)
-            staging.rename(shared)  # complete or absent
+            try:
+                staging.rename(shared)  # complete or absent
+            except OSError:  # a run in another process shared the same evaluation first
+                shutil.rmtree(staging, ignore_errors=True)
         self.totals["eval_s"] += time.perf_counter() - start
         return result
 
@@ -284,7 +312,8 @@ class CoEvolveLoop:
         their common start once (None: sharing is off, or not step 0)."""
         if not (wanted and self.start_evaluations):
             return None
-        key = config_hash({"policy": repo_relative(self.engine.policy()), "heldout": self.heldout_key,
+        key = config_hash({"policy": repo_relative(self.engine.policy()),
+                           "heldout": {name: key for name, (key, _) in self.heldout.items()},
                            "d0_sample": self.eval_pool_ids, "rollout": asdict(self.run.rollout),
                            "evaluation": asdict(self.run.evaluation), "eval_limit": self.cfg.eval_limit,
                            "max_completion_tokens": self.cfg.max_completion_tokens})
@@ -305,7 +334,7 @@ class CoEvolveLoop:
         records = gather_object(self.rollouts.pending) if self.cfg.launch.num_processes > 1 else self.rollouts.pending
         rollout_s, self.rollouts.pending, self.rollouts.seconds = self.rollouts.seconds, [], 0.0
         row = {"step": step, "time/train_s": round(train_s, 3), "time/rollout_s": round(rollout_s, 3)}
-        if self.is_main:
+        if self.is_main and self.rollouts.generated_at == step:  # a step reusing earlier rollouts has none to record
             row.update(self._record_step(step, records))
         if self.cfg.pool_updates != "none" and step % self.cfg.feedback_every == 0:
             row.update(self._feedback_round(step))
@@ -329,9 +358,13 @@ class CoEvolveLoop:
         signals = self.extractor.observe(step, records)
         write_jsonl_atomic(self.out_dir / "signals" / f"step_{step:05d}.jsonl", signals)
         groups: dict[str, list[float]] = {}
+        trained: set[str] = set()
         for r in records:
             groups.setdefault(r["group_id"], []).append(r["reward"])
+            if r.get("trained", True):
+                trained.add(r["group_id"])
         counts = Counter(s["type"] for s in signals)
+        uniform = {g for g, rewards in groups.items() if len(set(rewards)) <= 1}
         return {
             "train/reward": round(sum(r["reward"] for r in records) / max(len(records), 1), 4),
             "train/success": round(sum(r["success"] for r in records) / max(len(records), 1), 4),
@@ -339,6 +372,10 @@ class CoEvolveLoop:
             "train/groups_mixed": sum(len(set(g)) > 1 for g in groups.values()),  # the groups with an advantage
             "train/groups_all_solved": sum(sum(g) == len(g) for g in groups.values()),
             "train/groups": len(groups),
+            "train/groups_trained": len(trained),
+            # GRPO's zero-variance share (TRL's frac_reward_zero_std) before and after dynamic sampling's selection
+            "train/zero_std_drawn": round(len(uniform) / max(len(groups), 1), 4),
+            "train/zero_std_trained": round(len(uniform & trained) / max(len(trained), 1), 4),
             "train/model_tokens_mean": round(sum(r["model_tokens"] for r in records) / max(len(records), 1), 1),
             "train/calls_mean": round(sum(len(r["steps"]) for r in records) / max(len(records), 1), 2),
             "train/model_tokens": sum(r["model_tokens"] for r in records),
@@ -360,7 +397,7 @@ class CoEvolveLoop:
             if mode == "signals":
                 report = self.engine.signal_feedback_round(round_index, signals, rollouts, progress=self.progress)
             elif mode == "random":
-                report = self.engine.random_feedback_round(round_index, progress=self.progress)
+                report = self.engine.random_feedback_round(round_index, progress=self.progress, seed=self.cfg.seed)
             elif mode == "curriculum":  # the success rates of every step so far, not only the window's
                 history = [r for k in range(1, step + 1)
                            for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
@@ -377,7 +414,8 @@ class CoEvolveLoop:
                    "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
                    "feedback/tasks_added": report["added_to_pool"],
                    "feedback/rejected": sum(report["rejection_reasons"].values()),
-                   "feedback/rejection_reasons": report["rejection_reasons"]}
+                   "feedback/rejection_reasons": report["rejection_reasons"],
+                   "feedback/heldout_leaks": report["rejection_reasons"].get("heldout_leak", 0)}
             if "counts" in report:  # a Table 10 baseline's own numbers (admitted tasks, filtered rollouts, ...)
                 out["feedback/counts"] = report["counts"]
         if self.cfg.launch.num_processes > 1:

@@ -140,6 +140,7 @@ def plan(run: RunConfig, out_dir: str | Path) -> dict:
                      "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.pool_updates != "none" else 0,
                      "d0_size": run.data_engine.d0_size},
         "batch": {"tasks_per_step": cfg.tasks_per_step, "group_size": cfg.group_size,
+                  "tasks_drawn_per_step": cfg.tasks_per_step * cfg.draw_factor,
                   "completions_per_step": completions, "processes": launch.num_processes,
                   "machines": launch.num_machines, "per_device_train_batch_size": cfg.per_device_batch_size,
                   "gradient_accumulation_steps": cfg.gradient_accumulation_steps},

@@ -23,20 +23,30 @@ def summarize(out_dir: str | Path) -> dict:
             per_round.append({"round": r["feedback/round"], "step": r["step"],
                               "signals": {t: sum(x.get(f"signals/{t}", 0) for x in window) for t in signal_types},
                               "targets": r["feedback/targets"], "tasks_added": r["feedback/tasks_added"],
-                              "rejected": r["feedback/rejected"], "pool_size_after": r.get("pool/size_after_round"),
+                              "rejected": r["feedback/rejected"],
+                              "rejection_reasons": r.get("feedback/rejection_reasons", {}),
+                              "heldout_leaks": r.get("feedback/heldout_leaks", 0),
+                              "pool_size_after": r.get("pool/size_after_round"),
                               "seconds": r["feedback/seconds"],
                               **({"counts": r["feedback/counts"]} if "feedback/counts" in r else {})})
     evals = sorted(({k: v for k, v in json.loads(p.read_text()).items() if k == "step" or k.startswith("eval/")}
                     for p in (out_dir / "eval").glob("step_*.json")), key=lambda e: e["step"])
-    pool_size = {r["step"]: r.get("pool/size") for r in rows}
+    pool_size, size = {}, rows[0].get("pool/size") if rows else None
+    for r in rows:  # a step that reused earlier rollouts (num_iterations > 1) keeps the last size seen
+        size = pool_size[r["step"]] = r.get("pool/size", size)
     last = rows[-1] if rows else {}
     summary = {
         "profile": run_info["profile"], "model": run_info["model"], "seed": cfg["seed"],
         "steps": last.get("step", 0), "max_steps": cfg["max_steps"],
         "tasks_per_step": cfg["tasks_per_step"], "group_size": cfg["group_size"],
+        "draw_factor": cfg.get("draw_factor", 1), "learning_rate": cfg["learning_rate"],
         "feedback_every": cfg["feedback_every"], "pool_updates": cfg["pool_updates"],
         "reward_curve": [r.get("train/reward") for r in rows],
         "mixed_groups_curve": [r.get("train/groups_mixed") for r in rows],
+        # GRPO's health per step: zero-variance share of the drawn and the trained groups, and the policy's entropy
+        "zero_std_drawn_curve": [r.get("train/zero_std_drawn") for r in rows],
+        "zero_std_trained_curve": [r.get("train/zero_std_trained") for r in rows],
+        "entropy_curve": [r.get("trl/entropy") for r in rows],
         "signals_total": {t: sum(r.get(f"signals/{t}", 0) for r in rows) for t in signal_types},
         "rounds": per_round,
         "pool_size_start": rows[0].get("pool/size") if rows else None,

@@ -3,7 +3,7 @@
 The mapping table (paper value -> TrainConfig field -> GRPOConfig argument) and every gap versus the paper's verl
 setup are in docs/training.md, their one source; `grpo_kwargs` below implements the mapping, and
 `python -m coevolve_lib train --profile <profile> --dry-run` prints the resolved arguments without loading a model.
-In short: one policy update per batch (num_iterations=1), group-std advantages (`scale_rewards="group"`), token-mean
+In short: one policy update per batch (num_iterations=1, `training.num_iterations`), group-std advantages (`scale_rewards="group"`), token-mean
 loss (`loss_type="dapo"`), no weight decay; tool and observation tokens are masked out of the loss (`env_mask`).
 """
 
@@ -22,6 +22,7 @@ def grpo_kwargs(cfg: TrainConfig, rollout: RolloutSettings, output_dir: str, cud
         learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type, warmup_steps=cfg.warmup_steps,
         optim="adamw_torch", weight_decay=0.0, max_grad_norm=cfg.max_grad_norm,
         epsilon=cfg.epsilon_low, epsilon_high=cfg.epsilon_high, beta=cfg.beta, loss_type=cfg.loss_type,
+        num_iterations=cfg.num_iterations,
         scale_rewards=cfg.scale_rewards, temperature=rollout.temperature, top_p=rollout.top_p,
         max_completion_length=cfg.max_completion_tokens,
         logging_steps=1, save_strategy="steps", save_steps=cfg.checkpoint_every,

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from coevolve_lib import toolcalls
 from coevolve_lib.config import ExploreConfig, WarmStartConfig
 from coevolve_lib.envs.bfcl import BFCLEnv, BFCLTask, tools_to_openai
+from coevolve_lib.envs.bfcl_worlds import world_tasks
 from coevolve_lib.envs.safe_calls import parse_call
 from coevolve_lib.pool import pool_task_to_bfcl
 from coevolve_lib.records import config_hash
@@ -169,19 +170,42 @@ def train_sft(model_path: str | Path, conversations: list[dict], out_dir: str | 
             "tokens_per_s": round(tokens / seconds) if seconds else None, "loss": losses}
 
 
-def warm_start(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, config: WarmStartConfig,
-               synthesis, tool_docs: str = "none", progress: bool = True) -> dict:
-    """Build the warm start's tasks from the `sources` environments and fine-tune `model_path` on their reference
-    solutions into `out_dir`. Returns the `train_sft` summary plus {"tasks", "skipped", "data_seconds"} (tasks whose
-    reference uses positional arguments are skipped: native tool calls carry keyword arguments)."""
+def _fine_tune_on(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, data: WarmStartConfig,
+                  schedule: WarmStartConfig, synthesis, tool_docs: str, progress: bool) -> dict:
+    """Build tasks from the `sources` environments (`data`'s exploration settings) and fine-tune `model_path` on
+    their reference solutions (`schedule`'s steps and learning rates) into `out_dir`. Returns the `train_sft` summary
+    plus {"tasks", "skipped", "data_seconds"} (tasks whose reference uses positional arguments are skipped: native
+    tool calls carry keyword arguments)."""
     start = time.perf_counter()
-    tasks = warm_start_tasks(sources, Path(out_dir) / "data", config, synthesis)
+    tasks = warm_start_tasks(sources, Path(out_dir) / "data", data, synthesis)
     usable = [t for t in tasks if not any(parse_call(c).args for c in t["reference_actions"])]
     conversations = [sft_conversation(pool_task_to_bfcl(t), tool_docs) for t in usable]
     data_seconds = time.perf_counter() - start
-    summary = train_sft(model_path, conversations, out_dir, config, progress=progress)
+    summary = train_sft(model_path, conversations, out_dir, schedule, progress=progress)
     return {**summary, "tasks": len(usable), "skipped": len(tasks) - len(usable),
             "data_seconds": round(data_seconds, 1)}
+
+
+def warm_start(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, config: WarmStartConfig,
+               synthesis, tool_docs: str = "none", progress: bool = True) -> dict:
+    """The first stage: fine-tune `model_path` into `out_dir` on tasks from the `sources` benchmark environments
+    (`config.data_seeds` explorations of each)."""
+    return _fine_tune_on(model_path, sources, out_dir, config, config, synthesis, tool_docs, progress)
+
+
+def worlds_stage(model_path: str | Path, out_dir: str | Path, config: WarmStartConfig, synthesis,
+                 data_version: str = "v3", tool_docs: str = "none", progress: bool = True) -> dict:
+    """The second stage: fine-tune the first stage's model at `model_path` into `out_dir` on tasks from
+    `config.worlds.count` generated train-split worlds (one exploration of each, seed `worlds.data_seed`), on the
+    stage's own schedule."""
+    stage = config.worlds
+    sources = world_tasks("train", stage.count, stage.first_world, data_version=data_version)
+    data = replace(config, data_seeds=1, first_data_seed=stage.data_seed)
+    schedule = replace(config, max_steps=stage.max_steps, batch_size=stage.batch_size,
+                       learning_rate=stage.learning_rate, final_lr_ratio=stage.final_lr_ratio,
+                       warmup_steps=stage.warmup_steps)
+    return {**_fine_tune_on(model_path, sources, out_dir, data, schedule, synthesis, tool_docs, progress),
+            "worlds": stage.count}
 
 
 # ------------------------------------------------------------------------------------------- shipped warm starts
@@ -191,6 +215,8 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "data" / "warm_start"
 sha256 of every file, the build summary and the command that regenerates it)."""
 RECIPE_VERSION = 1
 """Part of every recipe: bump it when a code change alters what a recipe builds (data or training loop)."""
+WORLDS_VERSION = 1
+"""Part of a recipe with a worlds stage: bump it when a change of `envs.bfcl_worlds` alters the worlds."""
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                "chat_template.jinja")
 
@@ -241,28 +267,66 @@ def ship_warm_start(built: str | Path, profile: str, recipe: dict, recipe_key: s
     return folder
 
 
-def check_policy(engine, policy_path: str, samples: int = 8, temperature: float = 0.9, seed: int = 0) -> dict:
-    """What a starting policy gives GRPO on the run's pool: `samples` episodes per D_0 task at `temperature` (mean
-    success and the share of tasks with mixed outcomes, i.e. the groups that carry an advantage), and greedy success
-    on the held-out set."""
-    from coevolve_lib.agent import rollout_config
+def token_entropy(model, records: list[dict], temperature: float) -> float | None:
+    """Mean entropy (nats) of the policy's next-token distribution at `temperature` over the tokens it generated in
+    token-level rollout `records`: the quantity TRL logs as `entropy` during GRPO. A warm start near 0 is
+    overconfident: its K samples of a task are nearly the same episode, so few groups carry an advantage."""
+    import torch
+
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for record in records:
+            prompt, completion = record["prompt_ids"], record["completion_ids"]
+            mask = torch.tensor(record["completion_mask"], dtype=torch.bool)
+            if not mask.any():
+                continue
+            ids = torch.tensor([prompt + completion], device=model.model.device)
+            logits = model.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / max(temperature, 1e-6)
+            log_probs = logits.log_softmax(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1).cpu()[mask]
+            total, count = total + float(entropy.sum()), count + int(mask.sum())
+    return round(total / count, 4) if count else None
+
+
+RL_GATE = {"d0_tasks_mixed_%": (20.0, 100.0), "d0_sampled_success_%": (10.0, 60.0)}
+"""What a warm start should give GRPO on D_0 at K = 8 (issue: learning visible): at least a fifth of the groups with
+mixed outcomes (an advantage), and a mean success with room to rise and to fall."""
+
+
+def check_policy(engine, policy_path: str, samples: int = 8, temperature: float | None = None, seed: int = 0,
+                 max_completion_tokens: int | None = None, progress: bool = True) -> dict:
+    """What a starting policy gives GRPO on the run's pool: `samples` episodes per D_0 task at `temperature` (None:
+    the profile's rollout temperature): mean success, the share of tasks with mixed outcomes (the groups that carry an
+    advantage) and the policy's token entropy on those episodes; greedy success on each held-out set; and whether
+    `RL_GATE` holds."""
+    from coevolve_lib.agent import rollout_config, run_rollouts
     from coevolve_lib.evaluate import task_outcomes
     from coevolve_lib.models import HFChatModel
 
     settings = engine.config.rollout
-    rollout = rollout_config(settings, temperature=temperature, seed=seed)
+    temperature = settings.temperature if temperature is None else temperature
+    rollout = rollout_config(settings, temperature=temperature, seed=seed, token_level=True,
+                             max_completion_tokens=max_completion_tokens)
     model = HFChatModel(policy_path)
     d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
-    sampled = task_outcomes(model, d0, rollout, samples=samples, progress=True)
+    records = run_rollouts(model, engine.rollout_tasks(d0), rollout, samples_per_task=samples, progress=progress,
+                           new_episode=engine.episodes())
+    sampled: dict[str, list[int]] = {t["task_id"]: [] for t in d0}
+    for record in records:
+        sampled[record["task_id"]].append(int(record["success"]))
     episodes = [o for per_task in sampled.values() for o in per_task]
-    key, heldout = engine.heldout()
-    greedy = task_outcomes(model, heldout, rollout_config(settings, temperature=0.0), progress=True)
-    return {"d0_tasks": len(d0), "samples": samples, "temperature": temperature,
-            "d0_sampled_success_%": round(100 * sum(episodes) / len(episodes), 2),
-            "d0_tasks_mixed_%": round(100 * sum(0 < sum(o) < len(o) for o in sampled.values()) / len(sampled), 2),
-            "d0_tasks_all_failed_%": round(100 * sum(sum(o) == 0 for o in sampled.values()) / len(sampled), 2),
-            "heldout_set": key, "heldout_greedy_success_%": round(100 * sum(o[0] for o in greedy.values())
-                                                                  / len(greedy), 2)}
+    check = {"d0_tasks": len(d0), "samples": samples, "temperature": temperature,
+             "d0_sampled_success_%": round(100 * sum(episodes) / len(episodes), 2),
+             "d0_tasks_mixed_%": round(100 * sum(0 < sum(o) < len(o) for o in sampled.values()) / len(sampled), 2),
+             "d0_tasks_all_failed_%": round(100 * sum(sum(o) == 0 for o in sampled.values()) / len(sampled), 2),
+             "token_entropy": token_entropy(model, records, temperature)}
+    greedy = rollout_config(settings, temperature=0.0, token_level=True, max_completion_tokens=max_completion_tokens)
+    for name, (key, tasks) in engine.heldout_sets().items():
+        outcomes = task_outcomes(model, tasks, greedy, progress=progress)
+        check[f"{name}_set"] = key
+        check[f"{name}_greedy_success_%"] = round(100 * sum(o[0] for o in outcomes.values()) / len(outcomes), 2)
+    check["rl_gate"] = {name: low <= check[name] <= high for name, (low, high) in RL_GATE.items()}
+    return check
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{args.profile}")
     engine.initial_pool(progress=not args.quiet)
     path = engine.policy(progress=not args.quiet, use_shipped=not args.ship)
-    check = check_policy(engine, path)
+    check = check_policy(engine, path, max_completion_tokens=run.training.max_completion_tokens,
+                         progress=not args.quiet)
     built = json.loads((Path(path) / "warm_start.json").read_text()) if (Path(path) / "warm_start.json").exists() \
         else json.loads((Path(path) / "manifest.json").read_text())["summary"]
     print(json.dumps({"policy": path, "check": check, "build": {k: v for k, v in built.items() if k != "recipe"}},

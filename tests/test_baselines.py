@@ -168,9 +168,10 @@ def test_configs_reject_a_policy_reflector_over_processes_and_an_explorer_reflec
 
 SMOKE = {
     "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
-                    "explore": {"runs": 1, "calls_per_run": 4}, "heldout": {"size": 0}},
+                    "explore": {"runs": 1, "calls_per_run": 4}, "heldout": {"new_tasks": {"size": 0}, "new_envs": {"size": 0}}},
     "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},
-    "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 1, "max_completion_tokens": 64,
+    "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 1, "draw_factor": 1,
+                 "max_completion_tokens": 64,
                  "eval_limit": 0, "eval_pool_tasks": 0, "learning_rate": 1e-3,
                  "torch_threads": 1},  # one thread: on 2 shared cores two threads made a step 5x slower
 }
@@ -258,8 +259,10 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
 def test_rest_run_filters_the_policys_own_rollouts(tmp_path):
     # The warm-started tiny policy (shipped): a random-init one never succeeds, and ReST keeps successes only.
     run, out = _run(tmp_path, "run", **{"training.pool_updates": "rest", "data_engine.warm_start.enabled": True,
-                                        "rollout.max_new_tokens": 48, "rollout.max_steps_per_episode": 5,
-                                        "training.max_completion_tokens": 256})
+                                        "rollout.max_new_tokens": 64, "rollout.max_steps_per_episode": 8,
+                                        "training.max_completion_tokens": 512, "training.tasks_per_step": 8,
+                                        "training.group_size": 8, "data_engine.d0_size": 100,
+                                        "data_engine.explore.runs": 8})  # the profile's D_0 (91 tasks)
     summary = train_lib.train(run, out, progress=False)
     pool = TaskPool(out / "pool.jsonl")
     origin = {t["task_id"]: t for t in pool.tasks if t["pool_version"] == 0}
@@ -269,7 +272,7 @@ def test_rest_run_filters_the_policys_own_rollouts(tmp_path):
         round_dir = out / f"round_{round_index:03d}"
         report = json.loads((round_dir / "report.json").read_text())
         passed = [r for r in window if r["reward"] >= 1.0]
-        assert report["counts"]["filtered_rollouts"] == len(passed) and report["counts"]["window_rollouts"] == 4
+        assert report["counts"]["filtered_rollouts"] == len(passed) and report["counts"]["window_rollouts"] == 64
         targets = json.loads((round_dir / "targets.json").read_text())
         assert set(targets) <= {r["rollout_id"] for r in passed} and len(targets) == min(2, len(
             {(r["task_id"], tuple(c for s in r["steps"] for c in s["calls"])) for r in passed}))

@@ -17,19 +17,19 @@ OVERRIDES = ["training.max_steps=2"]
 
 
 def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], overrides=OVERRIDES) -> Path:
-    """A comparison results file of profile tiny, seed 0: held-out and BFCL val rows per variant."""
+    """A comparison results file of profile tiny, seed 0: rows on both held-out sets, D_0 and BFCL val per variant."""
     rows = []
     for variant in ("zero_shot", *[v.name for v in COMPARISON.variants]):
         study_variant = next((v for v in COMPARISON.variants if v.name == variant), COMPARISON.variants[0])
         run = variant_run("tiny", overrides, study_variant, 0)
         per_task = {f"t{i}": value for i, value in enumerate(outcomes[variant])}
-        for eval_set in ("heldout/abc", "bfcl/v3/multi_turn_base/val"):
+        for eval_set in ("heldout/new_tasks/abc", "heldout/new_envs/def", "pool/d0", "bfcl/v3/multi_turn_base/val"):
             rows.append({"variant": variant, "paper_row": study_variant.paper_row, "benchmark": "bfcl",
                          "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0, "seed": 0,
                          "n": len(per_task), "value": 100 * sum(per_task.values()) / len(per_task),
                          "steps": run.training.max_steps, "tasks_per_step": 8, "group_size": 8, "profile": "tiny",
                          "model": "tiny", "config_hash": run_hash(run), "run_dir": "runs/x", "per_task": per_task})
-    settings = {"profile": "tiny", "seeds": [0], "overrides": overrides, "pass_k": COMPARISON.pass_k,
+    settings = {"profile": "tiny", "seeds": [0], "overrides": overrides, "pass_k": COMPARISON.pass_k, "rank_by": "new_tasks",
                 "variants": [{"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row}
                              for v in COMPARISON.variants]}
     path = results_file(results_dir, "comparison", "tiny", [0], 2)
@@ -66,12 +66,15 @@ def test_measured_rows_sit_beside_the_paper_with_their_scale(tmp_path):
     tables = {t.table_ids[0]: t for t in paper_tables.assemble(results)}
     table3 = tables["table3"].kit
     assert list(table3.index) == ["zero_shot", "static", "random", "coevolve"]
-    assert table3.loc["coevolve", "held-out greedy_success %"].startswith("75.0 [")
+    assert table3.loc["coevolve", "held-out (a) new tasks, pool envs greedy_success %"].startswith("75.0 [")
+    assert table3.loc["coevolve", "held-out (b) unseen envs greedy_success %"].startswith("75.0 [")
+    assert table3.loc["coevolve", "D_0 (trained on) greedy_success %"].startswith("75.0 [")
     assert table3.loc["coevolve", "paper BFCL"] == "63.00"
     assert "profile=tiny, model=tiny, 2 steps" in table3.loc["static", "scale"]
-    cross = tables["table8"].kit["kit held-out"]
+    cross = tables["table8"].kit["kit held-out (a) new tasks, pool envs"]
     assert cross["baseline wrong, CoEvolve correct"] == 25.0 and cross["baseline correct, CoEvolve correct"] == 50.0
-    assert tables["table10"].kit.loc["Reflexion", "kit held-out %"].startswith("not run")
+    assert tables["table10"].kit.loc["Reflexion", "kit held-out (a) new tasks, pool envs %"].startswith("not run")
+    assert any("(b) unseen envs" in c for c in tables["table2"].kit.columns)  # both sets on every row
     path = paper_tables.write_markdown(list(tables.values()), tmp_path / "tables.md", "# t")
     assert "| coevolve |" in path.read_text() and "63.00" in path.read_text()
 
@@ -156,7 +159,7 @@ def test_table12_puts_each_explorer_beside_the_paper_row_it_stands_for():
     study = explorers({"Qwen-Plus": "openai:qwen-plus"}, "Qwen-Max")
     rows = [{"variant": v.name, "metric": "greedy_success", "eval_set": eval_set, "seed": 0, "steps": 2,
              "tasks_per_step": 8, "group_size": 8, "per_task": {"t0": float(v.name.endswith("coevolve")), "t1": 0.0}}
-            for v in study.variants for eval_set in ("heldout/abc", "bfcl/v3/multi_turn_base/val")]
+            for v in study.variants for eval_set in ("heldout/new_tasks/abc", "bfcl/v3/multi_turn_base/val")]
     doc = {"profile": "paper-qwen3-4b", "model": "m", "config": {"seeds": [0], "variants": [
         {"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row} for v in study.variants]},
         "metrics": rows}
@@ -164,6 +167,6 @@ def test_table12_puts_each_explorer_beside_the_paper_row_it_stands_for():
     kit = table.kit
     assert list(kit.index) == ["the profile's (paper-qwen3-4b)", "openai:qwen-plus"]
     assert list(kit["paper row"]) == ["Qwen-Max", "Qwen-Plus"] and list(kit["paper CoEvolve"]) == ["63.00", "59.50"]
-    assert kit.loc["openai:qwen-plus", "kit CoEvolve held-out %"].startswith("50.0")
-    assert kit.loc["openai:qwen-plus", "kit synthesis only held-out %"].startswith("0.0")
+    assert kit.loc["openai:qwen-plus", "kit CoEvolve held-out (a) new tasks, pool envs %"].startswith("50.0")
+    assert kit.loc["openai:qwen-plus", "kit synthesis only held-out (a) new tasks, pool envs %"].startswith("0.0")
     assert "Qwen3-4B" in table.notes[0]  # the paper's explorer no endpoint was given for

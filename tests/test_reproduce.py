@@ -33,7 +33,9 @@ def test_parameters_come_from_the_profile_settings_and_are_checked(tmp_path, mon
     ablations = next(e for e in reproduce.EXPERIMENTS if e.notebook.startswith("08"))
     values = reproduce.parameters(ablations, "tiny", None, allow_missing=False)
     assert values["profile"] == "tiny" and values["seeds"] == [0]
-    assert "training.max_steps=4" in values["overrides"]
+    assert "training.max_steps=12" in values["overrides"] and values["jobs"] == 2
+    comparison = next(e for e in reproduce.EXPERIMENTS if e.notebook.startswith("07"))
+    assert reproduce.parameters(comparison, "tiny", None, False)["seeds"] == [0, 1, 2]  # Tables 2-3: 3 seeds
     assert reproduce.parameters(ablations, "tiny", [0, 1, 2], False)["seeds"] == [0, 1, 2]
     assert reproduce.parameters(ablations, "paper-qwen3-4b", None, False) == {"profile": "paper-qwen3-4b"}
     grid = next(e for e in reproduce.EXPERIMENTS if e.notebook.startswith("09"))

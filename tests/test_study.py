@@ -15,8 +15,8 @@ from coevolve_lib.results import validate_result
 from coevolve_lib.studies import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
 SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",
-         "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.size=5",
-         "data_engine.heldout.runs=1", "training.max_steps=2", "training.tasks_per_step=2", "training.group_size=2",
+         "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.new_tasks.size=4",
+         "data_engine.heldout.new_tasks.runs=1", "data_engine.heldout.new_envs.size=5", "data_engine.heldout.new_envs.runs=1", "training.max_steps=2", "training.tasks_per_step=2", "training.group_size=2",
          "training.feedback_every=1", "rollout.max_new_tokens=12", "rollout.max_steps_per_episode=2",
          "training.max_completion_tokens=64", "training.eval_limit=1", "training.eval_pool_tasks=2"]
 
@@ -43,9 +43,13 @@ def test_every_variant_is_trained_and_measured_on_the_held_out_set_and_bfcl_val(
         assert summary["steps"] == 2 and summary["pool_updates"] == {"static": "none", "random": "random",
                                                                      "coevolve": "signals"}[variant]
     assert {r["variant"] for r in results} == {"zero_shot", "static", "random", "coevolve"}
-    heldout = [r for r in results if r["eval_set"].startswith("heldout/")]
-    assert {r["metric"] for r in heldout} == {"greedy_success", "pass@2", "sampled_success"}
-    assert all(r["n"] == 5 and 0 <= r["value"] <= 100 and len(r["per_task"]) == 5 for r in heldout)
+    new_tasks = [r for r in results if r["eval_set"].startswith("heldout/new_tasks/")]
+    new_envs = [r for r in results if r["eval_set"].startswith("heldout/new_envs/")]
+    # pass@k is sampled on the set the profile ranks by only
+    assert {r["metric"] for r in new_tasks} == {"greedy_success", "pass@2", "sampled_success"}
+    assert {r["metric"] for r in new_envs} == {"greedy_success"}
+    assert all(r["n"] == 4 and 0 <= r["value"] <= 100 and len(r["per_task"]) == 4 for r in new_tasks)
+    assert all(r["n"] == 5 and len(r["per_task"]) == 5 for r in new_envs)
     bfcl = [r for r in results if r["eval_set"] == "bfcl/v3/multi_turn_base/val"]
     assert len(bfcl) == 4 and all(r["n"] == 1 for r in bfcl)
     assert all(r["profile"] == "tiny" and r["config_hash"] and r["run_dir"] for r in results)
@@ -87,9 +91,19 @@ def test_the_table_puts_each_variant_beside_the_paper_with_its_scale(compared):
     table = report.study_table(results, ("table3",), "BFCL")
     assert list(table.index) == ["zero_shot", "static", "random", "coevolve"]
     assert table.loc["coevolve", "paper BFCL"] == "63.00" and table.loc["zero_shot", "paper BFCL"] == "26.50"
-    assert table.loc["zero_shot", "vs zero_shot (points)"] == "-"
+    ranked, other = "held-out (a) new tasks, pool envs", "held-out (b) unseen envs"
+    assert list(table.columns[1:3]) == [f"{ranked} greedy_success %", f"{ranked}: vs zero_shot (points)"]
+    assert table.loc["zero_shot", f"{ranked}: vs zero_shot (points)"] == "-"
+    assert table.loc["static", f"{other}: vs zero_shot (points)"].count("[") == 1  # both sets, each with its CI
     assert "seeds [0]" in table.loc["static", "scale"] and "K=2" in table.loc["static", "scale"]
-    assert table.loc["static", "held-out pass@2 %"].count("[") == 1
+    assert table.loc["static", f"{ranked} pass@2 %"].count("[") == 1
+    # ranked by the other set on request: its columns come first
+    assert report.study_table(results, ("table3",), "BFCL", rank_by="new_envs").columns[1].startswith(other)
+    differences = report.paired_differences(results, [("coevolve", "static"), ("coevolve", "random")])
+    assert len(differences) == 8  # two pairs x (two held-out sets, D_0, BFCL val)
+    assert set(differences["reading"]) <= {"coevolve above static", "coevolve below static",
+                                           "coevolve above random", "coevolve below random",
+                                           "no difference the CI can tell"}
 
 
 def test_ablation_variants_change_only_what_they_name():

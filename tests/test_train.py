@@ -20,10 +20,12 @@ from coevolve_lib.validation import validate
 
 SMALL = {
     "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
-                    "explore": {"runs": 1, "calls_per_run": 4}, "heldout": {"size": 6, "runs": 1}},
+                    "explore": {"runs": 1, "calls_per_run": 4},
+                    "heldout": {"new_tasks": {"size": 5, "runs": 1}, "new_envs": {"size": 6, "runs": 1}}},
     "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},
-    "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2,
-                 "max_completion_tokens": 64, "eval_limit": 1, "learning_rate": 1e-3},
+    "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "draw_factor": 1,
+                 "eval_every": None, "eval_pool_tasks": 32, "max_completion_tokens": 64, "eval_limit": 1,
+                 "learning_rate": 1e-3},
 }
 
 
@@ -50,6 +52,50 @@ def test_grpo_steps_change_the_parameters(tmp_path, monkeypatch):
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["train/episodes"] == 4 and "trl/loss" in r for r in rows)
+
+
+def test_select_groups_puts_groups_with_an_advantage_first_and_keeps_draw_order():
+    groups = [[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]
+    assert train_lib.select_groups(groups, 2) == [1, 3]
+    assert train_lib.select_groups(groups, 3) == [0, 1, 3]  # topped up with the first uniform group
+    assert train_lib.select_groups(groups, 5) == [0, 1, 2, 3, 4]
+    assert train_lib.select_groups([[0.5, 0.5], [0.2, 0.7]], 1) == [1]  # any difference in reward counts
+
+
+def test_dynamic_sampling_trains_on_a_share_of_the_drawn_groups_and_keeps_every_episode(tmp_path, monkeypatch):
+    # The random-init policy never succeeds; a reward that differs within the groups of about half the tasks (those
+    # whose id ends in an even hex digit) lets the test see the selection.
+    def half_mixed(record, reference_actions):
+        return float(record["sample_index"] == 0 and int(record["task_id"][-1], 16) % 2 == 0)
+
+    monkeypatch.setattr(train_lib, "prefix_reward", half_mixed)
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 2, "training.pool_updates": "none",
+                                        "training.draw_factor": 3, "training.reward": "prefix"})
+    train_lib.train(run, out, progress=False)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert len(rows) == 2
+    for row in rows:
+        records = read_jsonl(out / "rollouts" / f"step_{row['step']:05d}.jsonl")
+        assert row["train/groups"] == 6 and row["train/groups_trained"] == 2 and len(records) == 12
+        groups = list(dict.fromkeys(r["group_id"] for r in records))
+        rewards = [[r["reward"] for r in records if r["group_id"] == g] for g in groups]
+        expected = {groups[i] for i in train_lib.select_groups(rewards, 2)}
+        assert {r["group_id"] for r in records if r["trained"]} == expected  # mixed groups first
+        uniform = sum(len(set(g)) == 1 for g in rewards)
+        assert row["train/zero_std_drawn"] == round(uniform / 6, 4)
+        assert row["trl/frac_reward_zero_std"] == pytest.approx(row["train/zero_std_trained"])
+    assert any(r["train/zero_std_trained"] < r["train/zero_std_drawn"] for r in rows)
+
+
+def test_num_iterations_reuses_each_batch_of_rollouts_and_records_it_once(tmp_path):
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 4, "training.pool_updates": "none",
+                                        "training.num_iterations": 2})
+    summary = train_lib.train(run, out, progress=False)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all("trl/loss" in r for r in rows)
+    assert [r.get("train/episodes") for r in rows] == [4, None, 4, None]  # rollouts at steps 1 and 3 only
+    assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["step_00001.jsonl", "step_00003.jsonl"]
+    assert summary["eval_curve"][-1]["step"] == 4 and summary["eval_curve"][-1]["pool/size"] == 8
 
 
 def test_rollouts_hand_trl_the_generated_tokens_with_environment_tokens_masked(tmp_path):
@@ -83,7 +129,8 @@ def test_feedback_rounds_grow_the_pool_and_metrics_cover_every_step(tmp_path):
     assert summary["eval_before"]["step"] == 0 and summary["eval_after"]["step"] == 4
     # held-out success every F = 2 steps, the BFCL val split only before and after training
     assert [e["step"] for e in summary["eval_curve"]] == [0, 2, 4]
-    assert all(e["eval/heldout_n"] == 6 and e["eval/heldout_set"] for e in summary["eval_curve"])
+    assert all(e["eval/new_envs_n"] == 6 and e["eval/new_envs_set"] and e["eval/new_tasks_n"] == 5
+               for e in summary["eval_curve"])
     assert [e["step"] for e in summary["eval_curve"] if "eval/val_success" in e] == [0, 4]
     assert [e["pool/size"] for e in summary["eval_curve"]][0] == 8
 
@@ -187,13 +234,15 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     monkeypatch.setenv("COEVOLVE_SCALE", "smoke")
     smoke = run_config("tiny", ["training.max_steps=20"])
     assert normal.training.max_steps == 20 and smoke.training.max_steps == 2
-    assert smoke.data_engine.heldout.size < normal.data_engine.heldout.size and smoke.model == normal.model
+    assert smoke.data_engine.heldout.new_tasks.size < normal.data_engine.heldout.new_tasks.size
+    assert smoke.data_engine.heldout.new_envs.size < normal.data_engine.heldout.new_envs.size
+    assert smoke.model == normal.model
     recipes = [DataEngine(run.data_engine, tmp_path / name).warm_start_recipe()
                for run, name in ((normal, "a"), (smoke, "b"))]
     assert recipes[0] == recipes[1]
     # the scale only shrinks: an AppWorld profile keeps its held-out set off and its smaller episode batch
     appworld = run_config("tiny-appworld")
-    assert appworld.data_engine.heldout.size == 0 and appworld.rollout.batch_size == 1
+    assert appworld.data_engine.heldout.sets() == {} and appworld.rollout.batch_size == 1
     assert appworld.training.group_size == 4 and appworld.evaluation.limit == 2  # capped; None (all) becomes 2
     with pytest.raises(ConfigError, match="training.max_steps: Input should be a valid integer"):
         run_config("tiny", ["training.max_steps=abc"])  # a bad value is not hidden by the cap
@@ -219,7 +268,7 @@ def test_report_to_loggers_get_the_kits_columns():
             received.append(logs)
 
     Sink.__module__ = "transformers.integrations.integration_utils"  # where the report_to callbacks live
-    row = {"step": 1, "train/reward": 0.5, "pool/size": 8, "trl/loss": 0.1, "eval/heldout_set": "k", "x/flag": True}
+    row = {"step": 1, "train/reward": 0.5, "pool/size": 8, "trl/loss": 0.1, "eval/new_tasks_set": "k", "x/flag": True}
     loop = SimpleNamespace(on_log=lambda step, logs: row if "loss" in logs else None,
                            trainer=SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[Sink(), object()])))
     callback = train_lib._callback(loop)
