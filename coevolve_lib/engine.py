@@ -158,11 +158,14 @@ class DataEngine:
             return warm_start(base, self.environments("warm_start"), out, cfg.warm_start, cfg.synthesis,
                               tool_docs=cfg.rollout.tool_docs, progress=progress)
 
-        first = self._warm_start_stage(self.warm_start_recipe("first"), first_stage, use_shipped)
+        def first() -> str:
+            return self._warm_start_stage(self.warm_start_recipe("first"), first_stage, use_shipped)
+
         if not cfg.warm_start.worlds.count:
-            return first
+            return first()
+        # the first stage is needed (found or built) only when the whole warm start is neither shipped nor cached
         return self._warm_start_stage(self.warm_start_recipe(), lambda out: worlds_stage(
-            first, out, cfg.warm_start, cfg.synthesis, cfg.data_version, cfg.rollout.tool_docs, progress),
+            first(), out, cfg.warm_start, cfg.synthesis, cfg.data_version, cfg.rollout.tool_docs, progress),
             use_shipped)
 
     def _warm_start_stage(self, recipe: dict, build, use_shipped: bool) -> str:

@@ -147,3 +147,16 @@ def test_cli_rejects_a_bad_override(capsys):
     err = capsys.readouterr().err
     assert err.startswith("python -m coevolve_lib compare: error: training.nope: unknown field; valid: ")
     assert err.count("\n") == 1 and "group_size" in err
+
+
+def test_unfinished_runs_train_side_by_side_in_their_own_processes(tmp_path):
+    study = study_lib.Study("two", (), (study_lib.Variant("a", ("training.pool_updates=none",)),
+                                        study_lib.Variant("b", ("training.pool_updates=none", "training.learning_rate=0.002"))))
+    plans = study_lib.planned_runs(study, "tiny", [0], SMALL, tmp_path / "runs")
+    study_lib.train_in_parallel(plans, jobs=2, progress=False)
+    for planned in study_lib.planned_runs(study, "tiny", [0], SMALL, tmp_path / "runs"):
+        assert planned["finished"], planned["variant"]
+        log = (planned["folder"] / "train.log").read_text()  # each process's output went to its run's log
+        assert "train_runtime" in log
+    summaries = [json.loads((p["folder"] / "summary.json").read_text()) for p in plans]
+    assert plans[0]["folder"] != plans[1]["folder"] and all(s["steps"] == 2 for s in summaries)

@@ -108,3 +108,26 @@ def test_the_scheduler_names_are_transformers_own():
     from coevolve_lib.config import LR_SCHEDULERS
 
     assert LR_SCHEDULERS == tuple(s.value for s in SchedulerType)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["sweep", "--sweep", "nosuch"], "no sweep 'nosuch': give a file or one of ['tiny-grpo']"),
+    (["sweep", "--sweep", "tiny-grpo", "--jobs", "0"], "--jobs must be >= 1 (got 0)"),
+    (["sweep", "--sweep", "tiny-grpo", "--set", "training.draw_factor=0"],
+     "training.draw_factor: Input should be greater than or equal to 1"),
+    (["compare", "--jobs", "0"], "--jobs must be >= 1 (got 0)"),
+    (["train", "--dry-run", "--set", "training.num_iterations=0"],
+     "training.num_iterations: Input should be greater than or equal to 1"),
+    (["train", "--dry-run", "--set", "data_engine.heldout.rank_by=nosuch"],
+     "data_engine.heldout.rank_by: Input should be 'new_tasks' or 'new_envs'"),
+])
+def test_bad_sweep_and_study_options_are_one_line(capsys, argv, expected):
+    assert expected in one_line_error(capsys, argv)
+
+
+def test_a_broken_sweep_file_is_one_line(capsys, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("profile: tiny\ncells: [not, a, mapping]\n")
+    assert "a non-empty `cells` mapping" in one_line_error(capsys, ["sweep", "--sweep", str(path)])
+    path.write_text("cells: {a: [x\n")
+    assert "not valid YAML" in one_line_error(capsys, ["sweep", "--sweep", str(path)])

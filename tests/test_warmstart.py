@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 
 from coevolve_lib import warmstart
 from coevolve_lib.profiles import data_engine_config
+import coevolve_lib.engine as engine_lib
 from coevolve_lib.engine import DataEngine
 from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.paths import MODELS_DIR
@@ -83,7 +84,12 @@ def test_the_tiny_warm_start_is_shipped_for_the_tiny_recipe_and_its_files_are_ch
     key = warmstart.config_hash(engine.warm_start_recipe())
     shipped = warmstart.shipped_warm_start("tiny", key)
     assert shipped is not None, "the shipped tiny warm start was built from another recipe: rebuild and ship it"
+    # a fresh clone: no cache, so neither stage may be built when the whole warm start is shipped
+    monkeypatch.setattr(engine_lib, "CACHE_DIR", tmp_path / "empty_cache")
+    monkeypatch.setattr(engine_lib, "warm_start", lambda *a, **k: pytest.fail("stage 1 was built"))
+    monkeypatch.setattr(engine_lib, "worlds_stage", lambda *a, **k: pytest.fail("the worlds stage was built"))
     assert engine.policy() == str(shipped)
+    assert engine.warm_start_recipe()["worlds_stage"]["count"] == 1200  # the shipped copy has both stages
     manifest = json.loads((shipped / "manifest.json").read_text())
     assert set(manifest["files"]) >= {"model.safetensors", "tokenizer.json", "config.json"}
     assert manifest["command"].startswith("python -m coevolve_lib warm-start --profile tiny")
