@@ -93,19 +93,29 @@ class Results:
         self.missing.append(message)
 
     def study(self, study: Study, notebook: str) -> dict | None:
-        """The study's results document for its seeds (any training length), checked to be current."""
+        """The study's results document for its seeds (any training length) that the current configuration made.
+        Files of an older configuration beside it (another training length) are passed over; with none current,
+        the first one's StaleResults says why."""
         seeds = self.study_seeds.get(study.name, self.seeds)
         pattern = results_file(self.dir, study.name, self.profile, seeds, 0).name.replace("_steps0", "_steps*")
         files = sorted((self.dir / study.name).glob(pattern))
         if not files:
             self._absent(f"{study.name} results for seeds {seeds}", notebook)
             return None
-        if len(files) > 1:
-            raise StaleResults(f"several {study.name} results for seeds {seeds} ({[f.name for f in files]}): "
-                               "remove the ones of an older configuration")
-        doc = json.loads(files[0].read_text())
-        check_current(doc, study if study.name in STUDIES else None)
-        return doc
+        current, stale = [], []
+        for path in files:
+            doc = json.loads(path.read_text())
+            try:
+                check_current(doc, study if study.name in STUDIES else None)
+                current.append((path, doc))
+            except StaleResults as error:
+                stale.append(error)
+        if len(current) > 1:
+            raise StaleResults(f"several current {study.name} results for seeds {seeds} "
+                               f"({[path.name for path, _ in current]}): keep one")
+        if not current:
+            raise stale[0]
+        return current[0][1]
 
     def _read(self, path: Path, what: str, notebook: str) -> dict | None:
         """The results document at `path`, or None (after `_absent`) when there is none."""

@@ -132,8 +132,22 @@ def test_two_files_for_the_same_seeds_are_ambiguous(tmp_path):
     comparison_doc(tmp_path, OUTCOMES)
     path = results_file(tmp_path, "comparison", "tiny", [0], 2)
     path.with_name(path.name.replace("steps2", "steps10")).write_text(path.read_text())
-    with pytest.raises(paper_tables.StaleResults, match="several comparison results"):
+    with pytest.raises(paper_tables.StaleResults, match="several current comparison results"):
         paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+
+
+def test_a_file_of_an_older_configuration_beside_the_current_one_is_passed_over(tmp_path):
+    """A fresh clone's `make reproduce` writes a new training length beside the committed older file."""
+    path = comparison_doc(tmp_path, OUTCOMES)
+    old = json.loads(path.read_text())
+    for row in old["metrics"]:
+        row["config_hash"], row["value"] = "0" * 12, 99.0
+    path.with_name(path.name.replace("steps2", "steps10")).write_text(json.dumps(old))
+    results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
+    assert results.study(COMPARISON, "07") == json.loads(path.read_text())
+    path.unlink()  # only the old one left: refused, saying why
+    with pytest.raises(paper_tables.StaleResults, match="another configuration"):
+        results.study(COMPARISON, "07")
 
 
 def test_the_tables_notebook_stops_on_missing_results(tmp_path):
