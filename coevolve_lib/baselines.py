@@ -87,7 +87,8 @@ def _report(round_index: int, pool, started: float, **fields) -> dict:
     base = {"round": round_index, "targets": 0, "signal_types": {}, "specs": 0, "accepted": 0,
             "rejection_reasons": {}, "added_to_pool": sum(t["pool_version"] == round_index for t in pool.tasks),
             "pool_size": len(pool), "pool_version": pool.version}
-    return {**base, **fields, "seconds": round(time.perf_counter() - started, 2)}
+    report = {**base, **fields, "seconds": round(time.perf_counter() - started, 2)}
+    return {**report, "heldout_leaks": report["rejection_reasons"].get("heldout_leak", 0)}
 
 
 # ------------------------------------------------------------------------------------------------ curriculum

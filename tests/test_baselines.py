@@ -309,6 +309,7 @@ def test_reflexion_run_reposes_failed_tasks_with_the_policys_reflection(tmp_path
         failed = {r["task_id"] for r in window if not r["success"]}
         report = json.loads((out / f"round_{round_index:03d}" / "report.json").read_text())
         assert report["targets"] == min(2, len(failed)) and report["counts"]["failed_tasks"] == len(failed)
+        assert report["heldout_leaks"] == report["rejection_reasons"].get("heldout_leak", 0)  # every round counts them
         reflections = {r["key"]: r for r in read_jsonl(out / f"round_{round_index:03d}" / "reflections.jsonl")}
         assert all(r["reflector"] == f"tiny@step{round_index}" for r in reflections.values())
         added = [t for t in pool.tasks if t["pool_version"] == round_index]
