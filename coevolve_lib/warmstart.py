@@ -297,8 +297,9 @@ def check_policy(engine, policy_path: str, samples: int = 8, temperature: float 
                  max_completion_tokens: int | None = None, progress: bool = True) -> dict:
     """What a starting policy gives GRPO on the run's pool: `samples` episodes per D_0 task at `temperature` (None:
     the profile's rollout temperature): mean success, the share of tasks with mixed outcomes (the groups that carry an
-    advantage) and the policy's token entropy on those episodes; greedy success on each held-out set; and whether
-    `RL_GATE` holds."""
+    advantage) and the policy's token entropy on those episodes; on each held-out set greedy success, pass@`samples`
+    and the greedy failures that some sample solves (`<set>_reached_%`, of the whole set: about what GRPO can add
+    there by sharpening what sampling already finds); and whether `RL_GATE` holds."""
     from coevolve_lib.agent import rollout_config, run_rollouts
     from coevolve_lib.evaluate import task_outcomes
     from coevolve_lib.models import HFChatModel
@@ -322,9 +323,14 @@ def check_policy(engine, policy_path: str, samples: int = 8, temperature: float 
              "token_entropy": token_entropy(model, records, temperature)}
     greedy = rollout_config(settings, temperature=0.0, token_level=True, max_completion_tokens=max_completion_tokens)
     for name, (key, tasks) in engine.heldout_sets().items():
-        outcomes = task_outcomes(model, tasks, greedy, progress=progress)
+        greedy_outcomes = task_outcomes(model, tasks, greedy, progress=progress, engine=engine)
+        solved = {task_id: o[0] for task_id, o in greedy_outcomes.items()}
+        drawn = task_outcomes(model, tasks, rollout, samples=samples, progress=progress, engine=engine)
+        reached = sum(any(o) and not solved[task_id] for task_id, o in drawn.items())
         check[f"{name}_set"] = key
-        check[f"{name}_greedy_success_%"] = round(100 * sum(o[0] for o in outcomes.values()) / len(outcomes), 2)
+        check[f"{name}_greedy_success_%"] = round(100 * sum(solved.values()) / len(tasks), 2)
+        check[f"{name}_pass@{samples}_%"] = round(100 * sum(any(o) for o in drawn.values()) / len(tasks), 2)
+        check[f"{name}_reached_%"] = round(100 * reached / len(tasks), 2)
     check["rl_gate"] = {name: low <= check[name] <= high for name, (low, high) in RL_GATE.items()}
     return check
 

@@ -9,6 +9,9 @@ import torch
 from safetensors.torch import load_file
 
 from coevolve_lib import warmstart
+from coevolve_lib.agent import rollout_config
+from coevolve_lib.evaluate import task_outcomes
+from coevolve_lib.models import HFChatModel
 from coevolve_lib.profiles import data_engine_config
 import coevolve_lib.engine as engine_lib
 from coevolve_lib.engine import DataEngine
@@ -135,3 +138,28 @@ def test_the_warm_start_and_the_pool_use_disjoint_train_environments(tmp_path):
     assert {t["provenance"]["origin_task"] for t in engine.pool.tasks} <= {t.id for t in pool}
     without = DataEngine(data_engine_config("tiny", warm_start={"enabled": False}), tmp_path / "other")
     assert without.environments("warm_start") == [] and len(without.environments("pool")) == len(warm) + len(pool)
+
+
+def test_the_check_says_what_grpo_can_reach_from_the_shipped_start(tmp_path):
+    """check_policy on the real shipped policy: D_0 sampled at K, and on each held-out set greedy success, pass@K and
+    the greedy failures some sample solves, each recounted here from the same seeded episodes."""
+    config = data_engine_config("tiny", d0_size=6, heldout={"new_tasks": {"size": 6}, "new_envs": {"size": 6}})
+    engine = DataEngine(config, tmp_path)
+    engine.initial_pool(progress=False)
+    policy = engine.policy(progress=False)
+    check = warmstart.check_policy(engine, policy, samples=3, progress=False)
+    assert check["d0_tasks"] == 6 and check["samples"] == 3 and check["temperature"] == config.rollout.temperature
+    assert check["d0_tasks_mixed_%"] + check["d0_tasks_all_failed_%"] <= 100 and check["token_entropy"] > 0
+    model = HFChatModel(policy)
+    greedy = rollout_config(config.rollout, temperature=0.0, token_level=True)
+    sampled = rollout_config(config.rollout, seed=0, token_level=True)
+    for name, (key, tasks) in engine.heldout_sets().items():
+        solved = {t: o[0] for t, o in task_outcomes(model, tasks, greedy, engine=engine).items()}
+        drawn = task_outcomes(model, tasks, sampled, samples=3, engine=engine)
+        assert check[f"{name}_set"] == key
+        assert check[f"{name}_greedy_success_%"] == round(100 * sum(solved.values()) / 6, 2)
+        assert check[f"{name}_pass@3_%"] == round(100 * sum(any(o) for o in drawn.values()) / 6, 2)
+        reached = [t for t, o in drawn.items() if any(o) and not solved[t]]
+        assert check[f"{name}_reached_%"] == round(100 * len(reached) / 6, 2)
+        assert check[f"{name}_reached_%"] <= 100 - check[f"{name}_greedy_success_%"]
+    assert set(check["rl_gate"]) == set(warmstart.RL_GATE)
