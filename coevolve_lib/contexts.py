@@ -13,7 +13,6 @@ Model text is parsed with `llm_json`, never evaluated.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 from coevolve_lib.appworld_calls import DATA_VERSION as APPWORLD, api_tool_docs, is_failed_output
@@ -23,6 +22,7 @@ from coevolve_lib.envs.bfcl import BFCLEnv, docs_by_name, is_error_observation, 
 from coevolve_lib.llm_json import LLMOutputError, extract_json_object
 from coevolve_lib.models import ChatModel, GenerationConfig
 from coevolve_lib.prompts import clip, load_prompt
+from coevolve_lib.signals import SIGNALS
 
 CONTEXT_SCHEMA = "context/v1"
 CONTEXT_TEXT_FIELDS = ("summary", "failure_cause", "instability_pattern")
@@ -150,29 +150,16 @@ def _context_record(target: ExplorationTarget, builder: str, fields: dict, cost:
 
 
 def _instability_pattern(signal: dict) -> str:
+    """The signal type's own description of its evidence (`Signal.describe`), else a generic one."""
     evidence, kind = signal.get("evidence") or {}, signal["type"]
-    if kind == "forgetting" and "window" in evidence:
-        return (f"Solved within the recent window (scores {evidence['window']}) but failed now "
-                f"(score {evidence.get('score')}): a skill the policy had is being lost.")
-    if kind == "boundary" and "group_scores" in evidence:
-        scores = evidence["group_scores"]
-        wins = sum(s >= 0.5 for s in scores)  # solved, as the signals count it
-        return (f"Under one policy, {wins} of {len(scores)} sampled rollouts succeeded and "
-                f"{len(scores) - wins} failed (scores {scores}): the outcome sits on the success boundary.")
-    if kind == "rare" and "patterns" in evidence:
-        seen = ", ".join(f"{p['pattern']} ({p['count']} of {evidence.get('total')})" for p in evidence["patterns"])
-        return f"Action patterns rarely seen in training: {seen}; the policy has little experience with them."
-    return f"{kind} signal with evidence {json.dumps(evidence, default=str)}."
+    described = SIGNALS[kind].describe(evidence) if kind in SIGNALS else None
+    return described or f"{kind} signal with evidence {json.dumps(evidence, default=str)}."
 
 
 def _signal_tools(signal: dict, known: set[str]) -> list[str]:
-    """Tool names named in a rare signal's patterns ("cd>mv" -> cd, mv; AppWorld's "simple_note.search_notes>...")."""
-    if signal["type"] != "rare":
-        return []
-    text = json.dumps((signal.get("evidence") or {}).get("patterns", []))
-    names = [part for dotted in re.findall(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", text)
-             for part in (dotted, *dotted.split("."))]
-    return list(dict.fromkeys(name for name in names if name in known))
+    """The tools the signal type points the explorer to (`Signal.focus_tools`)."""
+    kind = signal["type"]
+    return SIGNALS[kind].focus_tools(signal.get("evidence") or {}, known) if kind in SIGNALS else []
 
 
 def heuristic_context(target: ExplorationTarget) -> dict:
@@ -187,7 +174,7 @@ def heuristic_context(target: ExplorationTarget) -> dict:
     summary = (f"Task: {clip(task_text, 300)} The agent made {len(calls)} call(s)"
                f"{' using ' + ', '.join(used) if used else ''}; outcome: score {score}"
                f"{', checker error ' + str(trajectory.get('error_type')) if trajectory.get('error_type') else ''}.")
-    if score is not None and score >= 0.5 and not errors:
+    if trajectory.get("success") and not errors:  # the checker's verdict, not a copy of the signals' threshold
         cause = (f"This trajectory succeeded; the {signal['type']} signal comes from its context, "
                  "not from a failure here.")
     else:

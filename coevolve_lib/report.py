@@ -8,12 +8,14 @@ from pathlib import Path
 import pandas as pd
 
 from coevolve_lib import paper
+from coevolve_lib.config import SignalConfig
 from coevolve_lib.results import (
     HELDOUT_TITLES,
     heldout_eval_set,
     heldout_set_name,
     metric_row,
 )
+from coevolve_lib.signals import group_key, is_mixed, outcome
 
 
 def save_figure(fig, path):
@@ -83,6 +85,20 @@ def plot_interaction_turns(groups: dict[str, list[int]], path: str | Path | None
     ax.legend()
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def rollout_steps(rollouts: list[dict], config: SignalConfig) -> pd.DataFrame:
+    """Per step of rollout/v1 records: rollouts, mean score, mean model steps per episode, and the groups with
+    mixed outcomes at the run's success threshold (what the boundary signal fires on, `signals.is_mixed`)."""
+    frame = pd.DataFrame(rollouts)
+    table = frame.groupby("step").agg(rollouts=("score", "size"), success_rate=("score", "mean"),
+                                      mean_steps=("steps", lambda s: s.map(len).mean()))
+    groups: dict[tuple, list[float]] = {}
+    for record in rollouts:
+        groups.setdefault((record["step"], group_key(record)), []).append(outcome(record))
+    mixed = Counter(step for (step, _), scores in groups.items() if is_mixed(scores, config))
+    table["mixed_groups"] = [mixed.get(step, 0) for step in table.index]
+    return table
 
 
 def plot_signal_counts(signals: list[dict], path: str | Path | None = None):

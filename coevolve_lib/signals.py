@@ -20,8 +20,10 @@ It is then enabled by name: `SignalExtractor(SignalConfig(enabled=("boundary", "
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict, deque
 from typing import ClassVar
@@ -92,6 +94,17 @@ class Signal(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict` returned."""
 
+    @classmethod
+    def describe(cls, evidence: dict) -> str | None:
+        """The explorer context's `instability_pattern` for a record of this type, read off its evidence (Fig. 11);
+        None: the generic sentence that quotes the evidence."""
+        return None
+
+    @classmethod
+    def focus_tools(cls, evidence: dict, known: set[str]) -> list[str]:
+        """Tools of `known` that the explorer should focus on because of this record, before the trajectory's own."""
+        return []
+
     def fire(self, rollout: dict, step: int, evidence: dict) -> dict:
         """The signal/v1 record of this type for one rollout."""
         rid = rollout_id(rollout)
@@ -125,6 +138,19 @@ def _solved(score: float, config: SignalConfig) -> bool:
     return score >= config.success_threshold
 
 
+def group_key(rollout: dict) -> str:
+    """The GRPO group a rollout belongs to (one draw of a task in one step); a hand-built record without a
+    `group_id` falls back to its task_id."""
+    return rollout.get("group_id", rollout["task_id"])
+
+
+def is_mixed(scores: list[float], config: SignalConfig) -> bool:
+    """Both solved and unsolved outcomes among a group's scores: a boundary group (with binary rewards, one with a
+    GRPO advantage)."""
+    solved = [_solved(score, config) for score in scores]
+    return any(solved) and not all(solved)
+
+
 @register
 class Forgetting(Signal):
     """A failure on a task (or task type) that was solved within its last W scores, observed in earlier steps."""
@@ -155,6 +181,13 @@ class Forgetting(Signal):
             self.windows.setdefault(key, deque(maxlen=self.config.forgetting_window)).append(outcome(rollout))
         return fired
 
+    @classmethod
+    def describe(cls, evidence: dict) -> str | None:
+        if "window" not in evidence:
+            return None
+        return (f"Solved within the recent window (scores {evidence['window']}) but failed now "
+                f"(score {evidence.get('score')}): a skill the policy had is being lost.")
+
     def state_dict(self) -> dict:
         return {"windows": {key: list(window) for key, window in self.windows.items()}}
 
@@ -168,22 +201,29 @@ class Boundary(Signal):
     """All K samples of a group (one draw of a task in one step) with both solved and unsolved outcomes.
 
     These are the groups with non-zero GRPO advantage variance when rewards are binary. Groups are keyed by
-    `group_id`, not by task: a task drawn twice in a step is two groups. A record without one (hand-built)
-    falls back to its task_id."""
+    `group_key`, not by task: a task drawn twice in a step is two groups."""
 
     type = "boundary"
 
     def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
         groups: dict[str, list[dict]] = defaultdict(list)
         for rollout in rollouts:
-            groups[rollout.get("group_id", rollout["task_id"])].append(rollout)
+            groups[group_key(rollout)].append(rollout)
         fired = []
         for group in groups.values():
-            solved = [_solved(outcome(r), self.config) for r in group]
-            if any(solved) and not all(solved):
-                scores = [outcome(r) for r in group]
-                fired += [self.fire(r, step, {"group_scores": scores}) for r in group]
+            scores = [outcome(r) for r in group]
+            if is_mixed(scores, self.config):
+                solved = sum(_solved(score, self.config) for score in scores)
+                fired += [self.fire(r, step, {"group_scores": scores, "solved": solved}) for r in group]
         return fired
+
+    @classmethod
+    def describe(cls, evidence: dict) -> str | None:
+        if "group_scores" not in evidence or "solved" not in evidence:
+            return None
+        scores, wins = evidence["group_scores"], evidence["solved"]
+        return (f"Under one policy, {wins} of {len(scores)} sampled rollouts succeeded and "
+                f"{len(scores) - wins} failed (scores {scores}): the outcome sits on the success boundary.")
 
 
 @register
@@ -214,6 +254,21 @@ class Rare(Signal):
                 fired.append(self.fire(rollout, step, {"patterns": rare, "total": self.total,
                                                        "theta": self.config.rare_theta}))
         return fired
+
+    @classmethod
+    def describe(cls, evidence: dict) -> str | None:
+        if "patterns" not in evidence:
+            return None
+        seen = ", ".join(f"{p['pattern']} ({p['count']} of {evidence.get('total')})" for p in evidence["patterns"])
+        return f"Action patterns rarely seen in training: {seen}; the policy has little experience with them."
+
+    @classmethod
+    def focus_tools(cls, evidence: dict, known: set[str]) -> list[str]:
+        """The tools its rare patterns name ("cd>mv" -> cd, mv; AppWorld's "simple_note.search_notes>...")."""
+        text = json.dumps(evidence.get("patterns", []))
+        names = [part for dotted in re.findall(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", text)
+                 for part in (dotted, *dotted.split("."))]
+        return list(dict.fromkeys(name for name in names if name in known))
 
     def state_dict(self) -> dict:
         return {"counts": dict(self.counts), "total": self.total}

@@ -14,6 +14,7 @@ the others when they run at the same scale (the same study overrides and seeds).
 
 from __future__ import annotations
 
+from coevolve_lib.config import SignalConfig
 from coevolve_lib.study import Study, Variant
 
 COEVOLVE = Variant("coevolve", ("training.pool_updates=signals",), "+ Feedback")
@@ -28,7 +29,7 @@ COMPARISON = Study("comparison", ("table2", "table3"), (
 
 
 def _without(signal: str, paper_row: str) -> Variant:
-    kept = [s for s in ("forgetting", "boundary", "rare") if s != signal]
+    kept = [s for s in SignalConfig().enabled if s != signal]  # the paper's three, in the default's order
     return Variant(f"no_{signal}", (*COEVOLVE.overrides, f"data_engine.signals.enabled=[{','.join(kept)}]"), paper_row)
 
 

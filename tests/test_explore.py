@@ -17,6 +17,7 @@ from coevolve_lib.model_artifacts import build_tiny
 from coevolve_lib.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.openai_server import ChatServer, FaultConfig
 from coevolve_lib.prompts import load_prompt, prompt_fields
+from coevolve_lib.signals import SIGNALS, Signal, register
 
 PROMPT_FIELDS = {
     "explore_system": {"action_format"},
@@ -54,7 +55,7 @@ def failed_target(tasks):
         "error_type": verdict["error_type"], "error_message": verdict["error_message"]}
     signal = {"schema": "signal/v1", "signal_id": "boundary/3/multi_turn_base_0/1", "type": "boundary",
               "rollout_id": "3/multi_turn_base_0/1", "task_id": task.id, "step": 3,
-              "evidence": {"group_scores": [1.0, 0.0, 0.0, 1.0]}}
+              "evidence": {"group_scores": [1.0, 0.0, 0.0, 1.0], "solved": 2}}
     return ExplorationTarget.from_bfcl_task(task, signal, trajectory)
 
 
@@ -126,6 +127,34 @@ def test_rare_signal_focuses_on_the_rare_patterns_tools(failed_target):
     target = ExplorationTarget(**{**vars(failed_target), "signal": signal})
     context = heuristic_context(target)
     assert context["focus_pattern"][:2] == ["touch", "diff"] and "touch>diff (1 of 300)" in context["instability_pattern"]
+
+
+def test_a_registered_signal_type_describes_itself_to_the_context_with_no_edit_in_contexts(failed_target):
+    @register
+    class Slow(Signal):
+        type = "test_slow"
+
+        def observe(self, step, rollouts):
+            return []
+
+        @classmethod
+        def describe(cls, evidence):
+            return f"{evidence['calls']} calls where the reference needs 2."
+
+        @classmethod
+        def focus_tools(cls, evidence, known):
+            return [name for name in ("wc", "nosuch") if name in known]
+
+    try:
+        signal = {**failed_target.signal, "signal_id": "test_slow/x", "type": "test_slow", "evidence": {"calls": 9}}
+        context = heuristic_context(ExplorationTarget(**{**vars(failed_target), "signal": signal}))
+        assert context["instability_pattern"] == "9 calls where the reference needs 2."
+        assert context["focus_pattern"][0] == "wc" and "nosuch" not in context["focus_pattern"]
+        # an evidence the type cannot describe, or an unregistered type: the generic sentence
+        assert "boundary signal with evidence" in heuristic_context(ExplorationTarget(**{
+            **vars(failed_target), "signal": {**failed_target.signal, "evidence": {}}}))["instability_pattern"]
+    finally:
+        SIGNALS.pop("test_slow")
 
 
 def test_from_pool_task():

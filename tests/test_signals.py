@@ -10,6 +10,7 @@ import pytest
 from coevolve_lib.engine import stamp_rollouts
 from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
 from coevolve_lib.envs.safe_calls import parse_call
+from coevolve_lib.report import rollout_steps
 from coevolve_lib.signals import (
     SIGNALS,
     Signal,
@@ -111,8 +112,12 @@ def test_boundary_marks_every_sample_of_a_mixed_group():
     # 0.5 counts as solved (as in forgetting), so [0.5, 0] is mixed and [0.5, 1] is all solved.
     assert fired(records) == ["0/graded/0", "0/graded/1", "0/half_low/0", "0/half_low/1",
                               "0/mixed/0", "0/mixed/1", "0/mixed/2"]
-    assert records[0]["evidence"] == {"group_scores": [1, 0, 0]}
+    assert records[0]["evidence"] == {"group_scores": [1, 0, 0], "solved": 1}
     assert fired(only("boundary", success_threshold=0.7).observe(0, group("graded", [0.6, 0.4]))) == []
+    # the evidence counts the solved samples at the run's threshold, and the explorer's context reads that count
+    (strict, _, _) = only("boundary", success_threshold=0.7).observe(0, group("graded", [0.8, 0.6, 0.4]))
+    assert strict["evidence"]["solved"] == 1
+    assert SIGNALS["boundary"].describe(strict["evidence"]).startswith("Under one policy, 1 of 3 sampled rollouts")
 
 
 def test_one_task_drawn_twice_in_a_step_is_two_groups():
@@ -329,3 +334,14 @@ def test_action_names_and_rare_patterns_on_real_calls(ground_truth_rollouts):
     assert {r["task_id"]: [p["pattern"] for p in r["evidence"]["patterns"]] for r in records_fired} == {
         task: patterns for task, patterns in expected.items() if patterns}
     assert 0 < len(records_fired) < len(records)  # some trajectories are ordinary, some hold a rare pattern
+
+
+def test_the_rollout_table_counts_the_groups_the_boundary_signal_fires_on():
+    """Notebook 03's table: mixed groups per step, at the run's threshold, as many as the boundary signal fires on."""
+    steps = [group("a", [1, 0]) + group("b", [0.5, 0.5]), group("a", [0.5, 0], step=1) + group("b", [0.6, 0.4], step=1)]
+    table = rollout_steps([r for rollouts in steps for r in rollouts], SignalConfig())
+    assert list(table["mixed_groups"]) == [1, 2] and list(table["rollouts"]) == [4, 4]
+    boundary = only("boundary")
+    assert [len({r["task_id"] for r in boundary.observe(i, rollouts)}) for i, rollouts in enumerate(steps)] == [1, 2]
+    strict = rollout_steps([r for rollouts in steps for r in rollouts], SignalConfig(success_threshold=0.7))
+    assert list(strict["mixed_groups"]) == [1, 0]
