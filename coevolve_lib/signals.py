@@ -15,7 +15,9 @@ A new type is one class:
             return [self.fire(r, step, {"calls": len(action_names(r))})
                     for r in rollouts if outcome(r) < 0.5 and len(action_names(r)) > 20]
 
-It is then enabled by name: `SignalExtractor(SignalConfig(enabled=("boundary", "long")))`.
+It is then enabled by name: `SignalExtractor(SignalConfig(enabled=("boundary", "long")))`. What the explorer is told
+about its records is the class's too: `describe(evidence)` gives the context's instability pattern and
+`focus_tools(evidence, known)` the tools to focus on (contexts.py names no signal type).
 """
 
 from __future__ import annotations
