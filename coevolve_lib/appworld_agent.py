@@ -33,6 +33,7 @@ from coevolve_lib.envs.appworld_client import AppWorldServerError
 from coevolve_lib.envs.appworld_server import AppWorldServer, AppWorldServerConfig, appworld_python
 from coevolve_lib.evaluate import EvaluationError
 from coevolve_lib.models import ChatModel, Generation
+from coevolve_lib.paths import repo_relative
 from coevolve_lib.records import append_jsonl, config_hash
 from coevolve_lib.results import write_result
 
@@ -328,8 +329,9 @@ def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = No
     out = Path(out)
     rollouts_path = out.with_suffix(".rollouts.jsonl")
     rollouts_path.unlink(missing_ok=True)
-    settings = {"benchmark": "appworld", "split": split, "root": str(root), "limit": limit, "model": model.name,
-                "rollout": asdict(rollout_config)}
+    # the hash is of what the document records: the root relative to the checkout, not this machine's folders
+    settings = {"benchmark": "appworld", "split": split, "root": repo_relative(root), "limit": limit,
+                "model": model.name, "rollout": asdict(rollout_config)}
     start = time.perf_counter()
     with nullcontext(episodes) if episodes else AppWorldEpisodes(root, split=split) as episodes:
         records = run_rollouts(model, tasks, rollout_config, on_record=lambda r: append_jsonl(rollouts_path, r),

@@ -30,7 +30,7 @@ from coevolve_lib.envs.appworld_server import (
     AppWorldNotInstalledError, appworld_python, free_port)
 from coevolve_lib.envs.appworld_synthetic import SYNTHETIC_SPLIT
 from coevolve_lib.models import GenerationConfig, load_chat_model
-from coevolve_lib.records import read_jsonl
+from coevolve_lib.records import config_hash, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -325,6 +325,7 @@ def test_the_solutions_model_solves_every_synthetic_task(world, episodes, tmp_pa
     rows = {row["metric"]: row for row in result["metrics"]}
     assert (rows["tgc"]["value"], rows["tgc"]["n"], rows["sgc"]["value"], rows["sgc"]["n"]) == (100.0, 5, 100.0, 2)
     assert result["details"]["environment_errors"] == 0 and result["details"]["format_errors"] == 0
+    assert result["config_hash"] == config_hash(result["config"])  # of what it records, not of machine paths
     records = list(read_jsonl(tmp_path / "appworld.rollouts.jsonl"))
     assert sorted(r["task_id"] for r in records) == sorted(world.solutions)
     for record in records:
