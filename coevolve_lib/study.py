@@ -15,10 +15,16 @@ carry the scale they were measured at (profile, model, steps, tasks x K, seed) a
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
+import multiprocessing
+import os
 import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from coevolve_lib import profiles
 from coevolve_lib.agent import RolloutConfig, rollout_config
@@ -117,9 +123,6 @@ def planned_runs(study: Study, profile: str, seeds: list[int], overrides: list[s
 
 def _train_job(run: RunConfig, folder: Path) -> None:
     """One run of `train_in_parallel`, in its own process: one torch thread, its output in the run's `train.log`."""
-    import contextlib
-    import os
-
     os.environ["COEVOLVE_MAX_TORCH_THREADS"] = "1"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -131,11 +134,6 @@ def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> 
     profiles on a multi-core machine: the tiny model's small matrices use two cores better as two runs than as two
     threads of one). What the runs share is built here first (warm start, held-out sets), so no two processes build it
     at once; a run that fails stops the study with its log's last lines."""
-    import concurrent.futures
-    import multiprocessing
-
-    from tqdm.auto import tqdm
-
     todo = [p for p in planned if not p["finished"]]
     if not todo:
         return

@@ -103,13 +103,18 @@ def check_vllm(cfg: TrainConfig) -> None:
                           "install \"vllm==0.31.0\", docs/training.md section 5); or set training.use_vllm=false")
 
 
+def rewards_vary(rewards: list[float]) -> bool:
+    """A group whose rewards differ: the only kind with a GRPO advantage (TRL's `frac_reward_zero_std` counts the
+    others)."""
+    return len(set(rewards)) > 1
+
+
 def select_groups(group_rewards: list[list[float]], count: int) -> list[int]:
     """Dynamic sampling (DAPO): the indices of the `count` groups to train on among the drawn ones: groups whose
-    rewards differ first (the only ones with a GRPO advantage), then the others, each in draw order; returned in draw
-    order."""
-    mixed = [i for i, rewards in enumerate(group_rewards) if len(set(rewards)) > 1]
-    uniform = [i for i, rewards in enumerate(group_rewards) if len(set(rewards)) <= 1]
-    return sorted((mixed + uniform)[:count])
+    rewards vary first, then the others, each in draw order; returned in draw order."""
+    varied = [i for i, rewards in enumerate(group_rewards) if rewards_vary(rewards)]
+    uniform = [i for i, rewards in enumerate(group_rewards) if not rewards_vary(rewards)]
+    return sorted((varied + uniform)[:count])
 
 
 class PoolRollouts:
@@ -364,12 +369,12 @@ class CoEvolveLoop:
             if r.get("trained", True):
                 trained.add(r["group_id"])
         counts = Counter(s["type"] for s in signals)
-        uniform = {g for g, rewards in groups.items() if len(set(rewards)) <= 1}
+        uniform = {g for g, rewards in groups.items() if not rewards_vary(rewards)}
         return {
             "train/reward": round(sum(r["reward"] for r in records) / max(len(records), 1), 4),
             "train/success": round(sum(r["success"] for r in records) / max(len(records), 1), 4),
             "train/episodes": len(records),
-            "train/groups_mixed": sum(len(set(g)) > 1 for g in groups.values()),  # the groups with an advantage
+            "train/groups_mixed": len(groups) - len(uniform),  # the groups with an advantage
             "train/groups_all_solved": sum(sum(g) == len(g) for g in groups.values()),
             "train/groups": len(groups),
             "train/groups_trained": len(trained),
