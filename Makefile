@@ -19,7 +19,7 @@ setup: $(STAMP)
 	$(PY) -m coevolve_lib setup
 
 # AppWorld in its own venv (it pins pydantic<2; the kit never imports it and talks to its server over HTTP:
-# coevolve_lib/envs/appworld_server.py). `appworld install` unpacks AppWorld's apps offline; its tests bundle goes into
+# coevolve_lib/envs/appworld/server.py). `appworld install` unpacks AppWorld's apps offline; its tests bundle goes into
 # the venv (APPWORLD_CACHE), not into ~/.appworld. About 50 s on 2 cores once the wheels are cached.
 APPWORLD_VENV := .venv-appworld
 APPWORLD_STAMP := $(APPWORLD_VENV)/.installed
@@ -51,7 +51,7 @@ test-notebooks:
 # batch driver (results/<profile>/ with tables.md, figures/<profile>/, executed notebooks in runs/reproduce/<profile>/).
 # Complete notebooks are skipped and training runs resume, so a second run takes seconds.
 reproduce: setup appworld
-	$(PY) -m coevolve_lib.reproduce --profile $(PROFILE)
+	$(PY) -m coevolve_lib.studies.reproduce --profile $(PROFILE)
 
 # Jupyter refuses to run as root without --allow-root (containers often run as root).
 lab: setup

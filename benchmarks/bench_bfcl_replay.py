@@ -13,9 +13,9 @@ import argparse
 import statistics
 import time
 
-from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import load_tasks
-from coevolve_lib.envs.bfcl_replay import kit_verdict, official_verdict
+from coevolve_lib.envs.bfcl import backend as bfcl_backend
+from coevolve_lib.envs.bfcl.benchmark import load_tasks
+from coevolve_lib.envs.bfcl.replay import kit_verdict, official_verdict
 
 
 def tasks_per_second(grade, tasks) -> float:

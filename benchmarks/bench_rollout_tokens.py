@@ -37,11 +37,11 @@ import statistics
 import tempfile
 import time
 
-from coevolve_lib.agent import RolloutConfig, run_rollouts
-from coevolve_lib.models import GenerationConfig, generation_attention, load_chat_model
-from coevolve_lib.rollout_engines import ENGINES, sample_tokens
-from coevolve_lib.records import read_jsonl
-from coevolve_lib.pool import pool_task_to_bfcl
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.core.models import GenerationConfig, generation_attention, load_chat_model
+from coevolve_lib.rollout.engines import ENGINES, sample_tokens
+from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.engine.pool import pool_task_to_bfcl
 
 
 def load_pool_tasks(pool: str | None, count: int) -> list:
@@ -49,14 +49,14 @@ def load_pool_tasks(pool: str | None, count: int) -> list:
     turns each, so a model that makes no tool calls still has multi-turn episodes), or of a D_0 pool built in a
     temporary folder."""
     if pool == "bfcl":
-        from coevolve_lib.envs.bfcl import load_tasks, split_tasks
+        from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
 
         return split_tasks(load_tasks("v3", "multi_turn_base"), "train")[:count]
     if pool:
         tasks = [t for t in read_jsonl(pool) if t.get("pool_version", 0) == 0] or read_jsonl(pool)
     else:
-        from coevolve_lib.profiles import data_engine_config
-        from coevolve_lib.engine import DataEngine
+        from coevolve_lib.core.profiles import data_engine_config
+        from coevolve_lib.engine.data_engine import DataEngine
 
         with tempfile.TemporaryDirectory() as tmp:
             engine = DataEngine(data_engine_config("tiny", d0_size=max(count, 8)), tmp)

@@ -15,8 +15,8 @@ import json
 import subprocess
 import sys
 
-from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl_replay import differential
+from coevolve_lib.envs.bfcl import backend as bfcl_backend
+from coevolve_lib.envs.bfcl.replay import differential
 
 
 def main() -> int:

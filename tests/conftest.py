@@ -4,7 +4,7 @@ server for the session: a server costs ~12 s of CPU to start and load its first 
 
 import pytest
 
-from coevolve_lib.runtime import configure_process
+from coevolve_lib.core.runtime import configure_process
 
 configure_process()
 
@@ -12,7 +12,7 @@ configure_process()
 @pytest.fixture(scope="session")
 def world():
     """The synthetic AppWorld world, built by AppWorld's own code (cached after the first build, ~40 s)."""
-    from coevolve_lib.envs.appworld_synthetic import build_synthetic_world
+    from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
 
     return build_synthetic_world()
 
@@ -20,7 +20,7 @@ def world():
 @pytest.fixture(scope="session")
 def server(world):
     """AppWorld's server on the synthetic world (a test that kills it leaves it restarted: `ensure_running`)."""
-    from coevolve_lib.envs.appworld_server import AppWorldServer, AppWorldServerConfig
+    from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
 
     with AppWorldServer(AppWorldServerConfig(root=world.root)) as server:
         yield server

@@ -2,11 +2,11 @@
 
 import json
 
-from coevolve_lib.envs.bfcl import grade
-from coevolve_lib.models import ChatModel, Generation, GenerationConfig
-from coevolve_lib.pool import pool_task_to_bfcl
-from coevolve_lib.profiles import deep_merge, parse_overrides, run_config
-from coevolve_lib.signals import Signal, register
+from coevolve_lib.envs.bfcl.benchmark import grade
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.engine.pool import pool_task_to_bfcl
+from coevolve_lib.core.profiles import deep_merge, parse_overrides, run_config
+from coevolve_lib.engine.signals import Signal, register
 
 
 def checker_accepts(task: dict, steps: list[list[str]]) -> bool:
@@ -25,7 +25,7 @@ def check_scripted_token_records(records: list[dict], tasks: list, tokenizer) ->
     """Token-level records of a scripted model that replies with each task's reference calls, one per step, then
     "Done.": every episode succeeds, the generated tokens are exactly those replies, and the environment tokens hold
     one tool response per step."""
-    from coevolve_lib.envs.safe_calls import parse_call
+    from coevolve_lib.core.safe_calls import parse_call
 
     for record in records:
         assert record["success"], record["error_type"]
@@ -42,7 +42,7 @@ def check_scripted_token_records(records: list[dict], tasks: list, tokenizer) ->
 def scripted_reply_ids(tokenizer, tasks, prompt_ids: list[int]) -> list[int]:
     """The token ids of a scripted policy's next reply to a token-level prompt of one of `tasks`: the task's next
     reference call in the template's tool-call format, or "Done." once they are all made."""
-    from coevolve_lib.envs.safe_calls import parse_call
+    from coevolve_lib.core.safe_calls import parse_call
 
     text = tokenizer.decode(prompt_ids)
     task = next(t for t in tasks if t.turns[0][0]["content"] in text)

@@ -6,11 +6,11 @@ import json
 import pytest
 from helpers import check_scripted_token_records, scripted_reply_ids
 
-from coevolve_lib.agent import RolloutConfig, run_rollouts
-from coevolve_lib.envs.bfcl import load_tasks
-from coevolve_lib.envs.safe_calls import parse_call
-from coevolve_lib.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel, load_chat_model
-from coevolve_lib.openai_server import ChatServer, FaultConfig
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.envs.bfcl.benchmark import load_tasks
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel, load_chat_model
+from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 
 
 class ScriptedModel(ChatModel):
@@ -140,7 +140,7 @@ class ScriptedTokenModel:
     are the pool task's reference calls, one per step, in the template's own tool-call format, then "Done."."""
 
     def __init__(self, tasks):
-        from coevolve_lib.models import HFChatModel
+        from coevolve_lib.core.models import HFChatModel
 
         real = load_chat_model("tiny")
         self.chat = HFChatModel.from_loaded(real.model, real.tokenizer, "scripted-tokens")
@@ -159,10 +159,10 @@ class ScriptedTokenModel:
 
 
 def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_path):
-    from coevolve_lib.envs.bfcl import split_tasks
-    from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
-    from coevolve_lib.pool import TaskPool
-    from coevolve_lib.pool import pool_task_to_bfcl
+    from coevolve_lib.envs.bfcl.benchmark import split_tasks
+    from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+    from coevolve_lib.engine.pool import TaskPool
+    from coevolve_lib.engine.pool import pool_task_to_bfcl
 
     pool = TaskPool(tmp_path / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, tmp_path / "d0", FeedbackConfig(),

@@ -20,17 +20,17 @@ from pathlib import Path
 import pytest
 from helpers import CodeModel
 
-from coevolve_lib.agent import RolloutConfig, run_rollouts
-from coevolve_lib.appworld_agent import AppWorldEpisodes, evaluate_appworld
-from coevolve_lib.envs.appworld import (
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.envs.appworld.agent import AppWorldEpisodes, evaluate_appworld
+from coevolve_lib.envs.appworld.benchmark import (
     NO_CODE_OBSERVATION, AppWorldEnv, AppWorldEnvConfig, AppWorldTask, extract_code, load_task, load_task_ids,
     load_tasks, positive_reward, scenario_id, sgc, tgc)
-from coevolve_lib.envs.appworld_client import AppWorldClient, AppWorldServerError
-from coevolve_lib.envs.appworld_server import (
+from coevolve_lib.envs.appworld.client import AppWorldClient, AppWorldServerError
+from coevolve_lib.envs.appworld.server import (
     AppWorldNotInstalledError, appworld_python, free_port)
-from coevolve_lib.envs.appworld_synthetic import SYNTHETIC_SPLIT
-from coevolve_lib.models import GenerationConfig, load_chat_model
-from coevolve_lib.records import config_hash, read_jsonl
+from coevolve_lib.envs.appworld.synthetic import SYNTHETIC_SPLIT
+from coevolve_lib.core.models import GenerationConfig, load_chat_model
+from coevolve_lib.core.records import config_hash, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,11 +154,11 @@ def test_make_test_builds_appworlds_venv_first():
 
 
 def test_the_kit_never_imports_appworld():
-    modules = "coevolve_lib.envs.appworld, coevolve_lib.envs.appworld_synthetic, coevolve_lib.appworld_tasks"
+    modules = "coevolve_lib.envs.appworld.benchmark, coevolve_lib.envs.appworld.synthetic, coevolve_lib.envs.appworld.validation"
     code = f"import sys, {modules}; print([m for m in sys.modules if m.split('.')[0] == 'appworld'])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           check=True).stdout.strip() == "[]"
-    venv_scripts = {"appworld_world_builder.py", "appworld_task_writer.py"}  # run in AppWorld's venv only
+    venv_scripts = {"world_builder.py", "task_writer.py"}  # run in AppWorld's venv only
     importers = [path.name for path in (ROOT / "coevolve_lib").rglob("*.py")
                  if "appworld" in _imported_packages(path)]
     assert sorted(importers) == sorted(venv_scripts)

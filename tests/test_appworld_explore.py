@@ -7,15 +7,15 @@ import signal
 
 import pytest
 
-from coevolve_lib.appworld_calls import parse_appworld_call
-from coevolve_lib.appworld_explore import (
+from coevolve_lib.envs.appworld.calls import parse_appworld_call
+from coevolve_lib.envs.appworld.explore import (
     COMPLETION_CRITERION, EXCLUDED_CALLS, AppWorldExplorer, AppWorldLLMExplorer, abstract_appworld, explorable_apis,
     explore_appworld, make_appworld_explorer)
-from coevolve_lib.config import ExploreConfig, SynthesisConfig
-from coevolve_lib.contexts import ExplorationTarget
-from coevolve_lib.models import ChatModel, Generation, GenerationConfig
-from coevolve_lib.triplets import split_runs
-from coevolve_lib.validation import content_id
+from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.engine.triplets import split_runs
+from coevolve_lib.envs.bfcl.validation import content_id
 
 UNGUIDED = ExploreConfig(runs=2, calls_per_run=8, seed=3)
 

@@ -10,17 +10,17 @@ import pytest
 from helpers import CodeModel, EveryFailure  # noqa: F401 (registers the every_failure signal)
 
 from coevolve_lib.__main__ import main as cli
-from coevolve_lib.agent import RolloutConfig, run_rollouts
-from coevolve_lib.appworld_calls import solution_code
-from coevolve_lib.appworld_engine import AppWorldDataEngine
-from coevolve_lib.contexts import ExplorationTarget, build_context
-from coevolve_lib.engine import stamp_rollouts
-from coevolve_lib.models import Generation
-from coevolve_lib.pool import TaskPool
-from coevolve_lib.profiles import run_config
-from coevolve_lib.records import read_jsonl
-from coevolve_lib.signals import SignalExtractor
-from coevolve_lib.train import train
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.envs.appworld.calls import solution_code
+from coevolve_lib.envs.appworld.environment import AppWorldDataEngine
+from coevolve_lib.engine.contexts import ExplorationTarget, build_context
+from coevolve_lib.engine.data_engine import stamp_rollouts
+from coevolve_lib.core.models import Generation
+from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.core.profiles import run_config
+from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.engine.signals import SignalExtractor
+from coevolve_lib.training.loop import train
 
 SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4",
          'data_engine.signals.enabled=["every_failure"]', "data_engine.max_targets=1"]

@@ -1,4 +1,4 @@
-"""The Table 10 baselines (`training.pool_updates`: curriculum, rest, reflexion; coevolve_lib/baselines.py): the
+"""The Table 10 baselines (`training.pool_updates`: curriculum, rest, reflexion; coevolve_lib/engine/pool_updates.py): the
 selection and filtering logic on hand-made rollouts, then one real 2-step run of each on the tiny profile (real BFCL
 environments, real TRL GRPO steps, real validation; no mocks), checked against the rollouts it recorded."""
 
@@ -8,14 +8,14 @@ from collections import Counter
 import pytest
 from helpers import small_run
 
-import coevolve_lib.baselines as baselines
-import coevolve_lib.train as train_lib
-from coevolve_lib.config import BaselineSettings
-from coevolve_lib.contexts import ExplorationTarget
-from coevolve_lib.envs.safe_calls import parse_call
-from coevolve_lib.pool import TaskPool
-from coevolve_lib.profiles import ConfigError, run_config
-from coevolve_lib.records import read_jsonl
+import coevolve_lib.engine.pool_updates as baselines
+import coevolve_lib.training.loop as train_lib
+from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.core.profiles import ConfigError, run_config
+from coevolve_lib.core.records import read_jsonl
 
 
 def rollout(task_id, step, sample, success=False, reward=None, calls=(), observations=None, terminated="completed",
@@ -225,8 +225,8 @@ def test_curriculum_run_draws_only_admitted_tasks_and_resumes_with_them(tmp_path
 def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_path):
     """A real round (real D_0, BFCL executions, deterministic abstraction, validation) on hand-made trajectories whose
     observations come from executing their calls: no model."""
-    from coevolve_lib.engine import DataEngine
-    from coevolve_lib.validation import replay
+    from coevolve_lib.engine.data_engine import DataEngine
+    from coevolve_lib.envs.bfcl.validation import replay
 
     run, out = _run(tmp_path, "run")
     engine = DataEngine(run.data_engine, out)

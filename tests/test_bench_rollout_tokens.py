@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coevolve_lib.paths import MODELS_DIR
+from coevolve_lib.core.paths import MODELS_DIR
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rollout_tokens.py"
 

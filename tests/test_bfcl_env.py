@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import (
+from coevolve_lib.envs.bfcl import backend as bfcl_backend
+from coevolve_lib.envs.bfcl.benchmark import (
     EMPTY_TURN,
     GORILLA_TO_OPENAPI,
     BFCLEnv,
@@ -14,8 +14,8 @@ from coevolve_lib.envs.bfcl import (
     split_tasks,
     tools_to_openai,
 )
-from coevolve_lib.envs.bfcl_replay import official_verdict
-from coevolve_lib.envs.safe_calls import Call
+from coevolve_lib.envs.bfcl.replay import official_verdict
+from coevolve_lib.core.safe_calls import Call
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from coevolve_lib import profiles
-from coevolve_lib.evaluate import evaluate, evaluation_tasks
-from coevolve_lib.models import load_chat_model
-from coevolve_lib.paths import REPO_ROOT
-from coevolve_lib.records import read_jsonl
-from coevolve_lib.results import metric_row, validate_result
+from coevolve_lib.core import profiles
+from coevolve_lib.envs.bfcl.evaluate import evaluate, evaluation_tasks
+from coevolve_lib.core.models import load_chat_model
+from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.core.results import metric_row, validate_result
 
 ROW_KEYS = {"benchmark", "data_version", "eval_set", "metric", "k", "temperature", "seed", "n", "correct", "value",
             "per_task"}
@@ -27,7 +27,7 @@ def test_results_json_and_resume_after_a_kill(tmp_path, monkeypatch):
     model = load_chat_model("tiny")
     written = []
 
-    import coevolve_lib.evaluate as evaluate_module
+    import coevolve_lib.envs.bfcl.evaluate as evaluate_module
     real_append = evaluate_module.append_jsonl
 
     def append_then_die(path, record):  # the process "dies" right after the 2nd episode reached the disk
@@ -85,7 +85,7 @@ def test_cli_writes_a_valid_results_json(tmp_path):
 
 
 def test_pass_at_k_is_the_unbiased_estimate():
-    from coevolve_lib.evaluate import pass_at_k
+    from coevolve_lib.envs.bfcl.evaluate import pass_at_k
 
     assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 1, 8) == 1.0
     assert pass_at_k(8, 1, 1) == pytest.approx(1 / 8)

@@ -15,13 +15,14 @@ import time
 import mpmath
 import pytest
 
-from coevolve_lib import models, toolcalls
-from coevolve_lib.agent import Episode, RolloutConfig, run_rollouts
-from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
-from coevolve_lib.envs.safe_calls import Call, parse_call_list
-from coevolve_lib.models import ChatModel, Generation, GenerationConfig
-from coevolve_lib.records import append_jsonl, read_jsonl
+from coevolve_lib.core import models
+from coevolve_lib.rollout import toolcalls
+from coevolve_lib.rollout.agent import Episode, RolloutConfig, run_rollouts
+from coevolve_lib.envs.bfcl import backend as bfcl_backend
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.core.safe_calls import Call, parse_call_list
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.core.records import append_jsonl, read_jsonl
 
 N_GENERATED = 3000
 SENTINEL = f"/tmp/coevolve_fuzz_pwned_{os.getpid()}"

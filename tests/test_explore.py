@@ -6,18 +6,18 @@ import re
 
 import pytest
 
-from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
-from coevolve_lib.config import ExploreConfig
-from coevolve_lib.contexts import (CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget, build_context,
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.core.config import ExploreConfig
+from coevolve_lib.engine.contexts import (CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget, build_context,
                                    heuristic_context)
-from coevolve_lib.explore import explore
-from coevolve_lib.explore_llm import parse_action
-from coevolve_lib.llm_json import LLMOutputError, extract_json_object
-from coevolve_lib.model_artifacts import build_tiny
-from coevolve_lib.models import OpenAIChatModel, load_chat_model
-from coevolve_lib.openai_server import ChatServer, FaultConfig
+from coevolve_lib.envs.bfcl.explore import explore
+from coevolve_lib.envs.bfcl.explore_llm import parse_action
+from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
+from coevolve_lib.envs.bfcl.tiny_model import build_tiny
+from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.prompts import load_prompt, prompt_fields
-from coevolve_lib.signals import SIGNALS, Signal, register
+from coevolve_lib.engine.signals import SIGNALS, Signal, register
 
 PROMPT_FIELDS = {
     "explore_system": {"action_format"},

@@ -5,15 +5,15 @@ and the LLM path against the real loopback server with injected faults."""
 import pytest
 from helpers import checker_accepts
 
-import coevolve_lib.feedback as feedback
-from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks, split_tasks
-from coevolve_lib.config import ExploreConfig
-from coevolve_lib.contexts import ExplorationTarget
-from coevolve_lib.feedback import FeedbackConfig, RoundSteps, feedback_round, select_targets, synthesize_initial
-from coevolve_lib.models import OpenAIChatModel, load_chat_model
-from coevolve_lib.openai_server import ChatServer, FaultConfig
-from coevolve_lib.pool import TaskPool
-from coevolve_lib.config import SynthesisConfig
+import coevolve_lib.engine.feedback as feedback
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks, split_tasks
+from coevolve_lib.core.config import ExploreConfig
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.feedback import FeedbackConfig, RoundSteps, feedback_round, select_targets, synthesize_initial
+from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
+from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.core.config import SynthesisConfig
 
 
 

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from coevolve_lib import heldout
-from coevolve_lib.engine import DataEngine
-from coevolve_lib.envs.bfcl import load_tasks, split_tasks
-from coevolve_lib.feedback import screen_heldout
-from coevolve_lib.pool import content_keys
-from coevolve_lib.profiles import data_engine_config
+from coevolve_lib.engine import heldout
+from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+from coevolve_lib.engine.feedback import screen_heldout
+from coevolve_lib.engine.pool import content_keys
+from coevolve_lib.core.profiles import data_engine_config
 
 
 def _sets(config, tmp_path):

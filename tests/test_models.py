@@ -2,10 +2,10 @@
 
 import pytest
 
-from coevolve_lib import models
-from coevolve_lib.model_artifacts import build_tiny
-from coevolve_lib.models import GenerationConfig, HFChatModel, OpenAIChatModel, load_chat_model
-from coevolve_lib.paths import MODELS_DIR
+from coevolve_lib.core import models
+from coevolve_lib.envs.bfcl.tiny_model import build_tiny
+from coevolve_lib.core.models import GenerationConfig, HFChatModel, OpenAIChatModel, load_chat_model
+from coevolve_lib.core.paths import MODELS_DIR
 
 CD_TOOL = {"type": "function", "function": {
     "name": "cd", "description": "Change directory.",
@@ -85,7 +85,7 @@ def test_tokenizer_round_trips_tool_call_markup(tiny):
 
 
 def test_bfcl_prompt_with_two_classes_fits_context(tiny):
-    from coevolve_lib.model_artifacts import bfcl_openai_tools
+    from coevolve_lib.envs.bfcl.tiny_model import bfcl_openai_tools
 
     tools = bfcl_openai_tools("v3", "GorillaFileSystem") + bfcl_openai_tools("v3", "TwitterAPI")
     prompt = tiny.render([{"role": "user", "content": "Move final_report.pdf to temp."}], tools)
@@ -138,7 +138,7 @@ def test_unseeded_sampling_differs_between_calls():
 def test_a_run_thread_count_survives_models_loaded_later(tiny, monkeypatch):
     import torch
 
-    from coevolve_lib.models import set_torch_threads
+    from coevolve_lib.core.models import set_torch_threads
 
     monkeypatch.setenv("COEVOLVE_TORCH_THREADS", "1")  # restored afterwards, whatever set_torch_threads writes
     monkeypatch.delenv("COEVOLVE_MAX_TORCH_THREADS", raising=False)  # `make test` caps threads at 1

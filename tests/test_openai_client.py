@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from coevolve_lib.model_artifacts import build_tiny
-from coevolve_lib.models import GenerationConfig, OpenAIChatModel, _parse_arguments, load_chat_model
-from coevolve_lib.openai_server import ChatServer, FaultConfig, parse_tool_calls
-from coevolve_lib.paths import REPO_ROOT
+from coevolve_lib.envs.bfcl.tiny_model import build_tiny
+from coevolve_lib.core.models import GenerationConfig, OpenAIChatModel, _parse_arguments, load_chat_model
+from coevolve_lib.cli.openai_server import ChatServer, FaultConfig, parse_tool_calls
+from coevolve_lib.core.paths import REPO_ROOT
 
 HI = [{"role": "user", "content": "Go to the folder x."}]
 SHORT = GenerationConfig(max_new_tokens=6)
@@ -110,7 +110,7 @@ def test_tool_call_parsing_helpers():
 
 
 def test_server_runs_as_a_module(tiny):
-    process = subprocess.Popen([sys.executable, "-m", "coevolve_lib.openai_server", "--model", "tiny", "--port", "0"],
+    process = subprocess.Popen([sys.executable, "-m", "coevolve_lib.cli.openai_server", "--model", "tiny", "--port", "0"],
                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = process.stdout.readline()

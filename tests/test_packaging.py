@@ -58,7 +58,7 @@ def test_importing_the_library_changes_no_process_setting():
     import subprocess
     import sys
 
-    code = "import os; before = dict(os.environ); import coevolve_lib.profiles, coevolve_lib.train; " \
+    code = "import os; before = dict(os.environ); import coevolve_lib.core.profiles, coevolve_lib.training.loop; " \
            "print(sorted(k for k in os.environ if os.environ.get(k) != before.get(k)))"
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("OMP_NUM_THREADS", "HF_HUB_OFFLINE")}
     changed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
@@ -69,7 +69,7 @@ def test_importing_the_library_changes_no_process_setting():
 def test_committed_notebooks_hold_no_widget_state_temporary_or_machine_paths():
     import json
 
-    from coevolve_lib.notebook_runner import clean_notebook
+    from coevolve_lib.studies.notebook_runner import clean_notebook
 
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         text = path.read_text()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from coevolve_lib import paper_tables
-from coevolve_lib.results import write_result
-from coevolve_lib.study import results_file, run_hash, settings_hash, variant_run
-from coevolve_lib.studies import COMPARISON
+from coevolve_lib.studies import tables as paper_tables
+from coevolve_lib.core.results import write_result
+from coevolve_lib.studies.run import results_file, run_hash, settings_hash, variant_run
+from coevolve_lib.studies.catalog import COMPARISON
 
 OVERRIDES = ["training.max_steps=2"]
 
@@ -155,7 +155,7 @@ def test_the_tables_notebook_stops_on_missing_results(tmp_path):
     import subprocess
     import sys
 
-    from coevolve_lib.paths import REPO_ROOT
+    from coevolve_lib.core.paths import REPO_ROOT
 
     env = {**os.environ, "COEVOLVE_RESULTS_DIR": str(tmp_path / "results"),
            "COEVOLVE_FIGURES_DIR": str(tmp_path / "figures"), "COEVOLVE_RUNS_DIR": str(tmp_path / "runs")}
@@ -168,7 +168,7 @@ def test_the_tables_notebook_stops_on_missing_results(tmp_path):
 
 
 def test_table12_puts_each_explorer_beside_the_paper_row_it_stands_for():
-    from coevolve_lib.studies import explorers
+    from coevolve_lib.studies.catalog import explorers
 
     study = explorers({"Qwen-Plus": "openai:qwen-plus"}, "Qwen-Max")
     rows = [{"variant": v.name, "metric": "greedy_success", "eval_set": eval_set, "seed": 0, "steps": 2,

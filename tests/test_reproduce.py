@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-import coevolve_lib.reproduce as reproduce
+import coevolve_lib.studies.reproduce as reproduce
 from coevolve_lib.__main__ import main as cli
-from coevolve_lib.profiles import ConfigError
+from coevolve_lib.core.profiles import ConfigError
 
 
 def names(experiments):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from coevolve_lib.paths import REPO_ROOT
-from coevolve_lib.results import SCHEMA, InvalidResult, check_result, validate_result, write_result
+from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.core.results import SCHEMA, InvalidResult, check_result, validate_result, write_result
 
 COMMITTED = sorted((REPO_ROOT / "results").glob("**/*.json"))
 

@@ -4,10 +4,10 @@ seeded sampling) do what they say."""
 
 import pytest
 
-from coevolve_lib.agent import RolloutConfig, run_rollouts
-from coevolve_lib.models import GenerationConfig, load_chat_model
-from coevolve_lib.paths import REPO_ROOT
-from coevolve_lib.rollout_engines import (GenerateEngine, KVCacheEngine, Request, make_engine, resolve_engine,
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.core.models import GenerationConfig, load_chat_model
+from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.rollout.engines import (GenerateEngine, KVCacheEngine, Request, make_engine, resolve_engine,
                                           sample_tokens)
 
 POLICY = REPO_ROOT / "coevolve_lib" / "data" / "warm_start" / "tiny"  # makes tool calls: multi-turn episodes
@@ -20,9 +20,9 @@ def policy():
 
 @pytest.fixture(scope="module")
 def pool_tasks(tmp_path_factory):
-    from coevolve_lib.engine import DataEngine
-    from coevolve_lib.pool import pool_task_to_bfcl
-    from coevolve_lib.profiles import data_engine_config
+    from coevolve_lib.engine.data_engine import DataEngine
+    from coevolve_lib.engine.pool import pool_task_to_bfcl
+    from coevolve_lib.core.profiles import data_engine_config
 
     engine = DataEngine(data_engine_config("tiny", d0_size=8), tmp_path_factory.mktemp("d0"))
     engine.initial_pool(progress=False)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coevolve_lib.envs.safe_calls import (
+from coevolve_lib.core.safe_calls import (
     MAX_SOURCE_CHARS,
     Call,
     CallParseError,

@@ -7,11 +7,11 @@ from collections import Counter, deque
 
 import pytest
 
-from coevolve_lib.engine import stamp_rollouts
-from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
-from coevolve_lib.envs.safe_calls import parse_call
-from coevolve_lib.report import rollout_steps
-from coevolve_lib.signals import (
+from coevolve_lib.engine.data_engine import stamp_rollouts
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.studies.report import rollout_steps
+from coevolve_lib.engine.signals import (
     SIGNALS,
     Signal,
     SignalConfig,
@@ -282,7 +282,7 @@ def test_malformed_rollouts_are_skipped_and_counted(caplog):
         {**good[0], "steps": [None]}, {**good[0], "involved_classes": "A"}, "not a record", None,
     ]
     extractor = SignalExtractor(SignalConfig(enabled=("forgetting", "boundary", "rare"), rare_min_total=1))
-    with caplog.at_level(logging.WARNING, logger="coevolve_lib.signals"):
+    with caplog.at_level(logging.WARNING, logger="coevolve_lib.engine.signals"):
         records = extractor.observe(0, bad[:6] + good + bad[6:])
     assert extractor.skipped == len(bad) and len(caplog.records) == len(bad)
     assert fired(r for r in records if r["type"] == "boundary") == ["0/t/0", "0/t/1"]

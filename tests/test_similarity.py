@@ -1,4 +1,4 @@
-"""Similarity and diversity metrics of synthesized tasks (coevolve_lib/similarity.py): the formulas on vectors whose
+"""Similarity and diversity metrics of synthesized tasks (coevolve_lib/studies/similarity.py): the formulas on vectors whose
 answers are known, the per-round pool summary, and the real embedding model on sentences."""
 
 import json
@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from coevolve_lib import similarity
-from coevolve_lib.results import check_result
+from coevolve_lib.studies import similarity
+from coevolve_lib.core.results import check_result
 
 
 def test_identical_items_have_self_redundancy_one_and_orthogonal_ones_zero():

@@ -9,10 +9,11 @@ import pytest
 
 from coevolve_lib.__main__ import main as cli
 
-import coevolve_lib.study as study_lib
-from coevolve_lib import paper, profiles, report
-from coevolve_lib.results import validate_result
-from coevolve_lib.studies import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
+import coevolve_lib.studies.run as study_lib
+from coevolve_lib.core import paper, profiles
+from coevolve_lib.studies import report
+from coevolve_lib.core.results import validate_result
+from coevolve_lib.studies.catalog import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
 SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",
          "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.new_tasks.size=4",

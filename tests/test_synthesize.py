@@ -6,21 +6,21 @@ from collections import Counter
 import pytest
 from helpers import checker_accepts
 
-from coevolve_lib.envs import bfcl_backend
-from coevolve_lib.envs.bfcl import BFCLEnv, load_tasks
-from coevolve_lib.envs.safe_calls import parse_call
-from coevolve_lib.model_artifacts import build_tiny
-from coevolve_lib.models import OpenAIChatModel, load_chat_model
-from coevolve_lib.openai_server import ChatServer, FaultConfig
+from coevolve_lib.envs.bfcl import backend as bfcl_backend
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.envs.bfcl.tiny_model import build_tiny
+from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.prompts import prompt_fields
-from coevolve_lib.config import SynthesisConfig
-from coevolve_lib.abstraction import abstract, parse_task_blocks
-from coevolve_lib.abstraction_deterministic import _description
-from coevolve_lib.cost import Cost
-from coevolve_lib.judge import judge, parse_judge
-from coevolve_lib.pool import pool_task_to_bfcl
-from coevolve_lib.triplets import group_triplets
-from coevolve_lib.validation import accept_unvalidated, content_id, to_pool_task, validate
+from coevolve_lib.core.config import SynthesisConfig
+from coevolve_lib.envs.bfcl.abstraction import abstract, parse_task_blocks
+from coevolve_lib.envs.bfcl.abstraction_deterministic import _description
+from coevolve_lib.core.cost import Cost
+from coevolve_lib.engine.judge import judge, parse_judge
+from coevolve_lib.engine.pool import pool_task_to_bfcl
+from coevolve_lib.engine.triplets import group_triplets
+from coevolve_lib.envs.bfcl.validation import accept_unvalidated, content_id, to_pool_task, validate
 
 CONFIG = SynthesisConfig()
 FILE_RUN = ["ls()", "cd(folder='nope')", "cd(folder='document')", "mkdir(dir_name='temp')",

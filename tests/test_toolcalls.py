@@ -1,7 +1,7 @@
 """Parsing model replies in the two tool-call formats: data in, `Call`s out, nothing evaluated."""
 
-from coevolve_lib import toolcalls
-from coevolve_lib.envs.bfcl import load_tasks
+from coevolve_lib.rollout import toolcalls
+from coevolve_lib.envs.bfcl.benchmark import load_tasks
 
 
 def test_native_blocks_become_calls_and_free_text_stays_content():

@@ -8,15 +8,15 @@ from helpers import EveryFailure, small_run  # noqa: F401 (registers the every_f
 import torch
 from safetensors.torch import load_file
 
-import coevolve_lib.train as train_lib
-import coevolve_lib.train_cli as train_cli
-from coevolve_lib.engine import DataEngine
-from coevolve_lib.feedback import RoundSteps
-from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
-from coevolve_lib.models import MODELS_DIR
-from coevolve_lib.pool import TaskPool
-from coevolve_lib.records import read_jsonl
-from coevolve_lib.validation import validate
+import coevolve_lib.training.loop as train_lib
+import coevolve_lib.training.plan as train_cli
+from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.engine.feedback import RoundSteps
+from coevolve_lib.core.profiles import ConfigError, parse_overrides, run_config
+from coevolve_lib.core.models import MODELS_DIR
+from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.envs.bfcl.validation import validate
 
 SMALL = {
     "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
@@ -228,7 +228,7 @@ def test_prefix_reward_counts_reference_calls_reproduced_in_order():
 
 
 def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(monkeypatch, tmp_path):
-    from coevolve_lib.engine import DataEngine
+    from coevolve_lib.engine.data_engine import DataEngine
 
     normal = run_config("tiny", ["training.max_steps=20"])
     monkeypatch.setenv("COEVOLVE_SCALE", "smoke")

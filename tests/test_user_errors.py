@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from coevolve_lib import evaluate as evaluate_lib
-from coevolve_lib import profiles
+from coevolve_lib.envs.bfcl import evaluate as evaluate_lib
+from coevolve_lib.core import profiles
 from coevolve_lib.__main__ import main as cli
-from coevolve_lib.paths import REPO_ROOT
+from coevolve_lib.core.paths import REPO_ROOT
 
 
 def one_line_error(capsys, argv, status=2) -> str:
@@ -65,7 +65,7 @@ def test_evaluate_bad_input_writes_nothing(capsys, tmp_path, argv, expected):
 
 
 def test_evaluate_against_a_dead_endpoint_fails_and_writes_no_result(capsys, monkeypatch, tmp_path):
-    from coevolve_lib.models import OpenAIChatModel
+    from coevolve_lib.core.models import OpenAIChatModel
 
     # The real client against a closed port, without the default retries and their backoff (~12 s).
     monkeypatch.setattr(evaluate_lib, "load_chat_model",
@@ -105,7 +105,7 @@ def test_a_notebook_with_an_unknown_profile_stops_with_one_line(tmp_path):
 def test_the_scheduler_names_are_transformers_own():
     from transformers.trainer_utils import SchedulerType
 
-    from coevolve_lib.config import LR_SCHEDULERS
+    from coevolve_lib.core.config import LR_SCHEDULERS
 
     assert LR_SCHEDULERS == tuple(s.value for s in SchedulerType)
 

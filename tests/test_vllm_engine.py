@@ -1,4 +1,4 @@
-"""The `vllm` rollout engine (coevolve_lib/vllm_engine.py) against a stand-in for TRL's vLLM.
+"""The `vllm` rollout engine (coevolve_lib/rollout/vllm.py) against a stand-in for TRL's vLLM.
 
 vLLM cannot be installed here (no GPU), so `FakeVLLMGeneration` stands in for `trainer.vllm_generation`: it checks
 only the kit's side of the call (the prompts the engine sends, how it cuts and reads the completions, the lockstep
@@ -21,10 +21,10 @@ import torch
 from helpers import check_scripted_token_records, scripted_reply_ids
 from trl.generation import vllm_generation as trl_vllm
 
-from coevolve_lib.agent import RolloutConfig, run_rollouts
-from coevolve_lib.models import GenerationConfig, HFChatModel, load_chat_model
-from coevolve_lib.rollout_engines import Request
-from coevolve_lib.vllm_engine import VLLMEngine
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.core.models import GenerationConfig, HFChatModel, load_chat_model
+from coevolve_lib.rollout.engines import Request
+from coevolve_lib.rollout.vllm import VLLMEngine
 
 
 class World:
@@ -112,9 +112,9 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def pool_tasks(tmp_path_factory):
-    from coevolve_lib.envs.bfcl import load_tasks, split_tasks
-    from coevolve_lib.feedback import FeedbackConfig, synthesize_initial
-    from coevolve_lib.pool import TaskPool, pool_task_to_bfcl
+    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+    from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+    from coevolve_lib.engine.pool import TaskPool, pool_task_to_bfcl
 
     folder = tmp_path_factory.mktemp("pool")
     pool = TaskPool(folder / "pool.jsonl")
@@ -219,7 +219,7 @@ def test_two_processes_stay_in_lockstep_until_both_are_done(tiny, pool_tasks, wo
 
 def test_training_accepts_use_vllm_and_refuses_it_without_the_vllm_package(monkeypatch, tmp_path, capsys):
     from coevolve_lib.__main__ import main as cli
-    from coevolve_lib.config import TrainConfig
+    from coevolve_lib.core.config import TrainConfig
 
     assert TrainConfig(use_vllm=True, vllm_mode="colocate").use_vllm
     find_spec = importlib.util.find_spec

@@ -8,17 +8,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from coevolve_lib import warmstart
-from coevolve_lib.agent import rollout_config
-from coevolve_lib.evaluate import task_outcomes
-from coevolve_lib.models import HFChatModel
-from coevolve_lib.profiles import data_engine_config
-import coevolve_lib.engine as engine_lib
-from coevolve_lib.engine import DataEngine
-from coevolve_lib.envs.bfcl import load_tasks, restrict_classes, split_tasks
-from coevolve_lib.paths import MODELS_DIR
-from coevolve_lib.config import SynthesisConfig, WarmStartConfig
-from coevolve_lib.warmstart import (learning_rate_at, length_grouped_batches, sft_conversation,
+from coevolve_lib.envs.bfcl import warm_start as warmstart
+from coevolve_lib.rollout.agent import rollout_config
+from coevolve_lib.envs.bfcl.evaluate import task_outcomes
+from coevolve_lib.core.models import HFChatModel
+from coevolve_lib.core.profiles import data_engine_config
+import coevolve_lib.engine.data_engine as engine_lib
+from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.envs.bfcl.benchmark import load_tasks, restrict_classes, split_tasks
+from coevolve_lib.core.paths import MODELS_DIR
+from coevolve_lib.core.config import SynthesisConfig, WarmStartConfig
+from coevolve_lib.envs.bfcl.warm_start import (learning_rate_at, length_grouped_batches, sft_conversation,
                                     warm_start, warm_start_tasks)
 
 

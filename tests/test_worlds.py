@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from coevolve_lib.config import SynthesisConfig, WarmStartConfig
-from coevolve_lib.envs.bfcl import BFCLEnv
-from coevolve_lib.envs.bfcl_worlds import (
+from coevolve_lib.core.config import SynthesisConfig, WarmStartConfig
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
+from coevolve_lib.envs.bfcl.worlds import (
     CLASS_NAME,
     WORLD_SPLITS,
     WorldShape,
@@ -17,7 +17,7 @@ from coevolve_lib.envs.bfcl_worlds import (
     world_state,
     world_tasks,
 )
-from coevolve_lib.warmstart import warm_start_tasks
+from coevolve_lib.envs.bfcl.warm_start import warm_start_tasks
 
 
 def _walk(node: dict, depth: int = 1):

@@ -1,0 +1,229 @@
+"""A small OpenAI-compatible HTTP server for any `ChatModel`, on loopback only (stdlib `http.server`).
+
+Serves `POST /v1/chat/completions` (no streaming, n=1) and `GET /v1/models`. When the model's text holds
+`<tool_call>{json}</tool_call>` blocks that all parse, they come back as structured `tool_calls` (as vLLM's
+Hermes/Qwen parser does); otherwise the text is returned as is.
+
+For tests it can inject faults (HTTP 500, a reply slower than the client's timeout, a malformed JSON body) and
+reply with a scripted text instead of the model's.
+
+    python -m coevolve_lib.cli.openai_server --model tiny --port 8000
+    python -m coevolve_lib.cli.openai_server --model tiny --port 8000 --faults 500,timeout,malformed
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from coevolve_lib.core.models import ChatModel, GenerationConfig
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+FAULT_KINDS = ("500", "timeout", "malformed")
+TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+@dataclass
+class FaultConfig:
+    """Faults the server injects into chat-completion requests (for client tests)."""
+
+    faults: list[str] = field(default_factory=list)
+    """One fault per request, in arrival order ("500", "timeout" or "malformed"); later requests are served."""
+    always: str | None = None
+    """A fault applied to every request once `faults` is used up (to exhaust a client's retry budget)."""
+    delay_s: float = 3.0
+    """How long a "timeout" request sleeps before it answers (set it above the client's timeout)."""
+    scripted_reply: str | None = None
+    """Reply with this text instead of generating (e.g. a scripted <tool_call> to test parsing)."""
+
+
+def parse_tool_calls(text: str) -> tuple[str | None, list[dict]]:
+    """Split `text` into (content, tool calls). Calls are returned only if every <tool_call> block is a JSON object
+    with a "name"; a malformed block leaves the whole text as content and no calls (the caller sees what came out)."""
+    blocks = TOOL_CALL_RE.findall(text)
+    calls = []
+    for block in blocks:
+        try:
+            call = json.loads(block)
+        except json.JSONDecodeError:
+            return text, []
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return text, []
+        calls.append(call)
+    if not calls:
+        return text, []
+    content = TOOL_CALL_RE.sub("", text).strip()
+    return content or None, calls
+
+
+class ChatServer:
+    """Serve one ChatModel over HTTP in a background thread: `with ChatServer(model) as server: server.base_url`."""
+
+    def __init__(self, model: ChatModel, host: str = "127.0.0.1", port: int = 0, faults: FaultConfig | None = None,
+                 served_name: str | None = None):
+        if host not in LOOPBACK_HOSTS:
+            raise ValueError(f"the test server binds to loopback only ({', '.join(LOOPBACK_HOSTS)}), not {host!r}")
+        self.model = model
+        self.served_name = served_name or model.name
+        self.faults = faults or FaultConfig()
+        for kind in [*self.faults.faults, self.faults.always]:
+            if kind is not None and kind not in FAULT_KINDS:
+                raise ValueError(f"unknown fault {kind!r}; choose from {FAULT_KINDS}")
+        self.num_requests = 0
+        """Chat-completion requests received (including the faulted ones)."""
+        self._lock = threading.Lock()
+        self._model_lock = threading.Lock()  # one generate at a time: HF models are not meant for concurrent calls
+        self.httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.base_url = f"http://{host}:{self.port}/v1"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "ChatServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _next_fault(self) -> str | None:
+        with self._lock:
+            index = self.num_requests
+            self.num_requests += 1
+        return self.faults.faults[index] if index < len(self.faults.faults) else self.faults.always
+
+    def complete(self, request: dict) -> dict:
+        """The chat.completion response object for one request body."""
+        config = GenerationConfig(
+            max_new_tokens=request.get("max_completion_tokens") or request.get("max_tokens") or 512,
+            # OpenAI's defaults when a field is absent or null: temperature 1, top_p 1.
+            temperature=1.0 if request.get("temperature") is None else request["temperature"],
+            top_p=1.0 if request.get("top_p") is None else request["top_p"], seed=request.get("seed"),
+        )
+        tools = request.get("tools")
+        if self.faults.scripted_reply is not None:
+            text, prompt_tokens, completion_tokens, finish = self.faults.scripted_reply, 0, 0, "stop"
+        else:
+            with self._model_lock:
+                generation = self.model.generate([request["messages"]], [tools] if tools else None, config)[0]
+            if generation.error:
+                raise RuntimeError(generation.error)
+            text, finish = generation.text, generation.finish_reason
+            prompt_tokens, completion_tokens = generation.prompt_tokens, generation.completion_tokens
+        content, calls = parse_tool_calls(text) if tools or self.faults.scripted_reply else (text, [])
+        message = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [
+                {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                 "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))}}
+                for c in calls
+            ]
+            finish = "tool_calls" if finish == "stop" else finish
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": self.served_name,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+    def _handler_class(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+            def _send(self, status: int, body: bytes | dict):
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout fault)
+                    pass
+
+            def _error(self, status: int, message: str):
+                self._send(status, {"error": {"message": message, "type": "server_error", "code": status}})
+
+            def do_GET(self):
+                if self.path.rstrip("/") == "/v1/models":
+                    self._send(200, {"object": "list", "data": [
+                        {"id": server.served_name, "object": "model", "created": 0, "owned_by": "coevolve"}]})
+                else:
+                    self._error(404, f"no route {self.path}")
+
+            def do_POST(self):
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._error(404, f"no route {self.path}")
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fault = server._next_fault()
+                if fault == "500":
+                    return self._error(500, "injected fault: internal server error")
+                if fault == "malformed":
+                    return self._send(200, b'{"id": "chatcmpl-broken", "choices": [')
+                if fault == "timeout":
+                    time.sleep(server.faults.delay_s)
+                try:
+                    request = json.loads(body)
+                except json.JSONDecodeError as e:
+                    return self._error(400, f"request body is not JSON: {e}")
+                if request.get("model") != server.served_name:
+                    return self._error(404, f"model {request.get('model')!r} not served; this server has "
+                                            f"{server.served_name!r}")
+                if request.get("stream"):
+                    return self._error(400, "streaming is not supported")
+                try:
+                    self._send(200, server.complete(request))
+                except Exception as e:  # noqa: BLE001 - report to the client instead of dropping the connection
+                    self._error(500, f"{e.__class__.__name__}: {e}")
+
+        return Handler
+
+
+def main():
+    from coevolve_lib.core.runtime import configure_process
+
+    configure_process()
+    from coevolve_lib.core.models import load_chat_model
+    from coevolve_lib.core.profiles import ArgumentParser
+
+    parser = ArgumentParser("python -m coevolve_lib.cli.openai_server", __doc__)
+    parser.add_argument("--model", default="tiny", help="load_chat_model spec: tiny, smollm2-135m, a local path")
+    parser.add_argument("--served-name", default=None, help="model name clients must send (default: the spec)")
+    parser.add_argument("--host", default="127.0.0.1", choices=LOOPBACK_HOSTS)
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--faults", default="", help=f"comma-separated per-request faults from {FAULT_KINDS}")
+    parser.add_argument("--always-fault", default=None, choices=FAULT_KINDS, help="fault for every later request")
+    parser.add_argument("--delay-s", type=float, default=3.0, help="sleep of a 'timeout' fault")
+    parser.add_argument("--scripted-reply", default=None, help="reply with this text instead of the model's")
+    args = parser.parse_args()
+    faults = FaultConfig(faults=[f for f in args.faults.split(",") if f], always=args.always_fault,
+                         delay_s=args.delay_s, scripted_reply=args.scripted_reply)
+    server = ChatServer(load_chat_model(args.model), args.host, args.port, faults, args.served_name or args.model)
+    print(f"serving {server.served_name} at {server.base_url}", flush=True)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+
+
+if __name__ == "__main__":
+    main()

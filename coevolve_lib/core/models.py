@@ -1,0 +1,422 @@
+"""The chat-model interface the kit runs agents with, and its two backends.
+
+- `HFChatModel`: a local transformers causal LM (the tiny Qwen3, SmolLM2, or any local folder / cached hub id),
+  batched, left-padded generation.
+- `OpenAIChatModel`: any OpenAI-compatible endpoint (vLLM, a hosted API, or `coevolve_lib.cli.openai_server`), with
+  retries, backoff and a retry budget; a request that still fails gives a `Generation` with `error` set.
+
+`load_chat_model(spec)` picks one from a short spec string ("tiny", "smollm2-135m", "openai:<model>", a path/hub id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS
+from coevolve_lib.core.paths import MODELS_DIR, shown_path
+
+BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m"}
+"""Spec -> folder under MODELS_DIR of the models `python -m coevolve_lib.envs.bfcl.tiny_model` builds."""
+
+
+@dataclass
+class GenerationConfig:
+    """How to sample one completion per conversation."""
+
+    max_new_tokens: int = 512
+    """Most tokens to generate per completion (the completion ends with finish_reason "length" when reached)."""
+    temperature: float = 0.0
+    """Sampling temperature; 0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off); ignored when greedy."""
+    seed: int | None = None
+    """Seed for sampling, so a batch is reproducible; None leaves the RNG as it is."""
+
+
+@dataclass
+class Generation:
+    """One completion and what it cost."""
+
+    text: str
+    """Raw assistant text (HF: decoded without special tokens; tool-call markup like <tool_call>...</tool_call> kept)."""
+    tool_calls: list[dict] | None
+    """Structured calls when the backend returns them (OpenAI endpoint): [{"name": str, "arguments": dict | str}]."""
+    prompt_tokens: int
+    """Tokens in the rendered prompt."""
+    completion_tokens: int
+    """Tokens generated, including the stop token when there is one."""
+    seconds: float
+    """Wall time of the call that produced this item (for a batch: the whole batch's time)."""
+    finish_reason: str
+    """"stop" (end of turn), "length" (hit max_new_tokens) or "error" (see `error`)."""
+    error: str | None = None
+    """Why the backend failed for this item after retries; None when it succeeded."""
+    token_ids: list[int] | None = None
+    """The generated token ids, stop token included (local backends only; RL trains on exactly these)."""
+
+
+class ChatModel(ABC):
+    """A chat model that completes a batch of conversations."""
+
+    name: str
+    native_tools: bool
+    """True: the chat template renders `tools` and the model emits Qwen3-style <tool_call>{json}</tool_call>.
+    False: the caller describes tools and the call syntax in the system prompt (BFCL prompt style)."""
+
+    @abstractmethod
+    def generate(self, conversations: list[list[dict]], tools: list[list[dict]] | None = None,
+                 config: GenerationConfig = GenerationConfig()) -> list[Generation]:
+        """One Generation per conversation. Messages are OpenAI chat format; `tools` holds, per conversation,
+        a list of OpenAI function-tool dicts (or None)."""
+
+
+def generation_attention(device):
+    """Context for `generate` on `device`: on CUDA, SDPA without the cuDNN backend.
+
+    cuDNN attention (picked first by recent torch on Hopper) builds an execution plan for every new shape; in
+    generation every decode step has a new key length and every rollout step a new prompt width, so plan building
+    dominated: measured on an H200 (tiny policy, 64 multi-turn episodes, benchmarks/bench_rollout_tokens.py) 247 ->
+    1840 generated tokens/s without it. Flash / memory-efficient / math kernels need no per-shape plans."""
+    import contextlib
+
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def _template_supports_tools(tokenizer) -> bool:
+    """Whether the chat template renders tool docs, tool calls and tool results (TRL's check)."""
+    if not tokenizer.chat_template:
+        return False
+    from trl.chat_template_utils import supports_tool_calling
+
+    return supports_tool_calling(tokenizer)
+
+
+def _missing_model_message(spec: str, local_only: bool, exc: Exception) -> str:
+    # Hub ids are "name" or "owner/name"; anything else was meant as a folder.
+    if spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
+        hint = ("there is no model folder there (config.json, weights, tokenizer); the kit's own models are built "
+                "by `make setup` or `python -m coevolve_lib.envs.bfcl.tiny_model`")
+    elif local_only:
+        hint = ("it is not in the local hub cache and hub access is off (HF_HUB_OFFLINE=1); download it first with "
+                f"`HF_HUB_OFFLINE=0 hf download {spec}`, or pass a local path")
+    else:
+        hint = "it is neither a local folder nor a hub model"
+    detail = str(exc).splitlines()[0] if str(exc) else ""
+    return f"cannot load model {spec!r}: {hint} ({exc.__class__.__name__}: {detail})"
+
+
+def set_torch_threads(threads: int | None = None) -> int:
+    """Set torch's CPU threads: `threads`, else $COEVOLVE_TORCH_THREADS, else 1 (more threads are often slower on a
+    shared machine), at most $COEVOLVE_MAX_TORCH_THREADS when set (`make test` sets 1: it runs two processes side by
+    side on two cores). A given number is also written to $COEVOLVE_TORCH_THREADS, so that models loaded later in the
+    process (evaluation inside a training run) keep it. Returns the number set."""
+    import torch
+
+    if threads:
+        os.environ["COEVOLVE_TORCH_THREADS"] = str(threads)
+    threads = int(os.environ.get("COEVOLVE_TORCH_THREADS", "1"))
+    threads = min(threads, int(os.environ.get("COEVOLVE_MAX_TORCH_THREADS", threads)))
+    torch.set_num_threads(threads)
+    return threads
+
+
+class HFChatModel(ChatModel):
+    """A local transformers causal LM with a chat template; generates one left-padded batch at a time."""
+
+    def __init__(self, path_or_id: str | Path, dtype=None, device: str = "auto", num_threads: int | None = None,
+                 max_batch_size: int | None = None, name: str | None = None):
+        """dtype: a torch dtype or its name; default float32 on CPU and bfloat16 on CUDA.
+        num_threads: torch CPU threads; default $COEVOLVE_TORCH_THREADS or 1 (more threads are often slower on a
+        shared machine). max_batch_size: split larger batches into chunks of this many conversations."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        set_torch_threads(num_threads)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if dtype is None:
+            dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        elif isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        # Explicit, because huggingface_hub reads HF_HUB_OFFLINE only once, when it is first imported.
+        local_only = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False", "")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path_or_id, local_files_only=local_only)
+            self.model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=dtype, local_files_only=local_only)
+        except OSError as e:
+            raise FileNotFoundError(_missing_model_message(str(path_or_id), local_only, e)) from e
+        self.model.to(device).eval()
+        self._attach(self.model, self.tokenizer, name or shown_path(path_or_id), max_batch_size)
+
+    @classmethod
+    def from_loaded(cls, model, tokenizer, name: str, max_batch_size: int | None = None) -> "HFChatModel":
+        """A chat model over an already loaded model (e.g. the policy a trainer is updating; no copy is made)."""
+        self = cls.__new__(cls)
+        self._attach(model, tokenizer, name, max_batch_size)
+        return self
+
+    def _attach(self, model, tokenizer, name: str, max_batch_size: int | None) -> None:
+        self.model, self.tokenizer, self.name, self.max_batch_size = model, tokenizer, name, max_batch_size
+        self.device = str(model.device)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.native_tools = _template_supports_tools(self.tokenizer)
+        # Stop at the tokenizer's EOS and at the ChatML end-of-turn token, whichever the template uses.
+        stops = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        stops.discard(self.tokenizer.unk_token_id)
+        self.stop_ids = sorted(i for i in stops if i is not None)
+        self._continuation_template: str | None = None
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The prompt text for one conversation (tools rendered only when the template supports them)."""
+        return self.tokenizer.apply_chat_template(messages, tools=tools if self.native_tools else None,
+                                                  add_generation_prompt=True, tokenize=False)
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        step = self.max_batch_size or max(len(conversations), 1)
+        out = []
+        for i in range(0, len(conversations), step):
+            out += self._generate_batch(conversations[i:i + step], tools[i:i + step] if tools else None, config)
+        return out
+
+    def _generate_batch(self, conversations, tools, config):
+        prompts = [self.render(m, tools[j] if tools else None) for j, m in enumerate(conversations)]
+        # The templates already put in every special token (e.g. SmolLM2's would add nothing, Qwen has no BOS).
+        ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        return self.generate_from_ids(ids, config)
+
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """Token ids of a conversation's prompt, ready for the assistant's next message."""
+        return self.tokenizer(self.render(messages, tools), add_special_tokens=False)["input_ids"]
+
+    def continuation_ids(self, messages: list[dict], rendered: int, tools: list[dict] | None = None) -> list[int]:
+        """Token ids that follow the first `rendered` messages (ending with the assistant's own tokens) up to the
+        next assistant prompt: tool results and new user turns, as the chat template frames them.
+
+        Token-level rollouts append these to the ids the model really generated instead of re-rendering the whole
+        conversation, so RL trains on exactly the sampled tokens (as TRL's own tool loop does). Needs a
+        prefix-preserving template: TRL's training variant is used when it has one (e.g. Qwen3 drops empty
+        `<think>` blocks from earlier turns otherwise)."""
+        if self._continuation_template is None:
+            from trl.chat_template_utils import get_training_chat_template
+
+            try:
+                self._continuation_template = get_training_chat_template(self.tokenizer) or self.tokenizer.chat_template
+            except ValueError:  # TRL cannot patch this template; it may still be prefix-preserving (checked below)
+                self._continuation_template = self.tokenizer.chat_template
+        tools = tools if self.native_tools else None
+        render = lambda msgs, gen: self.tokenizer.apply_chat_template(  # noqa: E731
+            msgs, tools=tools, add_generation_prompt=gen, tokenize=False, chat_template=self._continuation_template)
+        prefix, full = render(messages[:rendered], False), render(messages, True)
+        # The prefix ends "...<|im_end|>\n": cut after the end-of-turn token, which the model generated itself.
+        ends = [prefix.rfind(text) + len(text) for text in map(self.tokenizer.decode, ([i] for i in self.stop_ids))
+                if text in prefix]
+        cut = max(ends, default=-1)
+        if cut < 0 or not full.startswith(prefix[:cut]):
+            raise ValueError(f"the chat template of {self.name} is not prefix-preserving, so token-level rollouts "
+                             "cannot extend a conversation; use message-level rollouts or a training template")
+        return self.tokenizer(full[cut:], add_special_tokens=False)["input_ids"]
+
+    def generate_from_ids(self, prompts: list[list[int]], config: GenerationConfig = GenerationConfig()
+                          ) -> list[Generation]:
+        """One Generation (with `token_ids`) per prompt given as token ids, in batches of `max_batch_size`."""
+        step = self.max_batch_size or max(len(prompts), 1)
+        return [g for i in range(0, len(prompts), step) for g in self._generate_ids_batch(prompts[i:i + step], config)]
+
+    def hf_generation_config(self, config: GenerationConfig):
+        """transformers' GenerationConfig for `config`: greedy at temperature 0, else temperature and top-p with
+        top_k=0 (which turns off transformers' default top-k of 50, as in OpenAI-compatible servers); stops at the
+        model's stop ids."""
+        from transformers import GenerationConfig as HFGenerationConfig
+
+        greedy = config.temperature <= 0
+        return HFGenerationConfig(
+            max_new_tokens=config.max_new_tokens, do_sample=not greedy,
+            temperature=None if greedy else config.temperature, top_p=None if greedy else config.top_p,
+            top_k=None if greedy else 0, eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id)
+
+    def _generate_ids_batch(self, prompts: list[list[int]], config: GenerationConfig) -> list[Generation]:
+        import torch
+
+        if not prompts:
+            return []
+        start = time.perf_counter()
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.model.device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
+        hf_config = self.hf_generation_config(config)
+        # A seeded call runs in a forked RNG so that it does not change the caller's global stream; an unseeded
+        # call draws from (and advances) the global stream, so repeated calls give different samples.
+        devices = [self.model.device] if self.model.device.type == "cuda" else []
+        with torch.inference_mode(), torch.random.fork_rng(devices=devices, enabled=config.seed is not None), \
+                generation_attention(self.model.device):
+            if config.seed is not None:
+                torch.manual_seed(config.seed)
+            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                            generation_config=hf_config)
+        new_tokens = sequences[:, width:].tolist()
+        seconds = time.perf_counter() - start
+        results = []
+        for row, prompt in zip(new_tokens, prompts):
+            # Cut at the first stop token (kept in the count); after it come only pad tokens.
+            stop_at = next((k for k, t in enumerate(row) if t in self.stop_ids), None)
+            completion = row if stop_at is None else row[:stop_at + 1]
+            results.append(Generation(
+                text=self.tokenizer.decode(completion, skip_special_tokens=True),
+                tool_calls=None, prompt_tokens=len(prompt), completion_tokens=len(completion), seconds=seconds,
+                finish_reason="length" if stop_at is None else "stop", token_ids=completion,
+            ))
+        return results
+
+
+def _retryable(exc: Exception) -> bool:
+    """Timeouts, connection errors, 5xx, 408/409/429 and malformed responses are worth another try; other 4xx not."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500 or exc.status_code in (408, 409, 429)
+    return True
+
+
+def _openai_messages(messages: list[dict]) -> list[dict]:
+    """Fill in what strict endpoints require but the kit's messages may lack: tool-call ids, string arguments."""
+    out, pending_ids, counter = [], [], 0
+    for message in messages:
+        message = dict(message)
+        tool_calls = message.pop("tool_calls", None)  # dropped when empty: strict endpoints reject `[]`
+        if tool_calls:
+            calls, pending_ids = [], []  # the tool messages that follow answer these calls, in order
+            for call in tool_calls:
+                function = dict(call["function"])
+                if not isinstance(function.get("arguments"), str):
+                    function["arguments"] = json.dumps(function.get("arguments", {}))
+                call_id = call.get("id") or f"call_{counter}"
+                counter += 1
+                pending_ids.append(call_id)
+                calls.append({"id": call_id, "type": "function", "function": function})
+            message["tool_calls"] = calls
+        elif message.get("role") == "tool" and "tool_call_id" not in message:
+            message["tool_call_id"] = pending_ids.pop(0) if pending_ids else f"call_{counter}"
+        out.append(message)
+    return out
+
+
+def _parse_arguments(arguments: str):
+    """JSON-decoded arguments when they are a JSON object; otherwise the raw string (the caller validates and refuses
+    it). Never raises: text too long to be a call is not decoded, and a huge integer or deep nesting is not JSON."""
+    if not isinstance(arguments, str) or len(arguments) > MAX_SOURCE_CHARS:
+        return arguments
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):  # JSONDecodeError, an int over Python's digit limit, too-deep nesting
+        return arguments
+    return value if isinstance(value, dict) else arguments
+
+
+class OpenAIChatModel(ChatModel):
+    """A model behind an OpenAI-compatible /v1/chat/completions endpoint."""
+
+    native_tools = True
+
+    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0,
+                 max_retries: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 30.0, max_workers: int = 8):
+        """timeout: seconds per request. max_retries: extra attempts per item after the first fails.
+        backoff_s / max_backoff_s: retry k waits min(max_backoff_s, backoff_s * 2**k) times a random jitter in [0.5, 1].
+        max_workers: requests of one batch in flight at once."""
+        import openai
+
+        self.name = model
+        self.model = model
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_workers = max_workers
+        # The client's own retries are off: this class retries, so every failure is counted and budgeted here.
+        self.client = openai.OpenAI(
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            timeout=timeout, max_retries=0,
+        )
+        self.num_retries = 0
+        """Retries made so far over all calls (for tests and run logs)."""
+        self._lock = threading.Lock()
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        items = [(m, tools[j] if tools else None) for j, m in enumerate(conversations)]
+        if len(items) <= 1:
+            return [self._generate_one(m, t, config) for m, t in items]
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(items))) as pool:
+            return list(pool.map(lambda item: self._generate_one(*item, config), items))
+
+    def _request(self, messages, tools, config):
+        kwargs = dict(model=self.model, messages=_openai_messages(messages), max_tokens=config.max_new_tokens,
+                      temperature=config.temperature, top_p=config.top_p)
+        if config.seed is not None:
+            kwargs["seed"] = config.seed
+        if tools:
+            kwargs["tools"] = tools
+        response = self.client.chat.completions.create(**kwargs)
+        if not getattr(response, "choices", None):
+            raise ValueError(f"malformed response without choices: {str(response)[:200]!r}")
+        return response
+
+    def _generate_one(self, messages, tools, config) -> Generation:
+        start = time.perf_counter()
+        error = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                with self._lock:
+                    self.num_retries += 1
+                time.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
+            try:
+                response = self._request(messages, tools, config)
+            except Exception as exc:  # noqa: BLE001 - any failure of one item becomes its error, never the batch's
+                error = f"{exc.__class__.__name__}: {exc}"
+                if not _retryable(exc):
+                    break
+                continue
+            choice = response.choices[0]
+            calls = [{"name": c.function.name, "arguments": _parse_arguments(c.function.arguments)}
+                     for c in (choice.message.tool_calls or []) if getattr(c, "function", None)]
+            usage = response.usage
+            return Generation(
+                text=choice.message.content or "", tool_calls=calls or None,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+                seconds=time.perf_counter() - start,
+                finish_reason="length" if choice.finish_reason == "length" else "stop",
+            )
+        return Generation(text="", tool_calls=None, prompt_tokens=0, completion_tokens=0,
+                          seconds=time.perf_counter() - start, finish_reason="error",
+                          error=f"failed after {attempt + 1} attempt(s): {error}")
+
+
+def load_chat_model(spec: str, **options) -> ChatModel:
+    """"tiny" / "smollm2-135m" (built by `make setup`), "openai:<model>" (OpenAIChatModel; options: base_url,
+    api_key, timeout, max_retries, ...), or a local folder / hub id for HFChatModel (options: dtype, device, ...)."""
+    if spec.startswith("openai:"):
+        return OpenAIChatModel(spec.removeprefix("openai:"), **options)
+    if spec in BUILT_MODELS:
+        path = MODELS_DIR / BUILT_MODELS[spec]
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(
+                f"model {spec!r} is not built (expected {path}); run `make setup` or "
+                "`python -m coevolve_lib.envs.bfcl.tiny_model` to build it")
+        return HFChatModel(path, name=spec, **options)
+    return HFChatModel(spec, **options)

@@ -1,0 +1,29 @@
+"""Where the kit keeps what it builds and writes.
+
+COEVOLVE_CACHE, COEVOLVE_RESULTS_DIR, COEVOLVE_FIGURES_DIR and COEVOLVE_RUNS_DIR override the defaults (the tests point
+the last three at a scratch folder, so that running the notebooks under nbval never rewrites committed results)."""
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LIBRARY_DATA = REPO_ROOT / "coevolve_lib" / "data"
+"""What the library ships beside its code: the held-out sets' ids, the warm starts."""
+CACHE_DIR = Path(os.environ.get("COEVOLVE_CACHE", REPO_ROOT / ".cache"))
+MODELS_DIR = CACHE_DIR / "models"
+RESULTS_DIR = Path(os.environ.get("COEVOLVE_RESULTS_DIR", REPO_ROOT / "results"))
+FIGURES_DIR = Path(os.environ.get("COEVOLVE_FIGURES_DIR", REPO_ROOT / "figures"))
+RUNS_DIR = Path(os.environ.get("COEVOLVE_RUNS_DIR", REPO_ROOT / "runs"))
+
+
+def repo_relative(path: str | Path) -> str:
+    """`path` relative to the repository root, `../...` when it lies outside the checkout (e.g. a test's folder):
+    results must not name a machine's folders."""
+    return os.path.relpath(Path(path).expanduser().resolve(), REPO_ROOT)
+
+
+def shown_path(path: str | Path) -> str:
+    """How a path is printed or names a model: relative to the repository root when it lies inside it, else as given
+    (a hub id such as `Qwen/Qwen3-4B-Instruct-2507` stays what it is)."""
+    resolved = Path(path).expanduser().resolve()
+    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)

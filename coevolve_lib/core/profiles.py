@@ -1,0 +1,230 @@
+"""Profiles: `configs/<name>.yaml` read into the validated sections of `config.py`, with overrides.
+
+- A profile may start with `inherits: <base>` (another file in `configs/`, e.g. `_paper`): it then states only what
+  differs, merged mapping by mapping over the base. Files whose name starts with `_` are bases, not profiles.
+- Overrides come as `section.field=value` strings (the CLI's `--set`, a notebook's `overrides`) or as a nested mapping;
+  a value is read as YAML (`[a, b]` is a list) and then validated by the field's type (`2e-4` is a float).
+- `$COEVOLVE_SCALE` (e.g. `smoke`, set by `make test`) merges `configs/scales/<scale>.yaml` on top (`at_scale`).
+- Every user error is a `ConfigError`: one line that names the field, what is wrong and what is valid. The CLI
+  (`coevolve_lib.__main__`) prints it and exits with status 2; option errors do the same (`ArgumentParser`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import yaml
+from pydantic import ValidationError
+
+from coevolve_lib.core.config import DataEngineConfig, EvalConfig, RolloutSettings, RunConfig, TrainConfig
+from coevolve_lib.core.paths import REPO_ROOT
+
+CONFIGS_DIR = REPO_ROOT / "configs"
+SECTIONS = ("model", "rollout", "evaluation", "data_engine", "training")
+USAGE_ERROR = 2
+"""Exit status of a command given bad input (argparse's own)."""
+
+
+class ConfigError(ValueError):
+    """A bad profile, override or parameter, in one line."""
+
+
+def profile_names() -> list[str]:
+    """The profiles in configs/ (bases, whose names start with `_`, excluded)."""
+    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def deep_merge(base: dict, overrides: dict) -> dict:
+    """A copy of `base` with `overrides` merged in, mapping by mapping (a list or value replaces the base's)."""
+    out = dict(base)
+    for key, value in overrides.items():
+        both_mappings = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = deep_merge(out[key], value) if both_mappings else value
+    return out
+
+
+def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
+    path = CONFIGS_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(f"unknown profile {name!r}; choose from {profile_names()}")
+    if name in chain:
+        raise ConfigError(f"profile {chain[0]!r} inherits from itself through {' -> '.join(chain + (name,))}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path.relative_to(REPO_ROOT)} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path.relative_to(REPO_ROOT)} must be a mapping of sections")
+    base = raw.pop("inherits", None)
+    return deep_merge(_read(base, chain + (name,)), raw) if base else raw
+
+
+def _profile_name(name) -> str:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"profile must be a profile name, not {name!r}; choose from {profile_names()}")
+    return name
+
+
+def capped(raw: dict, caps: dict) -> dict:
+    """A copy of `raw` whose sizes are at most `caps`' (a scale's): the smaller of the two numbers, the cap where
+    `raw` has none (unset or None: unbounded). So a scale only shrinks: a size the profile set to 0 (an AppWorld
+    profile's held-out set) stays 0."""
+    out = dict(raw)
+    for key, cap in caps.items():
+        value = out.get(key)
+        if isinstance(cap, dict):
+            out[key] = capped(value if isinstance(value, dict) else {}, cap)
+        elif value is None:
+            out[key] = cap
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = min(value, cap)
+        # any other value stays, for the config to refuse in one line (`"abc"` steps)
+    return out
+
+
+def at_scale(raw: dict) -> dict:
+    """`raw` with the sizes of `configs/scales/<scale>.yaml` as caps (`capped`) when $COEVOLVE_SCALE names a scale.
+    `make test` sets COEVOLVE_SCALE=smoke, so the notebooks run under nbval in seconds to minutes: fewer steps, tasks
+    and samples, never a different model or warm start. Its caps hold over a notebook's own overrides too.
+    Multi-process profiles (the paper's GPU runs) stay as they are: they are only planned here, and their batch must
+    divide over their processes."""
+    scale = os.environ.get("COEVOLVE_SCALE")
+    launch = (raw.get("training") or {}).get("launch") or {}
+    if not scale or launch.get("num_processes", 1) > 1:
+        return raw
+    path = CONFIGS_DIR / "scales" / f"{scale}.yaml"
+    if not path.exists():
+        choices = sorted(p.stem for p in (CONFIGS_DIR / "scales").glob("*.yaml"))
+        raise ConfigError(f"unknown COEVOLVE_SCALE {scale!r}; choose from {choices} or leave it unset")
+    return capped(raw, yaml.safe_load(path.read_text()) or {})
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["training.max_steps=20", "data_engine.explore.runs=2"]` -> a nested mapping (values read as YAML)."""
+    out: dict = {}
+    for item in items:
+        key, sep, text = str(item).partition("=")
+        if not sep or not key or "" in key.split("."):
+            raise ConfigError(f"override {item!r} is not of the form section.field=value")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"override {item!r}: {text!r} is not a valid value") from None
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} sets a field inside {part!r}, which is a value")
+        node[leaf] = value
+    return out
+
+
+def _valid_fields(cls, path: tuple) -> list[str]:
+    """The field names of the (nested) config class at `path` inside `cls`."""
+    for name in path:
+        annotation = getattr(cls, "__pydantic_fields__", {}).get(name)
+        if annotation is None:
+            return []
+        cls = annotation.annotation
+    return sorted(getattr(cls, "__pydantic_fields__", {}))
+
+
+def _validation_message(exc: ValidationError, section: str, cls) -> str:
+    """pydantic's errors as one line: `training.max_steps: Input should be a valid integer (got 'abc')`."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join([section, *map(str, error["loc"])]) if error["loc"] else section
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "unexpected_keyword_argument":
+            message = f"unknown field; valid: {', '.join(_valid_fields(cls, error['loc'][:-1]))}"
+        elif error["loc"] and "input" in error and not isinstance(error["input"], dict):  # a field's value, not
+            # the whole section's (a cross-field check has no `loc`)
+            message += f" (got {error['input']!r})"
+        problems.append(f"{where}: {message}")
+    return "; ".join(problems)
+
+
+def _build(section: str, cls, values):
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section} must be a mapping of fields, not {values!r}")
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        raise ConfigError(_validation_message(exc, section, cls)) from None
+    except TypeError as exc:  # a non-string key
+        raise ConfigError(f"{section}: {exc}") from None
+
+
+def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
+    raw = at_scale(deep_merge(_read(_profile_name(profile)), _as_mapping(overrides)))
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"unknown profile section(s) {unknown}; valid: {list(SECTIONS)}")
+    if not isinstance(raw.get("model"), str) or not raw["model"].strip():
+        raise ConfigError(f"profile {profile!r} names no model (model: <name, hub id, path or openai:<model>>)")
+    return raw
+
+
+def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None) -> RunConfig:
+    """The full, validated config of a profile with overrides (a nested mapping or `a.b=c` strings)."""
+    raw = _sections(profile, overrides)
+    rollout = _build("rollout", RolloutSettings, raw.get("rollout") or {})
+    common = {"model": raw["model"], "profile": profile, "rollout": rollout}
+    sections = {"evaluation": _build("evaluation", EvalConfig, {**common, **(raw.get("evaluation") or {})}),
+                "data_engine": _build("data_engine", DataEngineConfig, {**common, **(raw.get("data_engine") or {})}),
+                "training": _build("training", TrainConfig, raw.get("training") or {})}
+    try:
+        return RunConfig(profile=profile, model=raw["model"], rollout=rollout, **sections)
+    except ValidationError as exc:  # a check across sections (RunConfig.__post_init__)
+        raise ConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+
+
+def eval_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> EvalConfig:
+    """The evaluation config of a profile; `fields` override evaluation fields (None keeps the profile's)."""
+    return _section_config("evaluation", profile, overrides, fields)
+
+
+def data_engine_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> DataEngineConfig:
+    """The data-engine config of a profile; `fields` override data_engine fields (None keeps the profile's; a
+    section's value is a mapping of its fields, e.g. `explore={"runs": 5}`)."""
+    return _section_config("data_engine", profile, overrides, fields)
+
+
+def _section_config(section: str, profile: str, overrides, fields: dict):
+    """One section of the validated run config, with `fields` (None values dropped) merged over `overrides`."""
+    given = {key: value for key, value in fields.items() if value is not None}
+    return getattr(run_config(profile, deep_merge(_as_mapping(overrides), {section: given})), section)
+
+
+def _as_mapping(overrides: dict | list[str] | None) -> dict:
+    return parse_overrides(list(overrides)) if isinstance(overrides, (list, tuple)) else dict(overrides or {})
+
+
+# ------------------------------------------------------------------------------------------------ command line
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block) and exit status 2."""
+
+    def __init__(self, prog: str, description: str | None = None):
+        super().__init__(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def profile_parser(prog: str, description: str | None, example: str) -> ArgumentParser:
+    """An argument parser with the options every profile-driven command shares: --profile and --set (`example`: a
+    typical override for the help text)."""
+    parser = ArgumentParser(prog, description)
+    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help=f"override a profile value, e.g. --set {example} (repeatable)")
+    return parser
+
+
+def run_config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run config of parsed --profile/--set options (a ConfigError when they are invalid)."""
+    return run_config(args.profile, args.set)
+

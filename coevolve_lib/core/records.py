@@ -1,0 +1,110 @@
+"""On-disk records: JSON Lines appended durably, JSON files replaced atomically, and run provenance.
+
+A killed process leaves at worst one truncated last line in a JSONL file; `read_jsonl` skips it (and counts it),
+so a resumed run re-does that one item instead of crashing or losing the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from coevolve_lib.core.paths import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+ENCODING_ERRORS = "backslashreplace"
+"""How text that UTF-8 cannot encode is written: only lone surrogates (`"\\ud800"`, e.g. in a model's tool-call
+arguments) are such text, and they occur only inside JSON strings, where backslashreplace writes the JSON escape
+`\\ud800`. Writing never raises, and `json.loads` reads back the same string."""
+
+
+def append_jsonl(path: str | Path, record: dict) -> None:
+    """Append one record and flush it to disk before returning."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8", errors=ENCODING_ERRORS) as f:
+        f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class CorruptFileError(ValueError):
+    """A file written atomically holds a line that is not a JSON record: corruption, never an interrupted write."""
+
+
+def read_jsonl(path: str | Path, atomic: bool = False) -> list[dict]:
+    """All records of a JSONL file ([] if it does not exist).
+
+    An appended file (`append_jsonl`) may end in one line cut by a killed process: such a line is logged and skipped.
+    A file only ever replaced whole (`atomic`, e.g. the task pool) cannot hold one, so a bad line there is a
+    `CorruptFileError` naming the file and the line, and nothing is dropped or rewritten."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                record = None
+            if isinstance(record, dict):
+                records.append(record)
+            elif atomic:
+                raise CorruptFileError(f"{path}, line {number}: not a JSON record ({line.strip()[:60]!r}); the file "
+                                       "is written atomically, so this is corruption: repair or remove the line")
+            else:
+                log.warning("skipping corrupt line %d of %s (an interrupted write)", number, path)
+    return records
+
+
+def _write_atomically(path: str | Path, text: str) -> None:
+    """Write `text` to a temporary file in the same folder, fsync it, then rename it over `path` (atomic on
+    POSIX): a killed process leaves the old file or the new one, never a half-written one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name + ".", suffix=".tmp", delete=False,
+                                     encoding="utf-8", errors=ENCODING_ERRORS) as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.replace(f.name, path)
+    finally:
+        if os.path.exists(f.name):  # the rename failed: leave no temporary file behind
+            os.unlink(f.name)
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    """Replace `path` with `obj` as JSON, atomically."""
+    _write_atomically(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def write_jsonl_atomic(path: str | Path, records: list[dict]) -> None:
+    """Replace `path` with `records` as JSON Lines, atomically."""
+    _write_atomically(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records))
+
+
+def git_commit() -> str:
+    """The checkout's commit, with `+dirty` when tracked files changed; `unknown` outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def config_hash(config: dict) -> str:
+    """A short, stable hash of a configuration (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]

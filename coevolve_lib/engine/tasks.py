@@ -1,0 +1,73 @@
+"""The records a round makes of a task, whatever its environment: the task spec an abstraction drafts (taskspec/v1),
+the verdict of a spec that was not executed (the "w/o validation" ablation), and the pool task an accepted spec
+becomes (task/v1). Content names them: equal content, equal id."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from coevolve_lib.core.config import SynthesisConfig
+from coevolve_lib.core.cost import Cost
+
+
+def content_id(initial_config: dict, query: str, actions: list[str]) -> str:
+    """The content hash that names a spec and its pool task: equal content, equal id."""
+    blob = json.dumps([initial_config, query, list(actions)], sort_keys=True, ensure_ascii=False, default=str)
+    return "syn-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def task_spec(draft: dict, source: dict, abstraction: str) -> dict:
+    """The taskspec/v1 record of an abstraction draft (every environment's abstraction makes these)."""
+    return {
+        "schema": "taskspec/v1",
+        "spec_id": content_id(source["initial_config"], draft["query"], draft["action_sequence"]),
+        "intent": draft["intent"],
+        "query": draft["query"],
+        "action_sequence": draft["action_sequence"],
+        "completion_criterion": draft["completion_criterion"],
+        "initial_config": source["initial_config"],
+        "involved_classes": list(source["involved_classes"]),
+        "data_version": source.get("data_version", "v3"),
+        "source": {"task_id": source["task_id"], "signal_id": source.get("signal_id"),
+                   "signal_type": source.get("signal_type"), "context_id": source.get("context_id"),
+                   "run_ids": draft["run_ids"]},
+        "abstraction": abstraction,
+    }
+
+
+def accept_unvalidated(spec: dict, config: SynthesisConfig, known_task_ids: set | None = None) -> dict:
+    """The verdict of the "w/o validation" ablation (Table 11, `synthesis.validate: false`): nothing is executed; the
+    spec is kept as abstracted ("unvalidated") unless it is a duplicate or shorter than `min_calls`."""
+    actions = list(spec["action_sequence"])
+    task_id = content_id(spec["initial_config"], spec["query"], actions)
+    reasons = (["duplicate"] if spec["spec_id"] in (known_task_ids or ()) or task_id in (known_task_ids or ()) else [])
+    reasons += ["too_short"] if len(actions) < config.min_calls else []
+    return {"schema": "verdict/v1", "spec_id": spec["spec_id"], "accepted": not reasons,
+            "reason": reasons[0] if reasons else "unvalidated", "reasons": reasons,
+            "detail": "validation off (synthesis.validate: false): not executed", "observations": [], "judge": None,
+            "judge_error": None, "task_id": task_id, "reference_actions": actions, "cost": Cost().as_dict(skipped=False)}
+
+
+def to_pool_task(spec: dict, verdict: dict, pool_version: int, provenance_extra: dict | None = None) -> dict:
+    """The task/v1 record of an accepted spec (its reference actions are the verdict's, see `validate`)."""
+    if not verdict["accepted"] or verdict["spec_id"] != spec["spec_id"]:
+        raise ValueError(f"spec {spec['spec_id']} has no accepting verdict (got {verdict['reason']!r})")
+    source = spec["source"]
+    return {
+        "schema": "task/v1",
+        "task_id": verdict["task_id"],
+        "query": spec["query"],
+        "intent": spec["intent"],
+        "initial_config": spec["initial_config"],
+        "involved_classes": spec["involved_classes"],
+        "data_version": spec["data_version"],
+        "reference_actions": verdict["reference_actions"],
+        "completion_criterion": spec["completion_criterion"],
+        **({"answer_from": spec["answer_from"]} if "answer_from" in spec else {}),  # AppWorld: what the answer is
+        "pool_version": pool_version,
+        "provenance": {"signal": source.get("signal_id"), "context": source.get("context_id"),
+                       "runs": source.get("run_ids", []), "spec": spec["spec_id"], "verdict": verdict["reason"],
+                       "origin_task": source.get("task_id"), "signal_type": source.get("signal_type"),
+                       "abstraction": spec.get("abstraction"), **(provenance_extra or {})},
+    }

@@ -1,0 +1,371 @@
+"""AppWorld episodes for the kit's rollout loop (`agent.run_rollouts(..., new_episode=AppWorldEpisodes(...))`) and the
+TGC / SGC evaluation of a split.
+
+The protocol (AppWorld's own agents' style, docs/appworld.md): the system message explains the code-action protocol
+and lists the apps' APIs; the user message is the supervisor and the task's instruction. Every reply must hold one
+```python block calling `apis.<app>.<api>(...)`; the kit only extracts it, and AppWorld's server runs it in its own
+sandbox (`AppWorldEnv.step`); what it printed comes back as the next user message. The episode ends when the agent
+calls `apis.supervisor.complete_task(...)`, at the step cap (`RolloutConfig.max_steps_per_episode`, the paper's 30;
+a reply without code spends a step too), at the token cap or on a model error.
+
+Servers: `AppWorldEpisodes` owns a pool of AppWorld servers, one per live episode (so `RolloutConfig.max_batch_size`
+bounds them), started when first needed and reused by the next episode. A server failure (`AppWorldServerError`) is
+an environment error, never a policy failure: the server is restarted and the episode starts over from `reset()`
+once, with a fresh conversation; a second failure ends it with `environment_error=True` and
+`error_type="environment:<kind>"`: TGC leaves such a record out and SGC its scenario (`envs/appworld.py`), and
+the evaluation reports their count apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig, run_rollouts
+from coevolve_lib.envs.appworld.calls import code_api_names
+from coevolve_lib.envs.appworld.benchmark import (
+    AppWorldEnv, AppWorldEnvConfig, AppWorldTask, data_root, extract_code, load_tasks, measured_records,
+    positive_reward, scenario_id, scenarios_completed)
+from coevolve_lib.envs.appworld.client import AppWorldServerError
+from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig, appworld_python
+from coevolve_lib.envs.bfcl.evaluate import EvaluationError
+from coevolve_lib.core.models import ChatModel, Generation
+from coevolve_lib.core.paths import repo_relative
+from coevolve_lib.core.records import append_jsonl, config_hash
+from coevolve_lib.core.results import write_result
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = """\
+You are an AI assistant who completes tasks for your supervisor by writing Python code that calls the APIs of the \
+apps on their phone (AppWorld).
+
+How to work:
+- Each reply holds exactly one ```python fenced code block. The code runs in a persistent Python shell (variables \
+stay defined between replies) where `apis.<app>.<api>(...)` calls an app's API. What the code prints comes back to \
+you as the next message, so print what you need to see.
+- Look APIs up with `apis.api_docs.show_api_descriptions(app_name=...)` and \
+`apis.api_docs.show_api_doc(app_name=..., api_name=...)`.
+- Log in to an app with the supervisor's passwords from `apis.supervisor.show_account_passwords()`.
+- When the task is done, call `apis.supervisor.complete_task()`; if the task asks for information, pass it: \
+`apis.supervisor.complete_task(answer=...)`.
+- You have at most {max_steps} replies."""
+
+USER_PROMPT = """\
+My name is {first_name} {last_name}. My email is {email} and my phone number is {phone_number}. It is {datetime}.
+Task: {instruction}"""
+
+EMPTY_OUTPUT = "(the code ran and printed nothing)"
+
+
+def api_list(api_docs: dict) -> str:
+    """One line per app naming its APIs (`app: api, api, ...`), from the server's `{app: {api: doc}}`: a compact map
+    for the prompt; the agent reads an API's parameters with `apis.api_docs.show_api_doc`."""
+    return "\n".join(f"- {app}: {', '.join(apis)}" for app, apis in api_docs.items())
+
+
+def system_prompt(max_steps: int, apis: str | None) -> str:
+    text = SYSTEM_PROMPT.format(max_steps=max_steps)
+    return text if not apis else f"{text}\n\nApps and their APIs:\n{apis}"
+
+
+def user_prompt(task: AppWorldTask) -> str:
+    return USER_PROMPT.format(**task.supervisor, datetime=task.datetime, instruction=task.instruction)
+
+
+class AppWorldEpisode(Conversation):
+    """One rollout of one AppWorld task on one server: the conversation, the env, and the record being built.
+
+    The prompt comes from the task's own specs, so a server failure at `reset()` still leaves a well-formed
+    conversation (run_rollouts asks for a first reply before it checks `done`; that reply is then dropped)."""
+
+    def __init__(self, task: AppWorldTask, sample_index: int, config: RolloutConfig, server: AppWorldServer,
+                 release, split: str, apis: str | None, env_config: AppWorldEnvConfig, retries: int = 1):
+        super().__init__(config)
+        self.task, self.sample_index, self.split = task, sample_index, split
+        self.server, self._release, self.retries = server, release, retries
+        self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.max_steps_per_episode))
+        self.prompt = [{"role": "system", "content": system_prompt(config.max_steps_per_episode, apis)},
+                       {"role": "user", "content": user_prompt(task)}]
+        self.messages = list(self.prompt)
+        self.steps: list[dict] = []
+        self.attempts = 1
+        self.faults: list[dict] = []  # every AppWorldServerError met, in order
+        self.model_error: str | None = None
+        self.env_seconds = 0.0
+        self._start_attempt()
+
+    def _start_attempt(self) -> None:
+        """(Start the server and) load the task's start state; a server failure goes to `_recover`."""
+        while True:
+            start = time.perf_counter()
+            try:
+                if self.server.process is None:
+                    self.server.start()
+                self.env.reset()
+                return
+            except AppWorldServerError as error:
+                if not self._recover(error):
+                    return
+            finally:
+                self.env_seconds += time.perf_counter() - start
+
+    def _recover(self, error: AppWorldServerError) -> bool:
+        """Note the fault and restart the server; True when the episode starts over from `reset()` with a fresh
+        conversation (the first `retries` faults), False when it ends as an environment error."""
+        self.faults.append({"attempt": self.attempts, "step": len(self.steps), "kind": error.kind,
+                            "message": str(error)[:2000]})
+        log.warning("task %s, attempt %d: AppWorld server failed (%s): %s", self.task.task_id, self.attempts,
+                    error.kind, str(error).splitlines()[0])
+        try:
+            self.server.ensure_running()
+        except AppWorldServerError as restart_error:
+            self.faults.append({"attempt": self.attempts, "step": len(self.steps), "kind": restart_error.kind,
+                                "message": str(restart_error)[:2000]})
+            self.terminated = "environment_error"
+            return False
+        if self.attempts > self.retries:
+            self.terminated = "environment_error"
+            return False
+        self.attempts += 1
+        # A fresh conversation: the record and the token ids describe the last attempt only; the token counts and
+        # seconds keep adding up (they are what the episode cost).
+        self.messages, self.steps = list(self.prompt), []
+        self.prompt_ids, self.completion_ids, self.completion_mask, self.rendered = None, [], [], 0
+        self.terminated = None
+        return True
+
+    def feed(self, generation: Generation) -> None:
+        """Take the model's reply: run its code block on the server (or count a format error), append the output as
+        the next user message, and end the episode on completion, a cap, a model error or a second server failure."""
+        if self.terminated == "environment_error":  # the server failed at reset(): this reply was never wanted
+            return
+        self.take_tokens(generation)
+        if generation.error:
+            self.messages.append({"role": "assistant", "content": ""})
+            self.terminated, self.model_error = "model_error", generation.error
+            return
+        self.messages.append({"role": "assistant", "content": generation.text})
+        if self.terminated:  # the completion cap: the reply is kept in the ids and messages but not executed
+            return
+        start = time.perf_counter()
+        try:
+            output = self.env.step(generation.text)
+        except AppWorldServerError as error:
+            if self._recover(error):
+                self._start_attempt()
+            return
+        finally:
+            self.env_seconds += time.perf_counter() - start
+        code = extract_code(generation.text)
+        # What signals and contexts read: `calls`, the APIs the code names (read as text), and one observation per
+        # call; the block's output is one text, given to its last call.
+        calls = code_api_names(code)
+        self.steps.append({"step": len(self.steps), "raw": generation.text, "code": code, "output": output,
+                           "calls": calls, "observations": [""] * (len(calls) - 1) + [output] if calls else []})
+        self.messages.append({"role": "user", "content": output or EMPTY_OUTPUT})
+        if self.env.completed:
+            self.terminated = "completed"
+        elif self.env.done:
+            self.terminated = "episode_step_cap"
+
+    def record(self, model_name: str) -> dict:
+        """Score the episode with AppWorld's tests (caps and model errors fail it), release the server, and return
+        the trajectory record. A server failure while scoring makes it an environment error."""
+        score = None
+        if self.terminated != "environment_error":
+            start = time.perf_counter()
+            try:
+                score = self.env.score()
+                self.env.close()
+            except AppWorldServerError as error:
+                if score is None:
+                    self.faults.append({"attempt": self.attempts, "step": len(self.steps), "kind": error.kind,
+                                        "message": str(error)[:2000]})
+                    self.terminated = "environment_error"
+                try:
+                    self.server.ensure_running()
+                except AppWorldServerError:
+                    pass  # the pool restarts it before its next episode
+            self.env_seconds += time.perf_counter() - start
+        self._release(self.server)
+        environment_error = self.terminated == "environment_error"
+        success = bool(score and score["success"]) and self.terminated == "completed"
+        if environment_error:
+            error_type = f"environment:{self.faults[-1]['kind']}"
+        elif self.terminated != "completed":
+            error_type = f"agent:{self.terminated}"
+        else:
+            error_type = None if success else "appworld:tests_failed"
+        pass_fraction = score["pass_fraction"] if score else 0.0
+        return {
+            "schema": ROLLOUT_SCHEMA,
+            "task_id": self.task.task_id,
+            "task_source": f"appworld:{self.split}",
+            "scenario_id": scenario_id(self.task.task_id),
+            "sample_index": self.sample_index,
+            "model": model_name,
+            "tool_format": "code",
+            "messages": self.messages,
+            "steps": self.steps,
+            "score": 1.0 if success else 0.0,
+            "success": success,
+            "pass_fraction": pass_fraction,
+            "positive_reward": bool(score) and positive_reward(score),
+            "num_tests": score["num_tests"] if score else 0,
+            "passes": score["passes"] if score else [],
+            "failures": score["failures"] if score else [],
+            "error_type": error_type,
+            "error_message": self.model_error or (self.faults[-1]["message"] if environment_error else None),
+            "terminated": self.terminated,
+            "format_errors": self.env.format_errors,
+            "environment_error": environment_error,
+            "environment_faults": self.faults,
+            "attempts": self.attempts,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "model_seconds": round(self.model_seconds, 4),
+            "env_seconds": round(self.env_seconds, 4),
+            **self.token_fields(),
+        }
+
+
+class AppWorldEpisodes:
+    """Makes AppWorld episodes for `run_rollouts(..., new_episode=episodes)` and owns their servers; a context
+    manager that stops the servers it started:
+
+        with AppWorldEpisodes(root, split="dev") as episodes:
+            records = run_rollouts(model, load_tasks("dev", root), config, new_episode=episodes)
+
+    Each live episode holds its own server (AppWorld's server holds one task at a time); a server goes back to the
+    pool when its episode is recorded, so the pool never grows past the number of live episodes
+    (`RolloutConfig.max_batch_size`; ~250 MB of memory each). `servers`: already started servers to use first
+    (e.g. a test's); they are not stopped on exit."""
+
+    def __init__(self, root: str | Path | None = None, split: str = "dev", servers: list[AppWorldServer] = (),
+                 server_config: AppWorldServerConfig | None = None, env_config: AppWorldEnvConfig | None = None,
+                 retries: int = 1):
+        """`root`: the data root (else APPWORLD_ROOT); `split`: the tasks' split, for the records' `task_source`;
+        `retries`: episode restarts after a server failure before it is recorded as an environment error."""
+        self.root = data_root(root)
+        self.split, self.retries = split, retries
+        self.server_config = server_config or AppWorldServerConfig(root=self.root)
+        self.env_config = env_config or AppWorldEnvConfig()
+        self.idle: list[AppWorldServer] = list(servers)
+        self.owned: list[AppWorldServer] = []
+        self.apis: str | None = None
+
+    def __enter__(self) -> AppWorldEpisodes:
+        """Fail now, in one line, when AppWorld is not installed or the root has no data, not inside a rollout."""
+        appworld_python(self.server_config.venv)
+        if not (self.root / "data").is_dir():
+            raise FileNotFoundError(f"{self.root} has no data/ folder: the AppWorld data root is the folder that "
+                                    "contains data/ (docs/appworld.md)")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for server in self.owned:
+            server.stop()
+        self.idle = [server for server in self.idle if server not in self.owned]
+        self.owned = []
+
+    def _acquire(self) -> AppWorldServer:
+        """An idle server (restarted if it died since), else a new one, started by the episode's first reset."""
+        if self.idle:
+            server = self.idle.pop()
+            if server.process is not None:
+                try:
+                    server.ensure_running()
+                except AppWorldServerError:
+                    pass  # the episode's start meets the failure and handles it
+            return server
+        server = AppWorldServer(self.server_config)
+        self.owned.append(server)
+        return server
+
+    def _release(self, server: AppWorldServer) -> None:
+        self.idle.append(server)
+
+    def __call__(self, task: AppWorldTask, sample_index: int, tool_format: str | None = None,
+                 config: RolloutConfig | None = None) -> AppWorldEpisode:
+        """A new episode (`run_rollouts`' `new_episode`); `tool_format` is ignored: actions are code blocks. The
+        system prompt lists every app's API names (read once from a server) unless `config.tool_docs` is `none`."""
+        config = config or RolloutConfig()
+        server = self._acquire()
+        listed = config.tool_docs != "none"
+        if listed and self.apis is None:
+            try:
+                if server.process is None:
+                    server.start()
+                self.apis = api_list(server.client.api_docs())
+            except AppWorldServerError as error:  # the episode meets it again and handles it; the prompt goes on
+                log.warning("AppWorld's api_docs could not be read (%s); the prompt lists no APIs", error.kind)
+        return AppWorldEpisode(task, sample_index, config, server, self._release, self.split,
+                               self.apis if listed else None, self.env_config, self.retries)
+
+
+def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = None,
+                      rollout_config: RolloutConfig | None = None, *, out: str | Path, limit: int | None = None,
+                      profile: str = "tiny", experiment: str = "appworld", episodes: AppWorldEpisodes | None = None,
+                      progress: bool = False) -> dict:
+    """TGC and SGC of `model` on an AppWorld split (one greedy episode per task by default), written to `out` as a
+    `results/v2` document (two rows, `tgc` and `sgc`, in percent); every episode's record is appended to
+    `<out>.rollouts.jsonl` as it ends. Returns the document.
+
+    Environment errors (`environment_error`) are counted in `details` and left out of both metrics; a task whose
+    episode hit one is listed in `per_task` with its error type. `episodes`: an `AppWorldEpisodes` to use (e.g.
+    with a test's running servers); by default one is made for `root` and `split`, and closed at the end."""
+    rollout_config = rollout_config or RolloutConfig()
+    root = data_root(root)
+    tasks = load_tasks(split, root)[:limit]
+    if not tasks:
+        raise EvaluationError(f"no AppWorld task to evaluate ({split}, limit {limit})")
+    out = Path(out)
+    rollouts_path = out.with_suffix(".rollouts.jsonl")
+    rollouts_path.unlink(missing_ok=True)
+    # the hash is of what the document records: the root relative to the checkout, not this machine's folders
+    settings = {"benchmark": "appworld", "split": split, "root": repo_relative(root), "limit": limit,
+                "model": model.name, "rollout": asdict(rollout_config)}
+    start = time.perf_counter()
+    with nullcontext(episodes) if episodes else AppWorldEpisodes(root, split=split) as episodes:
+        records = run_rollouts(model, tasks, rollout_config, on_record=lambda r: append_jsonl(rollouts_path, r),
+                               progress=progress, new_episode=episodes)
+    measured = measured_records(records)
+    if not measured:
+        raise EvaluationError(f"every AppWorld episode ended in an environment error (the first: "
+                              f"{records[0]['error_message'][:300]})")
+    if all(r["terminated"] == "model_error" for r in records):
+        raise EvaluationError(f"every episode ended in a model error (the first: {records[0]['error_message']}); "
+                              "is the model's endpoint up?")
+    try:
+        scenarios = scenarios_completed(records)
+    except ValueError:  # every scenario has an environment error: SGC measured nothing
+        scenarios = {}
+    common = {"benchmark": "appworld", "eval_set": f"appworld/{split}", "k": 1,
+              "temperature": rollout_config.generation.temperature}
+    if rollout_config.generation.seed is not None:
+        common["seed"] = rollout_config.generation.seed
+    per_task = [{"task_id": r["task_id"], "success": r["success"], "pass_fraction": r["pass_fraction"],
+                 "error_type": r["error_type"], "terminated": r["terminated"], "steps": len(r["steps"]),
+                 "format_errors": r["format_errors"], "environment_error": r["environment_error"],
+                 "completion_tokens": r["completion_tokens"]} for r in records]
+    correct = sum(r["success"] for r in measured)
+    rows = [{**common, "metric": "tgc", "n": len(measured), "correct": correct,
+             "value": round(100.0 * correct / len(measured), 2), "per_task": per_task},
+            {**common, "metric": "sgc", "n": len(scenarios), "correct": sum(scenarios.values()),
+             "value": round(100.0 * sum(scenarios.values()) / len(scenarios), 2) if scenarios else None}]
+    return write_result(out, experiment=experiment, profile=profile, model=model.name,
+                        config_hash=config_hash(settings), config=settings, metrics=rows,
+                        details={"tasks": len(records), "environment_errors": len(records) - len(measured),
+                                 "model_errors": sum(r["terminated"] == "model_error" for r in records),
+                                 "format_errors": sum(r["format_errors"] for r in records),
+                                 "positive_reward": sum(r["positive_reward"] for r in measured),
+                                 "retried_episodes": sum(r["attempts"] > 1 for r in records),
+                                 "seconds": round(time.perf_counter() - start, 2),
+                                 "rollouts_path": str(rollouts_path)})

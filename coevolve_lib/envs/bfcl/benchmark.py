@@ -1,0 +1,424 @@
+"""BFCL multi-turn tasks, a step API over the official backend classes, and scoring equal to the official checker.
+
+`BFCLEnv` holds its own backend instances (never the global instance cache of the official executor, which
+shares state between rollouts of one task), executes only calls that `safe_calls` accepted, and records
+the canonical call strings of every executed step in `history` ([turn][step][call]). A call it rejects is
+graded as BFCL grades a call it cannot run: a call made in its turn, with its error as the result (a `print`
+call, which BFCL's `eval` does run, with print's result "None"). So the verdict is the verdict
+`multi_turn_checker` gives on the same calls: the per-turn rules are the official ones and the state and
+response comparisons are the official sub-checkers themselves (`bfcl_backend.checker_module`).
+`python -m coevolve_lib.envs.bfcl.replay` checks that agreement on ground truth and perturbed ground truth, and
+`benchmarks/bfcl_differential.py` on thousands of randomly mutated trajectories.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import inspect
+import json
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+from coevolve_lib.envs.bfcl import backend as bfcl_backend, call_guards
+from coevolve_lib.core.safe_calls import Call, CallParseError, parse_call
+
+GORILLA_TO_OPENAPI = {
+    "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
+    "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object",
+    "tuple": "array", "any": "string", "byte": "integer", "short": "integer", "long": "integer",
+    "double": "number", "char": "string", "ArrayList": "array", "Array": "array", "HashMap": "object",
+    "Hashtable": "object", "Queue": "array", "Stack": "array", "Any": "string", "String": "string",
+    "Bigint": "integer",
+}
+"""Equal to `bfcl_eval.constants.type_mappings.GORILLA_TO_OPENAPI` in both releases (a test checks it);
+copied so that building tool schemas does not import a BFCL release."""
+
+EMPTY_TURN = "multi_turn:empty_turn_model_response"
+EXEC_ERROR = "Error during execution"
+"""Prefix of the observation of a call that was rejected or raised (the official executor's wording)."""
+
+
+def is_error_observation(observation: str) -> bool:
+    """A call failed: it was rejected or raised ("Error during execution: ..."), or the backend refused it with a
+    JSON object holding an "error" key (how every BFCL class reports a failure, e.g. `cd` to a missing folder)."""
+    text = observation.strip()
+    if text.startswith(EXEC_ERROR) or text.lower().startswith("error"):
+        return True
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and "error" in value
+
+
+def grade(task: "BFCLTask", turns: list[list[str]]) -> bool:
+    """The checker's verdict on `turns` (the calls made in each user turn), executed in a fresh env of `task`."""
+    env = BFCLEnv(task)
+    for calls in turns:
+        if calls:
+            env.execute(calls)
+        env.end_turn()
+    verdict = env.score()["success"]
+    env.close()
+    return verdict
+
+
+@dataclass
+class BFCLTask:
+    id: str
+    category: str
+    data_version: str
+    turns: list[list[dict]]  # user messages per turn; miss_func hold-out turns are [] as in the data
+    initial_config: dict
+    involved_classes: list[str]
+    ground_truth: list[list[str]] | None = None
+    missed_functions: dict[int, list[str]] = field(default_factory=dict)  # turn -> names added at that turn
+
+    @property
+    def long_context(self) -> bool:
+        # The official checker loads the classes with long_context=True exactly when the category says so.
+        return "long_context" in self.category
+
+    def tools_at_turn(self, turn: int) -> list[dict]:
+        """Gorilla func docs offered at `turn`, in the official order: the involved classes' docs without the
+        held-out ones, then each held-out group appended at the turn it becomes available."""
+        docs = [doc for name in self.involved_classes for doc in bfcl_backend.func_docs(self.data_version, name)]
+        held_out = {name for names in self.missed_functions.values() for name in names}
+        by_name: dict[str, dict] = {}
+        for doc in docs:
+            by_name.setdefault(doc["name"], doc)
+        tools = [doc for doc in docs if doc["name"] not in held_out]
+        for added_at in sorted(self.missed_functions):
+            if added_at <= turn:
+                tools += [by_name[name] for name in self.missed_functions[added_at]]
+        return copy.deepcopy(tools)
+
+
+def docs_by_name(data_version: str, involved_classes: Sequence[str]) -> dict[str, tuple[str, dict]]:
+    """Function name -> (class, func doc) of a task's classes; a later class wins a name clash, as in the executor."""
+    return {doc["name"]: (name, doc) for name in involved_classes for doc in bfcl_backend.func_docs(data_version, name)}
+
+
+def start_env(task: Mapping) -> BFCLEnv:
+    """A fresh environment in the start state of a task-like record (a pool task, a task spec, an exploration
+    source: its `initial_config`, `involved_classes` and `data_version`)."""
+    return BFCLEnv.from_config(task["initial_config"], task["involved_classes"], task.get("data_version", "v3"))
+
+
+def load_tasks(data_version: str = "v3", category: str = "multi_turn_base") -> list[BFCLTask]:
+    category = bfcl_backend.normalize_category(category)
+    entries, answers = bfcl_backend.read_entries(data_version, category)
+    tasks = []
+    for entry, answer in zip(entries, answers, strict=True):
+        if entry["id"] != answer["id"]:
+            raise ValueError(f"question {entry['id']} and answer {answer['id']} are out of order")
+        tasks.append(BFCLTask(
+            id=entry["id"],
+            category=category,
+            data_version=data_version,
+            turns=copy.deepcopy(entry["question"]),
+            initial_config=copy.deepcopy(entry["initial_config"]),
+            involved_classes=list(entry["involved_classes"]),
+            ground_truth=copy.deepcopy(answer["ground_truth"]),
+            missed_functions={int(t): list(names) for t, names in (entry.get("missed_function") or {}).items()},
+        ))
+    return tasks
+
+
+def split_tasks(tasks: list[BFCLTask], split: str, seed: int = 42, val_fraction: float = 0.5) -> list[BFCLTask]:
+    """The train or val half (or all) of `tasks`.
+
+    AgentEvolver used a seeded 50/50 split of multi_turn_base; the kit's split is its own: the numeric task
+    indices (`multi_turn_base_17` -> 17) are shuffled with `random.Random(seed)` and the first
+    `round(n * val_fraction)` form val, the rest train. The halves never overlap, the split is deterministic
+    for a given seed, and because it depends only on the indices it is the same in v3 and v4 and across the
+    four categories (long_context shares most questions with base, so this keeps val questions out of train).
+    """
+    if split not in ("train", "val", "all"):
+        raise ValueError(f"unknown split {split!r}; choose train, val or all")
+    if split == "all":
+        return list(tasks)
+    indices = sorted({_task_index(task.id) for task in tasks})
+    random.Random(seed).shuffle(indices)
+    val = set(indices[: round(len(indices) * val_fraction)])
+    return [task for task in tasks if (_task_index(task.id) in val) == (split == "val")]
+
+
+def restrict_classes(tasks: list[BFCLTask], classes: Sequence[str] | None) -> list[BFCLTask]:
+    """A smaller world: each task's environment with only the given BFCL classes (their initial state kept, the
+    other classes dropped); tasks that involve none of them are left out. The ground truth is dropped, since it may
+    call the removed classes: the results are environments to explore (their queries stay, as context), not tasks
+    to solve. None keeps every task as it is."""
+    if classes is None:
+        return list(tasks)
+    unknown = sorted(set(classes) - set(bfcl_backend.CLASSES))
+    if unknown:
+        raise ValueError(f"unknown BFCL class(es) {unknown}; choose from {sorted(bfcl_backend.CLASSES)}")
+    out = []
+    for task in tasks:
+        kept = [name for name in task.involved_classes if name in classes]
+        if kept:
+            out.append(BFCLTask(id=task.id, category=task.category, data_version=task.data_version,
+                                turns=task.turns, involved_classes=kept,
+                                initial_config={k: v for k, v in task.initial_config.items() if k in kept}))
+    return out
+
+
+def _task_index(task_id: str) -> int:
+    return int(task_id.rsplit("_", 1)[1])
+
+
+def tools_to_openai(func_docs: Iterable[dict]) -> list[dict]:
+    """Gorilla func docs -> OpenAI function tools, with the official type mapping applied recursively
+    (like `bfcl_eval.model_handler.utils.convert_to_tool` for OpenAI-style models)."""
+    tools = []
+    for doc in func_docs:
+        parameters = _openai_schema(doc.get("parameters") or {"type": "dict", "properties": {}})
+        parameters["type"] = "object"
+        tools.append({"type": "function", "function": {
+            "name": doc["name"], "description": doc.get("description", ""), "parameters": parameters}})
+    return tools
+
+
+def _openai_schema(schema: dict) -> dict:
+    out = dict(schema)
+    gorilla_type = schema.get("type", "string")
+    out["type"] = GORILLA_TO_OPENAPI.get(gorilla_type, "string")
+    if gorilla_type == "float":  # the official converter marks floats this way
+        out["format"] = "float"
+        out["description"] = out.get("description", "") + " This is a float type value."
+    if isinstance(schema.get("properties"), dict):
+        out["properties"] = {key: _openai_schema(value) for key, value in schema["properties"].items()}
+    if isinstance(schema.get("items"), dict):
+        out["items"] = _openai_schema(schema["items"])
+    return out
+
+
+class BFCLEnv:
+    """One rollout of one task: `execute` a step, `end_turn` after each user turn, then `score`."""
+
+    def __init__(self, task: BFCLTask):
+        self.task = task
+        self._instances = _load_instances(task)
+        self._methods = _method_table(self._instances)
+        self.method_names: frozenset[str] = frozenset(self._methods)
+        self.history: list[list[list[str]]] = [[]]  # [turn][step][canonical call]: the calls that ran
+        self.turn_verdicts: list[dict] = []
+        self._model_results: list[str] = []  # results of every call made, rejected ones included, all turns so far
+        self._calls_in_turn = 0  # calls made in the turn in progress, rejected ones included
+        self._gt_instances: dict | None = None  # created at the first scored turn
+        self._gt_methods: dict = {}
+
+    @classmethod
+    def from_config(cls, initial_config: dict, involved_classes: list[str], data_version: str = "v3",
+                    long_context: bool = False) -> "BFCLEnv":
+        """An env for a synthetic task: no user turns, no ground truth (use `state()` as the outcome)."""
+        task = BFCLTask(id="synthetic_0", category="synthetic_long_context" if long_context else "synthetic",
+                        data_version=data_version, turns=[], initial_config=copy.deepcopy(initial_config),
+                        involved_classes=list(involved_classes))
+        return cls(task)
+
+    @property
+    def turn(self) -> int:
+        """Index of the turn in progress."""
+        return len(self.history) - 1
+
+    def execute(self, calls: Sequence[Call | str]) -> list[str]:
+        """One model step: run each call in order, return one observation per call. Never raises.
+
+        Observations are formatted as the official executor formats results. A call that is not accepted
+        (unparsable, not literal-only, unknown function) yields an `Error during execution: ...` observation
+        and is neither executed nor written to `history`. Like a call BFCL's executor fails on, it still
+        counts as a call of its turn (so the turn is not empty) and its error joins the results. Items that
+        are neither a call string nor a Call (None, numbers) are no call at all and count for nothing.
+        """
+        if isinstance(calls, (str, Call)):
+            calls = [calls]
+        try:
+            calls = list(calls)
+        except Exception:
+            return [f"Error during execution: expected a list of calls, got {type(calls).__name__}"]
+        observations, accepted = [], []
+        for call in calls:
+            try:
+                call = self._accept(call)
+            except CallParseError as e:
+                observations.append(f"Error during execution: {e}")
+                if isinstance(call, (str, Call)):
+                    self._calls_in_turn += 1
+                    self._model_results.append(_rejected_result(call, observations[-1]))
+                continue
+            result = _run(self._methods, call)
+            accepted.append(call.to_source())
+            observations.append(result)
+            self._calls_in_turn += 1
+            self._model_results.append(result)
+        if accepted:
+            self.history[-1].append(accepted)
+        return observations
+
+    def _accept(self, call) -> Call:
+        if isinstance(call, str):
+            return parse_call(call, self.method_names)
+        if not isinstance(call, Call):
+            raise CallParseError(f"expected a Call or a call string, got {type(call).__name__}")
+        # A Call may be built by hand: re-parse its source so that what runs is exactly what is recorded.
+        try:
+            source = call.to_source()
+        except Exception as e:
+            raise CallParseError(f"malformed Call: {e}") from None
+        return parse_call(source, self.method_names)
+
+    def end_turn(self) -> dict | None:
+        """Close the turn in progress; with ground truth, return its verdict under the official rules."""
+        turn, calls_made = self.turn, self._calls_in_turn
+        self.history.append([])
+        self._calls_in_turn = 0
+        ground_truth = self.task.ground_truth
+        if ground_truth is None or turn >= len(ground_truth):
+            return None
+        verdict = self._check_turn(turn, calls_made, ground_truth[turn])
+        self.turn_verdicts.append(verdict)
+        return verdict
+
+    def _check_turn(self, turn: int, calls_made: int, gt_calls: list[str]) -> dict:
+        """The body of the official per-turn loop of `multi_turn_checker`, on this env's instances."""
+        checker = bfcl_backend.checker_module(self.task.data_version)
+        if self._gt_instances is None:
+            self._gt_instances = _load_instances(self.task)
+            self._gt_methods = _method_table(self._gt_instances)
+        gt_results = [_run(self._gt_methods, parse_call(text)) for text in gt_calls]
+        verdict = {"turn": turn, "valid": True, "error_type": None, "error_message": None}
+        if not gt_calls:  # no expected calls: nothing is checked, the model's calls have still changed state
+            return verdict
+        # BFCL's turn is empty when no step decoded to a call (its runner drops empty steps); a call it then
+        # fails to run still counts, so here a rejected call does too.
+        if not calls_made:
+            return {**verdict, "valid": False, "error_type": EMPTY_TURN,
+                    "error_message": f"Model response list is empty for turn {turn}"}
+        for result in (checker.state_checker(self._instances, self._gt_instances),
+                       checker.response_checker(self._model_results, gt_results, turn)):
+            if not result["valid"]:
+                return {**verdict, "valid": False, "error_type": result["error_type"],
+                        "error_message": result["error_message"]}
+        return verdict
+
+    def score(self) -> dict:
+        """The episode verdict. Turns not yet closed count as empty, as in the official runner."""
+        ground_truth = self.task.ground_truth
+        if ground_truth is None:
+            raise ValueError(f"task {self.task.id} has no ground truth to score against; use state()")
+        while len(self.turn_verdicts) < len(ground_truth):
+            self.end_turn()
+        failed = next((v for v in self.turn_verdicts if not v["valid"]), None)
+        return {
+            "success": failed is None,
+            "turn_valid": [v["valid"] for v in self.turn_verdicts],
+            "error_type": failed["error_type"] if failed else None,
+            "error_message": failed["error_message"] if failed else None,
+            "turns_scored": len(self.turn_verdicts),
+        }
+
+    def state(self) -> dict:
+        """{class: {public attribute: value}} as JSON-friendly deep copies (file trees in initial_config form)."""
+        return {name: {key: _jsonable(value) for key, value in vars(instance).items() if not key.startswith("_")}
+                for name, instance in self._instances.items()}
+
+    def close(self) -> None:
+        self._instances, self._methods, self._gt_instances, self._gt_methods = {}, {}, None, {}
+
+
+def _load_instances(task: BFCLTask) -> dict:
+    """Fresh backend instances, loaded as `execute_multi_turn_func_call` loads them."""
+    stateless = bfcl_backend.stateless_classes(task.data_version)
+    instances = {}
+    for name in task.involved_classes:
+        instance = bfcl_backend.backend_class(task.data_version, name)()
+        if name not in stateless:
+            instance._load_scenario(copy.deepcopy(task.initial_config.get(name, {})), long_context=task.long_context)
+        instances[name] = instance
+    return instances
+
+
+def _method_table(instances: dict) -> dict:
+    """Public method name -> bound method; a later class wins a name clash, as in the official executor."""
+    return {name: getattr(instance, name)
+            for instance in instances.values() for name in _public_method_names(type(instance))}
+
+
+@cache
+def _public_method_names(cls: type) -> tuple[str, ...]:
+    # The official executor lists `inspect.getmembers(instance, inspect.ismethod)` on every call; the
+    # names depend only on the class, so list them once on a bare instance.
+    return tuple(name for name, _ in inspect.getmembers(cls(), inspect.ismethod) if not name.startswith("_"))
+
+
+_PRINT_KEYWORDS = frozenset({"sep", "end", "file", "flush"})
+
+
+def _rejected_result(call: Call | str, error: str) -> str:
+    """The result BFCL's executor records for a call the kit rejected (the kit runs none of them): its error,
+    except for the builtin `print`, which BFCL's `eval` runs: "None" when print accepts the literal arguments."""
+    try:
+        call = parse_call(call if isinstance(call, str) else call.to_source())
+    except Exception:  # not a literal-only call, or a hand-built Call whose source cannot be written
+        return error
+    kwargs = call.kwargs_dict
+    if (call.name == "print" and set(kwargs) <= _PRINT_KEYWORDS and kwargs.get("file") is None
+            and all(kwargs.get(key) is None or type(kwargs[key]) is str for key in ("sep", "end"))):
+        return "None"
+    return error
+
+
+def _run(methods: dict, call: Call) -> str:
+    """Execute one accepted call and format its result exactly as the official executor does.
+
+    Guarded (`call_guards`): a call whose arguments would compute for seconds is refused with an error observation,
+    and the call cannot change the numeric precision of later calls."""
+    try:
+        # Fresh argument objects per execution, as `eval` of the call text would give: a backend may store
+        # an argument list in its state, and the same Call object may run in several envs.
+        args, kwargs = copy.deepcopy((call.args, dict(call.kwargs)))
+        refusal = call_guards.refusal(call.name, methods[call.name], args, kwargs)
+        if refusal:
+            return f"Error during execution: {refusal}"
+        with call_guards.restored_precision():  # the result is formatted at the precision the call set, as in BFCL
+            result = methods[call.name](*args, **kwargs)
+            if type(result) is str:
+                return result
+            if type(result) is dict:
+                try:
+                    return json.dumps(result)
+                except Exception:  # some results hold objects json cannot encode
+                    return str(result)
+            return str(result)
+    except Exception as e:
+        return f"Error during execution: {e}"
+
+
+def _jsonable(value, depth: int = 0):
+    if depth > 100:
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {k if isinstance(k, (str, int, float, bool)) else str(k): _jsonable(v, depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_jsonable(v, depth + 1) for v in value), key=repr)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    kind = type(value).__name__
+    if kind == "File":  # GorillaFileSystem tree nodes, written as in initial_config (Directory.parent is a cycle)
+        return {"type": "file", "content": value.content}
+    if kind == "Directory":
+        node = {"type": "directory", "contents": _jsonable(value.contents, depth + 1)}
+        return node if value.parent is not None else {value.name: node}  # the root, keyed by its name
+    if hasattr(value, "__dict__"):
+        return {k: _jsonable(v, depth + 1) for k, v in vars(value).items() if not k.startswith("_")}
+    return repr(value)

@@ -1,0 +1,168 @@
+"""BFCL multi-turn behind the `Environment` seam: its task sources, its round steps, its episodes, its metric, its
+held-out identity and its warm start.
+
+    sources   BFCL tasks of the profile's `d0_source_split` (their start states), restricted to its classes; with a
+              warm start, a disjoint share of them goes to the warm start (`warm_start.partition_environments`)
+    a round   the schema or LLM explorer (`explore`), the deterministic or LLM abstraction (`abstraction`), validation
+              by replay and BFCL's checker, with the optional judge (`validation`)
+    episodes  `episode.Episode`: BFCL's inference protocol on the task's own `BFCLEnv`
+    metric    multi-turn success on a split (`evaluate`)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from coevolve_lib.core.environment import Environment, RoundSteps
+from coevolve_lib.core.paths import CACHE_DIR, MODELS_DIR
+from coevolve_lib.core.records import config_hash, write_json_atomic
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.envs.bfcl.abstraction import abstract
+from coevolve_lib.envs.bfcl.backend import CLASSES, normalize_category
+from coevolve_lib.envs.bfcl.benchmark import (BFCL_SPLITS, docs_by_name, is_error_observation, load_tasks,
+                                              restrict_classes, split_tasks)
+from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
+from coevolve_lib.envs.bfcl.evaluate import evaluate
+from coevolve_lib.envs.bfcl.explore import explore
+from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
+from coevolve_lib.envs.bfcl.validation import validate
+from coevolve_lib.envs.bfcl.warm_start import (RECIPE_VERSION, WORLDS_VERSION, partition_environments,
+                                               shipped_warm_start, warm_start, worlds_stage)
+
+log = logging.getLogger(__name__)
+
+
+class BFCLEnvironment(Environment):
+    """BFCL multi-turn base, on the profile's data version and classes."""
+
+    name = "bfcl"
+
+    def _split(self, split: str) -> list:
+        cfg = self.config
+        return restrict_classes(split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), split), cfg.classes)
+
+    def partition(self) -> dict[str, list]:
+        """The source environments of the pool and of the warm start: with a warm start a disjoint share each,
+        without one the pool has them all."""
+        sources = self._split(self.config.d0_source_split)
+        if not self.config.warm_start.enabled:
+            return {"pool": sources, "warm_start": []}
+        warm, pool = partition_environments(sources, self.config.warm_start.environment_share,
+                                            self.config.warm_start.seed)
+        return {"pool": pool, "warm_start": warm}
+
+    def sources(self, part: str) -> list:
+        return self._split("val") if part == "unseen" else self.partition()[part]
+
+    def target(self, source, signal: dict | None = None, trajectory: dict | None = None) -> ExplorationTarget:
+        text = "\n".join(m["content"] for turn in source.turns for m in turn if m.get("role") == "user")
+        return ExplorationTarget(source.id, self, source.data_version, source.initial_config,
+                                 list(source.involved_classes), text, signal, trajectory)
+
+    def round_steps(self) -> RoundSteps:
+        return RoundSteps(explore=explore, abstract=abstract, validate=validate)
+
+    def tool_docs(self, target) -> list[dict]:
+        """Func docs of the involved classes; a later class wins a name clash, as in the env."""
+        return [doc for _, doc in docs_by_name(target.data_version, target.involved_classes).values()]
+
+    def is_error(self, observation: str) -> bool:
+        return is_error_observation(observation)
+
+    def rollout_tasks(self, pool_tasks: list[dict]) -> list:
+        """One-turn BFCL tasks graded against their reference actions."""
+        return [pool_task_to_bfcl(task) for task in pool_tasks]
+
+    def new_episode(self, task, sample_index: int, tool_format: str, config) -> Episode:
+        return Episode(task, sample_index, tool_format, config)
+
+    def evaluate(self, model, settings, out, rollout, experiment: str, progress: bool = False) -> dict:
+        return evaluate(replace(settings, model=model.name), out, model=model, progress=progress,
+                        experiment=experiment, rollout=rollout)
+
+    def heldout_identity(self) -> dict:
+        return {"data_version": self.config.data_version, "classes": self.config.classes}
+
+    def describe(self) -> dict:
+        return {"benchmark": self.name, "data_version": self.config.data_version}
+
+    @classmethod
+    def check(cls, run) -> list[str]:
+        problems = []
+        if run.evaluation.split not in BFCL_SPLITS:
+            problems.append(f"BFCL split {run.evaluation.split!r}: choose from {list(BFCL_SPLITS)}")
+        try:
+            normalize_category(run.evaluation.category)
+        except ValueError as error:
+            problems.append(str(error))
+        unknown = [name for name in run.data_engine.classes or [] if name not in CLASSES]
+        if unknown:
+            problems.append(f"unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
+        return problems
+
+    # -- the warm start (a kit addition: the tiny profile's policy starts from it) ----------------------------
+    def warm_start_recipe(self, stage: str = "final") -> dict:
+        """Everything that decides the warm start's weights (its key names the cache folder and the shipped copy):
+        of the first stage alone (`stage="first"`), or of the whole warm start (with its worlds stage, if any)."""
+        cfg = self.config
+        settings = {k: v for k, v in asdict(cfg.warm_start).items() if k not in ("enabled", "worlds")}
+        base = asdict(TinyConfig()) if cfg.model == "tiny" else None  # the kit builds `tiny` itself, from TinyConfig
+        recipe = {"recipe_version": RECIPE_VERSION, "model": cfg.model, "tiny_config": base, "warm_start": settings,
+                  "data_version": cfg.data_version, "classes": cfg.classes, "source_split": cfg.d0_source_split,
+                  "query": {"abstraction": cfg.synthesis.abstraction,
+                            "description_words": cfg.synthesis.description_words},
+                  "tool_docs": cfg.rollout.tool_docs}
+        if stage == "final" and cfg.warm_start.worlds.count:
+            recipe["worlds_stage"] = {"worlds_version": WORLDS_VERSION, **asdict(cfg.warm_start.worlds)}
+        return recipe
+
+    def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str:
+        """The warm start's model folder: taken from `coevolve_lib/data/warm_start/<profile>` when that copy was built
+        from the same recipe (its files' hashes are checked), else from `.cache/warm_start/<key>`, building it there
+        first: the first stage on benchmark environments (the tiny recipe: ~35 minutes on 2 cores), then, if the
+        profile has one, the worlds stage from it (minutes). A build cut short leaves only a `.partial` folder, started
+        afresh next time."""
+        cfg = self.config
+
+        def first_stage(out: Path) -> dict:
+            log.warning("building the %s warm start (no shipped copy matches its recipe): %d SFT steps, about %.0f min "
+                        "on 2 CPU cores at the tiny model's measured 0.9 s/step", cfg.profile,
+                        cfg.warm_start.max_steps, cfg.warm_start.max_steps * 0.9 / 60)
+            return warm_start(base, self.sources("warm_start"), out, cfg.warm_start, cfg.synthesis,
+                              tool_docs=cfg.rollout.tool_docs, progress=progress)
+
+        def first() -> str:
+            return self._warm_start_stage(self.warm_start_recipe("first"), first_stage, use_shipped)
+
+        if not cfg.warm_start.worlds.count:
+            return first()
+        # the first stage is needed (found or built) only when the whole warm start is neither shipped nor cached
+        return self._warm_start_stage(self.warm_start_recipe(), lambda out: worlds_stage(
+            first(), out, cfg.warm_start, cfg.synthesis, cfg.data_version, cfg.rollout.tool_docs, progress),
+            use_shipped)
+
+    def _warm_start_stage(self, recipe: dict, build, use_shipped: bool) -> str:
+        """The model folder of a warm-start `recipe`: the shipped copy, the cached one, or `build(folder)` run into a
+        `.partial` folder that is moved into the cache when it finishes."""
+        key = config_hash(recipe)
+        shipped = shipped_warm_start(self.config.profile, key) if use_shipped else None
+        if shipped is not None:
+            return str(shipped)
+        out = CACHE_DIR / "warm_start" / key
+        if not (out / "warm_start.json").exists():
+            partial = out.with_name(key + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            summary = build(partial)
+            write_json_atomic(partial / "warm_start.json", {**summary, "recipe_key": key, "recipe": recipe})
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(partial, out)
+        return str(out)
+
+
+def base_model(name: str) -> str:
+    """A model name as a path when the kit built it (`.cache/models/<name>`), else as given."""
+    return str(MODELS_DIR / name) if (MODELS_DIR / name).exists() else name

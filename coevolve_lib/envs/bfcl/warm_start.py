@@ -1,0 +1,373 @@
+"""Supervised warm start (a kit addition, off in the paper profiles): supervised fine-tuning of a random-init model
+on reference solutions of synthetic tasks, so that RL starts from a policy whose rollouts sometimes succeed.
+
+A GRPO group of a policy that never succeeds has zero advantage everywhere: nothing is learned and no boundary or
+forgetting signal can fire. The paper starts from instruct models that already score 13-43% on BFCL; the tiny
+profile gets a comparable start from this warm start.
+
+The data are the warm start's own: validated synthetic tasks of 1-4 calls from unguided schema exploration of half of
+the profile's *train-split* environments (`partition_environments`), one exploration per data seed
+(`warm_start_tasks`), built by the same exploration, abstraction and validation code as D_0. D_0 and the rounds use
+the other half, and the held-out set the val split: the policy meets every RL and evaluation task in an environment
+it has never seen, so it must read names from the query instead of recalling them (measured: after a 30-minute warm
+start on all train environments, 96% greedy success on D_0 there against 34% on the held-out set; docs/log.md).
+
+Training is a plain PyTorch loop (`train_sft`), stated up front because TRL is used elsewhere: on the tiny model it
+ran at ~4,400 tokens/s on 2 cores against ~2,000 for TRL's `SFTTrainer` with the same threads (docs/log.md,
+2026-11-30). Loss on all tokens (the query and the observations hold the names to copy: ~2.5x the success of
+assistant-only loss in the prototype, shared/reference/tiny-model-feasibility.md), batches of similar length, AdamW,
+linear warm-up, then a cosine decay that ends exactly at the last step (mid-schedule models are far worse).
+
+The tiny profile's warm start takes ~35 minutes on 2 cores, so the kit ships it (`coevolve_lib/data/warm_start/`,
+see `shipped_warm_start`), with the command that regenerates it: `python -m coevolve_lib warm-start --profile tiny
+--ship`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from coevolve_lib.rollout import toolcalls
+from coevolve_lib.core.config import ExploreConfig, WarmStartConfig
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, tools_to_openai
+from coevolve_lib.envs.bfcl.worlds import world_tasks
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.engine.pool import pool_task_to_bfcl
+from coevolve_lib.core.paths import LIBRARY_DATA
+from coevolve_lib.core.records import config_hash
+
+
+def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
+    """The reference solution of `task` as a conversation: per user turn, one tool call per assistant message,
+    each followed by the real observation from executing it, then a short answer.
+
+    Returns `{"messages": [...], "tools": [...] | None}` in the native (chat-template) tool format.
+    """
+    env = BFCLEnv(task)
+    messages = []
+    for turn, user_messages in enumerate(task.turns):
+        messages.extend(user_messages or [{"role": "user", "content": "Continue."}])
+        for call_text in task.ground_truth[turn]:
+            call = parse_call(call_text)
+            [observation] = env.execute([call])
+            # Arguments as a JSON string (the template renders it verbatim, as `tojson` would render the dict).
+            arguments = json.dumps(call.kwargs_dict, ensure_ascii=False)
+            messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": call.name, "arguments": arguments}}]})
+            messages.append({"role": "tool", "name": call.name, "content": observation})
+        messages.append({"role": "assistant", "content": "Done."})
+        env.end_turn()
+    env.close()
+    tools = None
+    if tool_docs != "none":
+        docs = task.tools_at_turn(len(task.turns) - 1)
+        tools = tools_to_openai(toolcalls.compact_docs(docs) if tool_docs == "compact" else docs)
+    return {"messages": messages, "tools": tools}
+
+
+def partition_environments(sources: list[BFCLTask], share: float, seed: int = 0) -> tuple[list, list]:
+    """(warm-start environments, the rest): a seeded shuffle of the sources' ids, the first `share` of them."""
+    ids = sorted(task.id for task in sources)
+    random.Random(seed).shuffle(ids)
+    chosen = set(ids[:round(len(ids) * share)])
+    return [t for t in sources if t.id in chosen], [t for t in sources if t.id not in chosen]
+
+
+def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: WarmStartConfig, synthesis) -> list[dict]:
+    """The warm start's validated synthetic tasks (task/v1 records): `config.data_seeds` unguided schema explorations
+    of the `sources` environments, abstracted with `synthesis` (query style) but `data_min_calls`..`data_max_calls`
+    calls long. Each seed's tasks are cached under `work_dir/seed_<n>/` (seconds per seed)."""
+    from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+    from coevolve_lib.engine.pool import TaskPool
+
+    lengths = replace(synthesis, min_calls=config.data_min_calls, max_calls=config.data_max_calls)
+    tasks = []
+    for seed in range(config.first_data_seed, config.first_data_seed + config.data_seeds):
+        seed_dir = Path(work_dir) / f"seed_{seed}"
+        pool = TaskPool(seed_dir / "pool.jsonl")
+        if not (seed_dir / "round" / "report.json").exists():
+            explore = ExploreConfig(runs=config.data_runs, calls_per_run=config.data_calls_per_run, seed=seed)
+            synthesize_initial(sources, pool, seed_dir / "round", FeedbackConfig(explore=explore, synthesis=lengths),
+                               size=10**9, progress=False)
+        tasks += pool.tasks
+    return tasks
+
+
+def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random, window: int = 50):
+    """Endless batches of indices: shuffle, sort each window of `window` batches by length, cut into batches,
+    shuffle the batches (little padding, order still random)."""
+    while True:
+        order = list(range(len(lengths)))
+        rng.shuffle(order)
+        batches = []
+        for start in range(0, len(order), batch_size * window):
+            chunk = sorted(order[start:start + batch_size * window], key=lengths.__getitem__)
+            batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+        rng.shuffle(batches)
+        yield from batches
+
+
+def learning_rate_at(step: int, config: WarmStartConfig) -> float:
+    """Linear warm-up to the peak, then cosine decay to `final_lr_ratio` of it, reached at step `config.max_steps`."""
+    if step < config.warmup_steps:
+        return config.learning_rate * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return config.learning_rate * (config.final_lr_ratio + (1 - config.final_lr_ratio) * cosine)
+
+
+def train_sft(model_path: str | Path, conversations: list[dict], out_dir: str | Path, config: WarmStartConfig,
+              progress: bool = True) -> dict:
+    """Fine-tune the model at `model_path` on `conversations` ({"messages", "tools"}), loss on all tokens; save it
+    (with its tokenizer) to `out_dir`. Returns {"examples", "steps", "tokens", "seconds", "tokens_per_s", "loss"}
+    (`loss`: the mean training loss of every 50 steps)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(config.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
+    examples = []
+    for conversation in conversations:
+        ids = tokenizer.apply_chat_template(conversation["messages"], tools=conversation.get("tools"), tokenize=True,
+                                            return_dict=True)["input_ids"]
+        examples.append(list(ids)[:config.max_length])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, betas=(0.9, config.adam_beta2),
+                                  weight_decay=0.0)
+    batches = length_grouped_batches([len(e) for e in examples], config.batch_size, random.Random(config.seed))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    model.train()
+    losses, window, tokens = [], [], 0
+    start = time.perf_counter()
+    for step in tqdm(range(config.max_steps), desc="warm start", unit="step", disable=not progress):
+        batch = [examples[i] for i in next(batches)]
+        width = max(map(len, batch))
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids in batch], device=device)
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in batch], device=device)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate_at(step, config)
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=input_ids.masked_fill(mask == 0, -100)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens += int(mask.sum())
+        window.append(loss.item())
+        if len(window) == 50 or step == config.max_steps - 1:
+            losses.append(round(sum(window) / len(window), 4))
+            window = []
+    seconds = time.perf_counter() - start
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return {"examples": len(examples), "steps": config.max_steps, "tokens": tokens, "seconds": round(seconds, 1),
+            "tokens_per_s": round(tokens / seconds) if seconds else None, "loss": losses}
+
+
+def _fine_tune_on(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, data: WarmStartConfig,
+                  schedule: WarmStartConfig, synthesis, tool_docs: str, progress: bool) -> dict:
+    """Build tasks from the `sources` environments (`data`'s exploration settings) and fine-tune `model_path` on
+    their reference solutions (`schedule`'s steps and learning rates) into `out_dir`. Returns the `train_sft` summary
+    plus {"tasks", "skipped", "data_seconds"} (tasks whose reference uses positional arguments are skipped: native
+    tool calls carry keyword arguments)."""
+    start = time.perf_counter()
+    tasks = warm_start_tasks(sources, Path(out_dir) / "data", data, synthesis)
+    usable = [t for t in tasks if not any(parse_call(c).args for c in t["reference_actions"])]
+    conversations = [sft_conversation(pool_task_to_bfcl(t), tool_docs) for t in usable]
+    data_seconds = time.perf_counter() - start
+    summary = train_sft(model_path, conversations, out_dir, schedule, progress=progress)
+    return {**summary, "tasks": len(usable), "skipped": len(tasks) - len(usable),
+            "data_seconds": round(data_seconds, 1)}
+
+
+def warm_start(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, config: WarmStartConfig,
+               synthesis, tool_docs: str = "none", progress: bool = True) -> dict:
+    """The first stage: fine-tune `model_path` into `out_dir` on tasks from the `sources` benchmark environments
+    (`config.data_seeds` explorations of each)."""
+    return _fine_tune_on(model_path, sources, out_dir, config, config, synthesis, tool_docs, progress)
+
+
+def worlds_stage(model_path: str | Path, out_dir: str | Path, config: WarmStartConfig, synthesis,
+                 data_version: str = "v3", tool_docs: str = "none", progress: bool = True) -> dict:
+    """The second stage: fine-tune the first stage's model at `model_path` into `out_dir` on tasks from
+    `config.worlds.count` generated train-split worlds (one exploration of each, seed `worlds.data_seed`), on the
+    stage's own schedule."""
+    stage = config.worlds
+    sources = world_tasks("train", stage.count, stage.first_world, data_version=data_version)
+    data = replace(config, data_seeds=1, first_data_seed=stage.data_seed)
+    schedule = replace(config, max_steps=stage.max_steps, batch_size=stage.batch_size,
+                       learning_rate=stage.learning_rate, final_lr_ratio=stage.final_lr_ratio,
+                       warmup_steps=stage.warmup_steps)
+    return {**_fine_tune_on(model_path, sources, out_dir, data, schedule, synthesis, tool_docs, progress),
+            "worlds": stage.count}
+
+
+# ------------------------------------------------------------------------------------------- shipped warm starts
+
+SHIPPED_DIR = LIBRARY_DATA / "warm_start"
+"""Warm starts the kit ships, one folder per profile: the model files and `manifest.json` (recipe, its key, the
+sha256 of every file, the build summary and the command that regenerates it)."""
+RECIPE_VERSION = 1
+"""Part of every recipe: bump it when a code change alters what a recipe builds (data or training loop)."""
+WORLDS_VERSION = 1
+"""Part of a recipe with a worlds stage: bump it when a change of `envs.bfcl_worlds` alters the worlds."""
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+               "chat_template.jinja")
+
+
+def file_sha256(path: str | Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shipped_warm_start(profile: str, recipe_key: str) -> Path | None:
+    """The shipped warm start of `profile` when it was built from the recipe `recipe_key`; None when there is none or
+    its recipe differs (the caller then builds one). A file whose hash differs from the manifest is an error."""
+    folder = SHIPPED_DIR / profile
+    if not (folder / "manifest.json").exists():
+        return None
+    manifest = json.loads((folder / "manifest.json").read_text())
+    if manifest["recipe_key"] != recipe_key:
+        return None
+    for name, digest in manifest["files"].items():
+        if not (folder / name).exists() or file_sha256(folder / name) != digest:
+            raise RuntimeError(
+                f"{folder / name} is missing or its sha256 differs from {folder / 'manifest.json'}: the shipped warm "
+                f"start is damaged (a Git LFS pointer or a hand edit?). Restore it with `git checkout -- {folder}` or "
+                f"rebuild it with `{manifest['command']}`.")
+    return folder
+
+
+def ship_warm_start(built: str | Path, profile: str, recipe: dict, recipe_key: str, summary: dict,
+                    command: str) -> Path:
+    """Copy the model files of a built warm start to SHIPPED_DIR/<profile> with their manifest."""
+    import shutil
+
+    folder = SHIPPED_DIR / profile
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    files = {}
+    for name in MODEL_FILES:
+        if (Path(built) / name).exists():
+            shutil.copy2(Path(built) / name, folder / name)
+            files[name] = file_sha256(folder / name)
+    manifest = {"recipe_key": recipe_key, "recipe": recipe, "files": files, "summary": summary, "command": command}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return folder
+
+
+def token_entropy(model, records: list[dict], temperature: float) -> float | None:
+    """Mean entropy (nats) of the policy's next-token distribution at `temperature` over the tokens it generated in
+    token-level rollout `records`: the quantity TRL logs as `entropy` during GRPO. A warm start near 0 is
+    overconfident: its K samples of a task are nearly the same episode, so few groups carry an advantage."""
+    import torch
+
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for record in records:
+            prompt, completion = record["prompt_ids"], record["completion_ids"]
+            mask = torch.tensor(record["completion_mask"], dtype=torch.bool)
+            if not mask.any():
+                continue
+            ids = torch.tensor([prompt + completion], device=model.model.device)
+            logits = model.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / max(temperature, 1e-6)
+            log_probs = logits.log_softmax(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1).cpu()[mask]
+            total, count = total + float(entropy.sum()), count + int(mask.sum())
+    return round(total / count, 4) if count else None
+
+
+RL_GATE = {"d0_tasks_mixed_%": (20.0, 100.0), "d0_sampled_success_%": (10.0, 60.0)}
+"""What a warm start should give GRPO on D_0 at K = 8 (issue: learning visible): at least a fifth of the groups with
+mixed outcomes (an advantage), and a mean success with room to rise and to fall."""
+
+
+def check_policy(engine, policy_path: str, samples: int = 8, temperature: float | None = None, seed: int = 0,
+                 max_completion_tokens: int | None = None, progress: bool = True) -> dict:
+    """What a starting policy gives GRPO on the run's pool: `samples` episodes per D_0 task at `temperature` (None:
+    the profile's rollout temperature): mean success, the share of tasks with mixed outcomes (the groups that carry an
+    advantage) and the policy's token entropy on those episodes; on each held-out set greedy success, pass@`samples`
+    and the greedy failures that some sample solves (`<set>_reached_%`, of the whole set: about what GRPO can add
+    there by sharpening what sampling already finds); and whether `RL_GATE` holds."""
+    from coevolve_lib.rollout.agent import rollout_config, run_rollouts
+    from coevolve_lib.envs.bfcl.evaluate import task_outcomes
+    from coevolve_lib.core.models import HFChatModel
+
+    settings = engine.config.rollout
+    temperature = settings.temperature if temperature is None else temperature
+    rollout = rollout_config(settings, temperature=temperature, seed=seed, token_level=True,
+                             max_completion_tokens=max_completion_tokens)
+    model = HFChatModel(policy_path)
+    d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
+    records = run_rollouts(model, engine.rollout_tasks(d0), rollout, samples_per_task=samples, progress=progress,
+                           new_episode=engine.episodes())
+    sampled: dict[str, list[int]] = {t["task_id"]: [] for t in d0}
+    for record in records:
+        sampled[record["task_id"]].append(int(record["success"]))
+    episodes = [o for per_task in sampled.values() for o in per_task]
+    check = {"d0_tasks": len(d0), "samples": samples, "temperature": temperature,
+             "d0_sampled_success_%": round(100 * sum(episodes) / len(episodes), 2),
+             "d0_tasks_mixed_%": round(100 * sum(0 < sum(o) < len(o) for o in sampled.values()) / len(sampled), 2),
+             "d0_tasks_all_failed_%": round(100 * sum(sum(o) == 0 for o in sampled.values()) / len(sampled), 2),
+             "token_entropy": token_entropy(model, records, temperature)}
+    greedy = rollout_config(settings, temperature=0.0, token_level=True, max_completion_tokens=max_completion_tokens)
+    for name, (key, tasks) in engine.heldout_sets().items():
+        greedy_outcomes = task_outcomes(model, tasks, greedy, progress=progress, engine=engine)
+        solved = {task_id: o[0] for task_id, o in greedy_outcomes.items()}
+        drawn = task_outcomes(model, tasks, rollout, samples=samples, progress=progress, engine=engine)
+        reached = sum(any(o) and not solved[task_id] for task_id, o in drawn.items())
+        check[f"{name}_set"] = key
+        check[f"{name}_greedy_success_%"] = round(100 * sum(solved.values()) / len(tasks), 2)
+        check[f"{name}_pass@{samples}_%"] = round(100 * sum(any(o) for o in drawn.values()) / len(tasks), 2)
+        check[f"{name}_reached_%"] = round(100 * reached / len(tasks), 2)
+    check["rl_gate"] = {name: low <= check[name] <= high for name, (low, high) in RL_GATE.items()}
+    return check
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m coevolve_lib warm-start`: build (or find) a profile's warm start and check what it gives GRPO."""
+    from coevolve_lib.core.profiles import ConfigError, profile_parser, run_config_from_args
+    from coevolve_lib.engine.data_engine import DataEngine
+    from coevolve_lib.core.models import set_torch_threads
+    from coevolve_lib.core.paths import RUNS_DIR
+
+    parser = profile_parser("python -m coevolve_lib warm-start", __doc__, "data_engine.warm_start.max_steps=600")
+    parser.add_argument("--ship", action="store_true",
+                        help="build it here (not from the shipped copy) and ship it: copy it to "
+                             "coevolve_lib/data/warm_start/<profile> with its manifest")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    run = run_config_from_args(args)
+    if not run.data_engine.warm_start.enabled:
+        raise ConfigError(f"profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)")
+    set_torch_threads(run.training.torch_threads)
+    engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{args.profile}")
+    engine.initial_pool(progress=not args.quiet)
+    path = engine.policy(progress=not args.quiet, use_shipped=not args.ship)
+    check = check_policy(engine, path, max_completion_tokens=run.training.max_completion_tokens,
+                         progress=not args.quiet)
+    built = json.loads((Path(path) / "warm_start.json").read_text()) if (Path(path) / "warm_start.json").exists() \
+        else json.loads((Path(path) / "manifest.json").read_text())["summary"]
+    print(json.dumps({"policy": path, "check": check, "build": {k: v for k, v in built.items() if k != "recipe"}},
+                     indent=1))
+    if args.ship:
+        command = " ".join(["python -m coevolve_lib warm-start", f"--profile {args.profile}",
+                            *[f"--set {s}" for s in args.set], "--ship"])
+        recipe = engine.warm_start_recipe()
+        folder = ship_warm_start(path, args.profile, recipe, config_hash(recipe),
+                                 {**{k: v for k, v in built.items() if k not in ("recipe", "recipe_key")},
+                                  "check": check}, command)
+        print(f"shipped to {folder}")
+    return 0

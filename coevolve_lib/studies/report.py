@@ -1,0 +1,397 @@
+"""Tables and figures that put the kit's measured numbers beside the paper's, with the scale on every row."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from coevolve_lib.core import paper
+from coevolve_lib.core.config import SignalConfig
+from coevolve_lib.core.results import (
+    HELDOUT_TITLES,
+    heldout_eval_set,
+    heldout_set_name,
+    metric_row,
+)
+from coevolve_lib.engine.signals import group_key, is_mixed, outcome
+
+
+def save_figure(fig, path):
+    """Save `fig` to `path` (PNG) and beside it as PDF, when a path is given."""
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+        fig.savefig(Path(path).with_suffix(".pdf"))
+    return fig
+
+
+def scale_of(result: dict) -> str:
+    """The scale a measured number (a one-row results/v2 document) was obtained at, written out for a table row."""
+    row = metric_row(result)
+    return (f"profile={result['profile']}, {row['eval_set']}, n={row['n']}, seed={row['seed']}, "
+            f"T={row['temperature']}")
+
+
+def zero_shot_table(results: list[dict]) -> pd.DataFrame:
+    """BFCL multi-turn zero-shot success (%): the paper's Table 1 rows, then each measured result (evaluate's
+    results/v2 documents)."""
+    rows = [{"source": "paper (Table 1)", "model": name, "success_%": value,
+             "scale": "BFCL-v3 multi_turn_base, paper's validation set, T=0"}
+            for name, value in paper.bfcl_zero_shot().items()]
+    rows += [{"source": "measured (this kit)", "model": r["model"], "success_%": metric_row(r)["value"],
+              "scale": scale_of(r)} for r in results]
+    return pd.DataFrame(rows)
+
+
+def plot_zero_shot(table: pd.DataFrame, path: str | Path | None = None):
+    """Horizontal bars, paper rows and measured rows in two colours; saved to `path` when given."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(table) + 1.2))
+    sns.barplot(data=table, y="model", x="success_%", hue="source", dodge=False, ax=ax)
+    for bars in ax.containers:  # print the numbers too: a 0.0 bar is otherwise invisible
+        ax.bar_label(bars, fmt="%.1f", padding=3, fontsize=8)
+    ax.set_xlabel("BFCL multi-turn success (%)")
+    ax.set_ylabel("")
+    ax.set_xlim(0, 100)
+    ax.set_title("Zero-shot BFCL multi-turn: paper vs. measured")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def failure_breakdown(result: dict) -> pd.Series:
+    """How the evaluated episodes ended: success, or the checker's / agent's error type."""
+    per_task = metric_row(result)["per_task"]
+    counts = Counter("success" if t["success"] else (t["error_type"] or "failed") for t in per_task)
+    return pd.Series(counts, name="episodes").sort_values(ascending=False)
+
+
+def plot_interaction_turns(groups: dict[str, list[int]], path: str | Path | None = None):
+    """The paper's Fig. 7: how many tool calls a task takes, one histogram per task set (e.g. original BFCL vs
+    synthesized)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    top = max(max(counts) for counts in groups.values() if counts)
+    bins = [b - 0.5 for b in range(1, top + 2)]
+    for label, counts in groups.items():
+        ax.hist(counts, bins=bins, alpha=0.55, density=True, label=f"{label} (n={len(counts)})")
+    ax.set_xlabel("tool calls per task (reference solution)")
+    ax.set_ylabel("share of tasks")
+    ax.set_title("Interaction turns per task: original vs. synthesized (paper Fig. 7)")
+    ax.legend()
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def rollout_steps(rollouts: list[dict], config: SignalConfig) -> pd.DataFrame:
+    """Per step of rollout/v1 records: rollouts, mean score, mean model steps per episode, and the groups with
+    mixed outcomes at the run's success threshold (what the boundary signal fires on, `signals.is_mixed`)."""
+    frame = pd.DataFrame(rollouts)
+    table = frame.groupby("step").agg(rollouts=("score", "size"), success_rate=("score", "mean"),
+                                      mean_steps=("steps", lambda s: s.map(len).mean()))
+    groups: dict[tuple, list[float]] = {}
+    for record in rollouts:
+        groups.setdefault((record["step"], group_key(record)), []).append(outcome(record))
+    mixed = Counter(step for (step, _), scores in groups.items() if is_mixed(scores, config))
+    table["mixed_groups"] = [mixed.get(step, 0) for step in table.index]
+    return table
+
+
+def plot_signal_counts(signals: list[dict], path: str | Path | None = None):
+    """Signals by type and probe/training step (the paper's Figs. 3b and 4)."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    if not signals:
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no signal fired", ha="center", va="center")
+            ax.set_axis_off()
+        return save_figure(fig, path)
+    counts = pd.crosstab(pd.Series([s["step"] for s in signals], name="step"),
+                         pd.Series([s["type"] for s in signals], name="signal"))
+    counts.plot.bar(ax=left, rot=0)
+    left.set_title("signals per step")
+    left.set_ylabel("trajectories marked")
+    totals = counts.sum()
+    right.pie(totals, labels=[f"{k}\n{v} ({v / totals.sum():.0%})" for k, v in totals.items()])
+    right.set_title("share by type (paper: boundary 45.5% on BFCL)")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def round_table(reports: list[dict]) -> pd.DataFrame:
+    """One row per round: how many targets, specs, accepted tasks, and where the time went."""
+    rows = []
+    for r in reports:
+        rows.append({"round": r["round"], "targets": r["targets"], "signal types": r["signal_types"],
+                     "valid triplets": f"{r['valid_triplets']}/{r['triplets']}", "specs": r["specs"],
+                     "accepted": r["accepted"], "acceptance": r["acceptance_rate"],
+                     "rejections": r["rejection_reasons"], "added": r["added_to_pool"], "pool size": r["pool_size"],
+                     "seconds": r["seconds"]})
+    return pd.DataFrame(rows).set_index("round")
+
+
+def plot_training(rows: list[dict], path: str | Path | None = None):
+    """A training run at a glance: train reward and mixed groups per step, signals per step by type, pool size."""
+    import matplotlib.pyplot as plt
+
+    frame = pd.DataFrame(rows).set_index("step")
+    fig, (reward_ax, signal_ax, pool_ax) = plt.subplots(1, 3, figsize=(13, 3.4))
+    frame["train/reward"].plot(ax=reward_ax, marker="o", label="mean reward")
+    if "train/success" in frame:
+        frame["train/success"].plot(ax=reward_ax, marker="x", linestyle=":", label="success rate")
+    if "train/groups" in frame:
+        (frame["train/groups_mixed"] / frame["train/groups"]).plot(ax=reward_ax, marker=".", linestyle="--",
+                                                                   label="groups with mixed outcomes")
+    reward_ax.set_ylim(-0.02, 1.02)
+    reward_ax.set_title("GRPO rollouts")
+    reward_ax.legend(fontsize=8)
+    signal_cols = [c for c in frame.columns if c.startswith("signals/")]
+    frame[signal_cols].rename(columns=lambda c: c.split("/", 1)[1]).plot.bar(ax=signal_ax, stacked=True, rot=0)
+    signal_ax.set_title("signals per step")
+    signal_ax.xaxis.set_major_locator(plt.MaxNLocator(8))
+    frame["pool/size"].plot(ax=pool_ax, drawstyle="steps-post", marker=".")
+    rounds = frame.index[frame.get("feedback/round", pd.Series(dtype=float)).notna()] if "feedback/round" in frame \
+        else []
+    for step in rounds:
+        pool_ax.axvline(step, color="grey", alpha=0.3)
+    pool_ax.set_title("tasks the trainer samples (D_t); lines: rounds")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_dynamics(summary: dict, path: str | Path | None = None):
+    """The paper's Fig. 3 for one training run: (a) training reward per step, (b) signals per feedback round by type,
+    (c) new tasks per round and the pool size, (d) the share of abstracted tasks validation accepted per round."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
+    steps = range(1, len(summary["reward_curve"]) + 1)
+    axes[0].plot(steps, summary["reward_curve"], marker="o")
+    axes[0].set(title="(a) training reward", xlabel="GRPO step", ylim=(-0.02, 1.02))
+    rounds = pd.DataFrame([{"round": r["round"], **r["signals"], "added": r["tasks_added"], "rejected": r["rejected"],
+                            "pool": r["pool_size_after"]} for r in summary["rounds"]]).set_index("round") \
+        if summary["rounds"] else pd.DataFrame()
+    if rounds.empty:
+        for ax in axes[1:]:
+            ax.text(0.5, 0.5, "no feedback round", ha="center", va="center")
+            ax.set_axis_off()
+        fig.tight_layout()
+        return save_figure(fig, path)
+    signal_columns = [c for c in rounds.columns if c not in ("added", "rejected", "pool")]
+    rounds[signal_columns].plot.bar(ax=axes[1], stacked=True, rot=0)
+    axes[1].set(title="(b) signals per round", ylabel="trajectories marked")
+    rounds["added"].plot.bar(ax=axes[2], rot=0, color="tab:green", label="new tasks")
+    axes[2].set(title="(c) new tasks per round", ylabel="tasks")
+    pool_ax = axes[2].twinx()
+    pool_ax.plot(range(len(rounds)), rounds["pool"], color="black", marker=".", label="pool after")
+    pool_ax.set_ylabel("pool size")
+    accepted = rounds["added"] / (rounds["added"] + rounds["rejected"]).where(lambda n: n > 0)
+    (100 * accepted).plot.bar(ax=axes[3], rot=0, color="tab:purple")
+    axes[3].set(title="(d) validation pass rate", ylabel="% of abstracted tasks kept", ylim=(0, 105))
+    fig.suptitle(f"Training dynamics (paper Fig. 3): profile={summary['profile']}, {summary['steps']} steps, "
+                 f"F={summary['feedback_every']}, seed {summary['seed']}", fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def feedback_cost_table(summary: dict) -> pd.DataFrame:
+    """The paper's Table 7 (feedback time ratio, single feedback cost, total time) beside this run's."""
+    table = paper.tables()["table7"]
+    rows = [{"source": "paper (Table 7)", "benchmark": r[0], "feedback_time_ratio_%": paper.cell_value(r[1]),
+             "single_feedback_s": paper.cell_value(r[2].rstrip("s")),
+             "total_s": paper.cell_value(r[3].rstrip("s").replace(",", "")),
+             "scale": "Qwen3-4B, 8xH20, 120 steps, F=10, explorer Qwen3-Max"} for r in table["rows"]]
+    t, rounds = summary["time"], summary["rounds"]
+    total = (t["train_s"] or 0) + (t["feedback_s"] or 0) + (t["eval_s"] or 0)
+    rows.append({"source": "measured (this kit)", "benchmark": "BFCL v3 (synthetic pool)",
+                 "feedback_time_ratio_%": round(100 * t["feedback_ratio"], 2) if t["feedback_ratio"] is not None
+                 else None,
+                 "single_feedback_s": round(sum(r["seconds"] for r in rounds) / len(rounds), 2) if rounds else None,
+                 "total_s": round(total, 1),
+                 "scale": f"profile={summary['profile']}, model={summary['model']}, steps={summary['steps']}, "
+                          f"F={summary['feedback_every']}, {summary['tasks_per_step']} tasks x K={summary['group_size']},"
+                          f" seed={summary['seed']}"})
+    return pd.DataFrame(rows)
+
+
+def training_metrics(summary: dict, cost: pd.DataFrame, val_set: str) -> list[dict]:
+    """A training run's numbers as results/v2 rows: its measured Table 7 row (`cost`, from `feedback_cost_table`)
+    and greedy success (%) before and after training on each evaluation set; `val_set` names the BFCL split it was
+    evaluated on (e.g. `bfcl/v3/multi_turn_base/val`)."""
+    measured = cost[cost["source"] == "measured (this kit)"].iloc[0]
+    rows = [{"table": "table7", "benchmark": "bfcl", "eval_set": "training_run", "metric": name,
+             "value": float(measured[name]) if pd.notna(measured[name]) else None, "seed": summary["seed"],
+             "step": summary["steps"]} for name in ("feedback_time_ratio_%", "single_feedback_s", "total_s")]
+    for evaluation in filter(None, (summary["eval_before"], summary["eval_after"])):
+        sets = {"val": ("eval/val_success", val_set), "d0": ("eval/d0_greedy_success", "pool/d0"),
+                **{name: (f"eval/{name}_greedy_success", heldout_eval_set(name, evaluation.get(f"eval/{name}_set", "")))
+                   for name in HELDOUT_TITLES}}
+        rows += [{"benchmark": "bfcl", "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0,
+                  "seed": summary["seed"], "step": evaluation["step"], "n": evaluation[f"eval/{name}_n"],
+                  "value": evaluation[key]} for name, (key, eval_set) in sets.items() if key in evaluation]
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------------ studies
+
+def bootstrap_ci(rows: list[list[float]], resamples: int = 2000, seed: int = 0, level: float = 0.95) -> tuple:
+    """(mean, low, high) of the mean of a seeds x tasks matrix, with a two-level bootstrap: seeds, then tasks (the
+    same task draw for every seed, so paired differences keep their pairing)."""
+    import numpy as np
+
+    matrix = np.asarray(rows, dtype=float)
+    rng = np.random.default_rng(seed)
+    seeds, tasks = matrix.shape
+    means = np.empty(resamples)
+    for b in range(resamples):
+        means[b] = matrix[rng.integers(0, seeds, seeds)][:, rng.integers(0, tasks, tasks)].mean()
+    tail = (1 - level) / 2
+    return float(matrix.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def _matrix(results: list[dict], variant: str, metric: str, eval_set: str) -> tuple[list[int], list[str], list]:
+    picked = sorted((r for r in results if (r["variant"], r["metric"], r["eval_set"]) == (variant, metric, eval_set)),
+                    key=lambda r: r["seed"])
+    tasks = sorted(picked[0]["per_task"]) if picked else []
+    return [r["seed"] for r in picked], tasks, [[r["per_task"][t] for t in tasks] for r in picked]
+
+
+def _ci_cell(matrix: list) -> str:
+    mean, low, high = bootstrap_ci(matrix)
+    return f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _diff_cell(matrix: list, reference: list) -> str:
+    diff = bootstrap_ci([[a - b for a, b in zip(row, ref_row)] for row, ref_row in zip(matrix, reference)])
+    return f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]"
+
+
+def ranked_sets(results: list[dict], rank_by: str = "new_tasks") -> list[str]:
+    """The evaluation sets a study table shows, the one it ranks by first: the held-out set `rank_by`, the other
+    held-out sets; or the BFCL split when the profile has no held-out set (the paper profiles)."""
+    heldout = sorted(dict.fromkeys(r["eval_set"] for r in results if heldout_set_name(r["eval_set"])),
+                     key=lambda s: heldout_set_name(s) != rank_by)
+    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
+    return heldout or ([bfcl] if bfcl else [])
+
+
+def set_title(eval_set: str) -> str:
+    name = heldout_set_name(eval_set)
+    return f"held-out {HELDOUT_TITLES[name]}" if name else "D_0 (trained on)" if eval_set == "pool/d0" else eval_set
+
+
+def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column: str,
+                metric: str = "greedy_success", baseline: str | None = None, rank_by: str = "new_tasks") -> pd.DataFrame:
+    """One row per variant of a study (zero-shot first, then in the order its rows come): on each held-out set, the
+    set `rank_by` first (`ranked_sets`), `metric` as the mean over seeds with its bootstrap 95% CI and the paired
+    difference to `baseline` (default: the first variant); each seed on the ranked set; pass@k when measured; BFCL
+    val success; the paper's number (`paper_column` of `paper_tables`, on the variant's `paper_row`) and the scale."""
+    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
+    sets = ranked_sets(results, rank_by)
+    pass_metric = next((r["metric"] for r in results if r["metric"].startswith("pass@") and r["eval_set"] == sets[0]),
+                       None)  # sampled on one set only (`study.measure`)
+    paper_cells = {label: cell for table in paper_tables for label, cell in paper.column(table, paper_column).items()}
+    where = " / ".join(map(paper.title, paper_tables))
+    variants = sorted(dict.fromkeys(r["variant"] for r in results), key=lambda v: v != "zero_shot")  # zero-shot first
+    baseline = baseline or variants[0]
+    rows = []
+    for variant in variants:
+        first = next(r for r in results if r["variant"] == variant)
+        row = {"variant": variant, f"paper row ({where})": first["paper_row"] or "-"}
+        for index, eval_set in enumerate(sets):
+            seeds, _, matrix = _matrix(results, variant, metric, eval_set)
+            reference = _matrix(results, baseline, metric, eval_set)[2]
+            if not matrix or len(matrix) != len(reference):
+                raise ValueError(f"variant {variant!r} has {len(matrix)} seed(s) of {metric} on {eval_set}, "
+                                 f"{baseline!r} has {len(reference)}: the runs were not measured on the same set")
+            title = set_title(eval_set)
+            row[f"{title} {metric} %"] = _ci_cell(matrix)
+            row[f"{title}: vs {baseline} (points)"] = "-" if variant == baseline else _diff_cell(matrix, reference)
+            if index == 0:
+                row["per seed"] = " / ".join(f"{100 * sum(r) / len(r):.1f}" for r in matrix)
+                scale_seeds, scale_n = seeds, len(matrix[0])
+                if pass_metric:
+                    row[f"{title} {pass_metric} %"] = _ci_cell(_matrix(results, variant, pass_metric, eval_set)[2])
+        d0 = _matrix(results, variant, metric, "pool/d0")[2]
+        if d0:
+            row[f"D_0 (trained on) {metric} %"] = _ci_cell(d0)
+        val = _matrix(results, variant, "greedy_success", bfcl)[2] if bfcl else []
+        row["BFCL val %"] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
+        row[f"paper {paper_column}"] = paper_cells.get(first["paper_row"], "-")
+        row["scale"] = (f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
+                        f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {scale_seeds}, "
+                        f"n={scale_n} ranked ({sets[0]})")
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("variant")
+
+
+def paired_differences(results: list[dict], pairs: list[tuple[str, str]], rank_by: str = "new_tasks",
+                       metric: str = "greedy_success") -> pd.DataFrame:
+    """`a - b` in points for each (a, b) of `pairs` on every evaluation set of the study (held-out sets and the BFCL
+    split), paired by seed and task: the mean with its bootstrap 95% CI, and what it says in words."""
+    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
+    sets = list(dict.fromkeys([*ranked_sets(results, rank_by), "pool/d0", *([bfcl] if bfcl else [])]))
+    rows = []
+    for a, b in pairs:
+        for eval_set in sets:
+            left, right = _matrix(results, a, metric, eval_set)[2], _matrix(results, b, metric, eval_set)[2]
+            if not left or len(left) != len(right):
+                continue
+            mean, low, high = bootstrap_ci([[x - y for x, y in zip(r1, r2)] for r1, r2 in zip(left, right)])
+            verdict = (f"{a} above {b}" if low > 0 else f"{a} below {b}" if high < 0
+                       else "no difference the CI can tell")
+            rows.append({"comparison": f"{a} - {b}", "set": set_title(eval_set),
+                         "points": f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]",
+                         "reading": verdict, "seeds": len(left)})
+    return pd.DataFrame(rows).set_index(["comparison", "set"]) if rows else pd.DataFrame()
+
+
+def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
+    """Signals fired and tasks added per feedback round, for every run that has rounds (`summaries`: variant -> the
+    runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/engine/pool_updates.py`) as columns."""
+    rows = [{"variant": variant, "seed": run["seed"], "round": r["round"], "at step": r["step"],
+             **{f"signals: {k}": v for k, v in r["signals"].items()}, "targets": r["targets"],
+             "tasks added": r["tasks_added"], "held-out leaks refused": r.get("heldout_leaks", 0),
+             "pool after": r["pool_size_after"],
+             **{k.replace("_", " "): v for k, v in r.get("counts", {}).items()}}
+            for variant, runs in summaries.items() for run in runs for r in run["rounds"]]
+    return pd.DataFrame(rows).set_index(["variant", "seed", "round"]) if rows else pd.DataFrame()
+
+
+def plot_learning_curves(summaries: dict[str, list[dict]], path: str | Path | None = None):
+    """Greedy success over training steps on each held-out set (and the fixed D_0 sample), one panel per set and one
+    line per variant (mean over its seeds, each seed faint), with the pool size the trainer samples from beside them.
+    `summaries`: variant -> the runs' summary.json contents."""
+    import matplotlib.pyplot as plt
+
+    first = next(iter(summaries.values()))[0]["eval_curve"][0]
+    panels = [(f"eval/{name}_greedy_success", f"held-out {title}") for name, title in HELDOUT_TITLES.items()
+              if f"eval/{name}_greedy_success" in first] + [("eval/d0_greedy_success", "D_0 sample (trained on)")]
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 3.6))
+    pool_ax = axes[-1]
+    for (variant, runs), color in zip(summaries.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        curves = [pd.DataFrame(run["eval_curve"]).set_index("step") for run in runs]
+        for ax, (column, _) in zip(axes, panels):
+            for curve in curves:
+                ax.plot(curve.index, curve[column], color=color, alpha=0.25, lw=1)
+            mean = pd.concat([c[column] for c in curves], axis=1).mean(axis=1)
+            ax.plot(mean.index, mean.values, color=color, marker="o", label=f"{variant} ({len(runs)} seeds)")
+        for curve in curves:
+            pool_ax.plot(curve.index, curve["pool/size"], color=color, alpha=0.25, lw=1, drawstyle="steps-post")
+        pool = pd.concat([c["pool/size"] for c in curves], axis=1).mean(axis=1)
+        pool_ax.plot(pool.index, pool.values, color=color, marker=".", drawstyle="steps-post", label=variant)
+    for ax, (_, title) in zip(axes, panels):
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel("greedy success (%)")
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=8)
+    pool_ax.set_xlabel("GRPO step")
+    pool_ax.set_ylabel("tasks in the pool")
+    pool_ax.set_title("Pool size D_t (rounds every F steps)")
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -1,0 +1,266 @@
+"""A study: training variants of one profile (the paper's comparisons and ablations), each one run of the CoEvolve loop
+(`train.train`), measured the same way.
+
+A variant is a name and the overrides that make it (e.g. `no_rare`: `data_engine.signals.enabled=[forgetting,
+boundary]`). A run's folder is named by the hash of its whole resolved config, `runs/studies/<profile>/
+<pool_updates>_seed<k>_<hash>/`, so two studies that need the same run share it (Table 2's CoEvolve run is Table 5's
+reference), a finished run is reused and a killed one resumes.
+
+Each run is measured on the profile's held-out sets (greedy success from the run's last evaluation, and optionally
+pass@k from k samples per task on the set it ranks by) and on the BFCL val split (the paper's metric); the starting policy ("zero-shot") is
+read off the first variant's step-0 evaluation. The rows are results/v2 metric rows (coevolve_lib/core/results.py) that
+carry the scale they were measured at (profile, model, steps, tasks x K, seed) and the run's config hash, written to
+`results/<study>/<profile>_seeds<..>_steps<n>.json`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import multiprocessing
+import os
+import shlex
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from coevolve_lib.core import profiles
+from coevolve_lib.rollout.agent import RolloutConfig, rollout_config
+from coevolve_lib.core.config import RunConfig
+from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.envs.bfcl.evaluate import pass_at_k, task_outcomes
+from coevolve_lib.core.models import HFChatModel
+from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, repo_relative
+from coevolve_lib.core.records import config_hash, write_json_atomic
+from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
+from coevolve_lib.training.loop import train
+from coevolve_lib.training.plan import flatten_overrides, plan
+
+ZERO_SHOT = "zero_shot"
+D0_EVAL_SET = "pool/d0"
+"""The eval_set of the fixed D_0 sample evaluated during training (docs/records.md)."""
+START_EVALUATIONS = "start_evaluations"
+"""Folder beside the runs where runs that start alike share their step-0 evaluation (`train.train`)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    """Row key, e.g. `coevolve` or `no_rare`."""
+    overrides: tuple[str, ...] = ()
+    """`section.field=value` strings applied on top of the profile and the study's own overrides."""
+    paper_row: str = ""
+    """The paper's row this variant reproduces (its table's first cell), for the tables beside the paper."""
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    """Names the results file and the `experiment` of its rows."""
+    tables: tuple[str, ...]
+    """The paper's tables (and figures) the study fills, e.g. ("table5",)."""
+    variants: tuple[Variant, ...]
+    """The runs, in row order; the first one's step-0 evaluation is the zero-shot row."""
+    zero_shot: str = ""
+    """The paper's row for the starting policy (no training), e.g. "Zero-shot (Qwen3-4B)"; "": no zero-shot row."""
+    pass_k: int = 0
+    """k of pass@k on the held-out set (k sampled episodes per task); 0: greedy success only."""
+
+
+def variant_run(profile: str, overrides: list[str], variant: Variant, seed: int) -> RunConfig:
+    """The run config of one variant and seed: the profile, the study's overrides, the variant's, the seed."""
+    return profiles.run_config(profile, [*overrides, *variant.overrides, f"training.seed={seed}"])
+
+
+def run_hash(run: RunConfig) -> str:
+    """The hash of a run's whole resolved config: equal hashes, the same run."""
+    return config_hash(asdict(run))
+
+
+def run_folder(runs_dir: str | Path, run: RunConfig) -> Path:
+    """Where a run lives: named by its config, so every study that needs it finds it."""
+    return Path(runs_dir) / f"{run.training.pool_updates}_seed{run.training.seed}_{run_hash(run)}"
+
+
+def default_runs_dir(profile: str) -> Path:
+    return RUNS_DIR / "studies" / profile
+
+
+def results_file(results_dir: str | Path, study: str, profile: str, seeds: list[int], steps: int) -> Path:
+    """Where a study's rows go: one file per study, profile, seed set and training length."""
+    return Path(results_dir) / study / f"{profile}_seeds{'-'.join(map(str, seeds))}_steps{steps}.json"
+
+
+def settings_hash(profile: str, seeds: list[int], overrides: list[str], study: Study) -> str:
+    """The config hash of a study's results file: what it was asked to run (its runs' hashes are on its rows)."""
+    return config_hash({"profile": profile, "seeds": list(seeds), "overrides": list(overrides),
+                        "variants": [asdict(v) for v in study.variants], "pass_k": study.pass_k})
+
+
+def finished(folder: Path, max_steps: int) -> bool:
+    summary = folder / "summary.json"
+    return summary.exists() and json.loads(summary.read_text()).get("steps") == max_steps
+
+
+def planned_runs(study: Study, profile: str, seeds: list[int], overrides: list[str] = (),
+                 runs_dir: str | Path | None = None) -> list[dict]:
+    """Every run the study needs: variant, seed, config, folder, whether it is finished, and its launch command (the
+    profile's: `accelerate launch` for multi-GPU profiles)."""
+    runs_dir = Path(runs_dir or default_runs_dir(profile))
+    planned = []
+    for seed in seeds:
+        for variant in study.variants:
+            run = variant_run(profile, list(overrides), variant, seed)
+            folder = run_folder(runs_dir, run)
+            settings = [*overrides, *variant.overrides, f"training.seed={seed}"]
+            command = " ".join([plan(run, folder)["commands"]["train"], *(f"--set {shlex.quote(o)}" for o in settings)])
+            planned.append({"study": study.name, "variant": variant.name, "seed": seed, "run": run, "folder": folder,
+                            "finished": finished(folder, run.training.max_steps), "command": command})
+    return planned
+
+
+def _train_job(run: RunConfig, folder: Path) -> None:
+    """One run of `train_in_parallel`, in its own process: one torch thread, its output in the run's `train.log`."""
+    os.environ["COEVOLVE_MAX_TORCH_THREADS"] = "1"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        train(run, folder, progress=False, start_evaluations=folder.parent / START_EVALUATIONS)
+
+
+def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> None:
+    """Train the unfinished runs of `planned`, `jobs` at a time, each in its own process on one torch thread (CPU
+    profiles on a multi-core machine: the tiny model's small matrices use two cores better as two runs than as two
+    threads of one). What the runs share is built here first (warm start, held-out sets), so no two processes build it
+    at once; a run that fails stops the study with its log's last lines."""
+    todo = [p for p in planned if not p["finished"]]
+    if not todo:
+        return
+    first = DataEngine(todo[0]["run"].data_engine, todo[0]["folder"])
+    first.policy(progress=progress)
+    first.heldout_sets()
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state shared with this one
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_train_job, p["run"], p["folder"]): p for p in todo}
+        bar = tqdm(concurrent.futures.as_completed(futures), total=len(futures), desc=f"runs ({jobs} at a time)",
+                   disable=not progress)
+        for future in bar:
+            planned_run = futures[future]
+            try:
+                future.result()
+            except Exception as error:
+                log = planned_run["folder"] / "train.log"
+                tail = log.read_text()[-2000:] if log.exists() else ""
+                raise RuntimeError(f"run {planned_run['variant']} seed {planned_run['seed']} failed ({error}); "
+                                   f"{log}:\n{tail}") from error
+            bar.set_postfix_str(f"{planned_run['variant']} seed {planned_run['seed']} done")
+
+
+def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: list[str] | dict = (),
+              runs_dir: str | Path | None = None, results_path: str | Path | None = None,
+              progress: bool = True, jobs: int = 1) -> list[dict]:
+    """Train (or reuse) every variant for every seed and measure it; returns the metric rows, also written to
+    `results_path` (default `results_file(RESULTS_DIR, ...)`). `jobs` > 1 trains that many runs at once
+    (`train_in_parallel`; single-process CPU profiles)."""
+    overrides = flatten_overrides(overrides) if isinstance(overrides, dict) else list(overrides)
+    rows = []
+    plans = planned_runs(study, profile, seeds, overrides, runs_dir)
+    if jobs > 1:
+        train_in_parallel(plans, jobs, progress)
+    for planned in plans:
+        run, folder = planned["run"], planned["folder"]
+        if not finished(folder, run.training.max_steps):
+            train(run, folder, progress=progress, start_evaluations=folder.parent / START_EVALUATIONS)
+        variant = next(v for v in study.variants if v.name == planned["variant"])
+        rows += measure(study, run, variant, planned["seed"], folder)
+        if study.zero_shot and variant == study.variants[0]:
+            rows += measure(study, run, Variant(ZERO_SHOT, paper_row=study.zero_shot), planned["seed"], folder,
+                            sampled_dir=folder.parent / ZERO_SHOT)
+    first = variant_run(profile, overrides, study.variants[0], seeds[0])
+    steps = first.training.max_steps
+    settings = {"profile": profile, "seeds": list(seeds), "overrides": overrides, "pass_k": study.pass_k,
+                "variants": [asdict(v) for v in study.variants], "rank_by": first.data_engine.heldout.rank_by}
+    write_result(Path(results_path or results_file(RESULTS_DIR, study.name, profile, list(seeds), steps)),
+                 experiment=study.name, profile=profile, model=rows[0]["model"],
+                 config_hash=settings_hash(profile, seeds, overrides, study), table=",".join(study.tables),
+                 run_dir=repo_relative(runs_dir or default_runs_dir(profile)), config=settings, metrics=rows)
+    return rows
+
+
+def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout: RolloutConfig, samples: int,
+                      seed: int) -> dict[str, list[int]]:
+    """K sampled episodes per held-out task of the model at `model_path`, cached in `folder`."""
+    path = folder / f"heldout_sampled_k{samples}_seed{seed}.json"
+    if path.exists() and json.loads(path.read_text())["model"] == repo_relative(model_path):
+        return json.loads(path.read_text())["outcomes"]
+    sampled = replace(rollout, generation=replace(rollout.generation, seed=seed))
+    outcomes = task_outcomes(HFChatModel(model_path), tasks, sampled, samples=samples)
+    write_json_atomic(path, {"model": repo_relative(model_path), "samples": samples, "seed": seed,
+                             "outcomes": outcomes})
+    return outcomes
+
+
+def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str, eval_set: str, k: int,
+         temperature: float, per_task: dict[str, float], folder: Path, model: str) -> dict:
+    values = list(per_task.values())
+    return {"table": ",".join(study.tables), "variant": variant.name, "paper_row": variant.paper_row,
+            "benchmark": "bfcl", "data_version": run.data_engine.data_version, "eval_set": eval_set,
+            "metric": metric, "k": k, "temperature": temperature, "seed": seed, "n": len(values),
+            "value": round(100.0 * sum(values) / len(values), 2) if values else None,
+            "profile": run.profile, "model": run.model,
+            "steps": 0 if variant.name == ZERO_SHOT else run.training.max_steps,
+            "tasks_per_step": run.training.tasks_per_step, "group_size": run.training.group_size,
+            "config_hash": run_hash(run), "run_dir": repo_relative(folder), "model_path": repo_relative(model),
+            "per_task": per_task}
+
+
+def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: Path,
+            sampled_dir: Path | None = None) -> list[dict]:
+    """Greedy success on each held-out set (with `study.pass_k`, also pass@k on the set the profile ranks by), and BFCL
+    val success, of a run's final policy (or, for the zero-shot variant, of the policy it started from: the run's
+    step-0 evaluation). The starting policy is the same for every seed, so its samples are drawn once (sampling seed
+    0, cached in `sampled_dir`)."""
+    zero_shot = variant.name == ZERO_SHOT
+    step = 0 if zero_shot else run.training.max_steps
+    evaluation = json.loads((folder / "eval" / f"step_{step:05d}.json").read_text())
+    engine = DataEngine(run.data_engine, folder)
+    model_path = engine.policy() if zero_shot else str(folder / "final")
+    out = []
+    for name, (key, tasks) in engine.heldout_sets().items():  # the paper profiles have none
+        eval_set = heldout_eval_set(name, key)
+        greedy = {t: float(o[0]) for t, o in evaluation["heldout_outcomes"][name].items()}
+        out.append(_row(study, run, variant, seed, "greedy_success", eval_set, 1, 0.0, greedy, folder, model_path))
+        if study.pass_k and name == run.data_engine.heldout.rank_by:
+            rollout = rollout_config(run.rollout, token_level=True,
+                                     max_completion_tokens=run.training.max_completion_tokens)
+            sampled = _sampled_outcomes(sampled_dir or folder / "eval", model_path, tasks, rollout, study.pass_k,
+                                        0 if zero_shot else seed)
+            passed = {t: pass_at_k(len(o), sum(o), study.pass_k) for t, o in sampled.items()}
+            mean = {t: sum(o) / len(o) for t, o in sampled.items()}
+            temperature = run.rollout.temperature
+            out += [_row(study, run, variant, seed, f"pass@{study.pass_k}", eval_set, study.pass_k, temperature,
+                         passed, folder, model_path),
+                    _row(study, run, variant, seed, "sampled_success", eval_set, 1, temperature, mean, folder,
+                         model_path)]
+    if evaluation.get("d0_outcomes"):  # the fixed D_0 sample: tasks the runs train on (every variant's pool holds them)
+        d0 = {t: float(o[0]) for t, o in evaluation["d0_outcomes"].items()}
+        out.append(_row(study, run, variant, seed, "greedy_success", D0_EVAL_SET, 1, 0.0, d0, folder, model_path))
+    val = folder / "eval" / f"val_step_{step:05d}.json"
+    if val.exists():
+        bfcl = metric_row(json.loads(val.read_text()))
+        per_task = {t["task_id"]: float(t["success"]) for t in bfcl["per_task"]}
+        out.append(_row(study, run, variant, seed, "greedy_success", bfcl["eval_set"], 1, 0.0, per_task, folder,
+                        model_path))
+    return out
+
+
+def run_summaries(study: Study, profile: str, seeds: list[int], overrides: list[str] = (),
+                  runs_dir: str | Path | None = None) -> dict[str, list[dict]]:
+    """Variant -> the summary.json of each seed's run (in `seeds` order); runs not trained yet are left out."""
+    summaries: dict[str, list[dict]] = {}
+    for planned in planned_runs(study, profile, seeds, overrides, runs_dir):
+        path = planned["folder"] / "summary.json"
+        if path.exists():
+            summaries.setdefault(planned["variant"], []).append(json.loads(path.read_text()))
+    return summaries

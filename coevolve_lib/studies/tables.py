@@ -1,0 +1,456 @@
+"""Every table of the paper beside the kit's numbers, assembled only from one profile's results folder (results/v2
+files written by the notebooks), and written out as `tables.md`.
+
+Two rules keep a table honest:
+- A results file the tables need but that does not exist is an error (`MissingResults`, naming the notebook that
+  writes it), unless the caller allows it: then the kit's cells read "not run" with the reason (a paper profile's
+  runs that have not been launched, a partial `--only` pass).
+- A results file whose runs no longer match the current configuration (the profile or a study's variants changed
+  since it was written) is always an error (`StaleResults`): a table never shows numbers of another configuration.
+
+Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its official data, issue 12),
+ALFWorld and WebShop (not offline), and explorers no endpoint was given for (Table 12).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from coevolve_lib.core import paper
+from coevolve_lib.studies.report import bootstrap_ci, study_table
+from coevolve_lib.core.results import HELDOUT_TITLES
+from coevolve_lib.core.paths import repo_relative
+from coevolve_lib.core.profiles import run_config
+from coevolve_lib.studies.run import (Study, Variant, default_runs_dir, results_file, run_folder, run_hash, settings_hash,
+                                variant_run)
+from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
+from coevolve_lib.studies.catalog import baselines as baselines_study
+from coevolve_lib.studies.catalog import explorers as explorers_study
+from coevolve_lib.studies.catalog import sensitivity as sensitivity_grid
+
+APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md); "
+            "the studies' variants run on BFCL only")
+"""An AppWorld cell of a study's table (the loop itself runs on AppWorld: notebook 14, `appworld_cell`)."""
+OFFLINE = "not reproducible offline: no {} environment in the kit"
+PAPER_COLUMN = "BFCL"
+
+
+class MissingResults(RuntimeError):
+    pass
+
+
+class StaleResults(RuntimeError):
+    pass
+
+
+def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
+    """A GitHub-flavoured markdown table (pandas' own needs the `tabulate` package)."""
+    frame = frame.reset_index() if index else frame
+    cell = lambda value: str(value).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["| " + " | ".join(map(cell, frame.columns)) + " |", "|" + " --- |" * len(frame.columns)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+@dataclass
+class KitTable:
+    """The kit's rows for one or more of the paper's tables (Tables 4 and 14 share one study), with notes (scale,
+    what is not run and why)."""
+    table_ids: tuple[str, ...]
+    kit: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        parts = []
+        for table_id in self.table_ids:
+            source = paper.tables()[table_id]
+            parts += [f"## {paper.title(table_id)}. {source['caption']}", "", "**Paper:**", "",
+                      markdown_table(pd.DataFrame(source["rows"], columns=source["columns"]), index=False), ""]
+        parts += ["**Kit (measured):**", "", markdown_table(self.kit), ""]
+        parts += [f"- {note}" for note in self.notes]
+        return "\n".join(parts) + "\n"
+
+
+class Results:
+    """The results/v2 files of one profile's results folder, checked against the current configuration."""
+
+    def __init__(self, results_dir: str | Path, profile: str, seeds: list[int], allow_missing: bool = False,
+                 study_seeds: dict[str, list[int]] | None = None):
+        """`seeds`: the training seeds of every study's results; `study_seeds`: other seeds for some studies by name
+        (the tiny profile: Tables 2-3 over 3 seeds, the ablations over one)."""
+        self.dir, self.profile, self.seeds, self.allow_missing = Path(results_dir), profile, list(seeds), allow_missing
+        self.study_seeds = {name: list(s) for name, s in (study_seeds or {}).items()}
+        self.missing: list[str] = []
+
+    def _absent(self, what: str, notebook: str) -> None:
+        message = f"{what} not found in {self.dir}: run {notebook} (or python -m coevolve_lib.studies.reproduce)"
+        if not self.allow_missing:
+            raise MissingResults(message)
+        self.missing.append(message)
+
+    def study(self, study: Study, notebook: str) -> dict | None:
+        """The study's results document for its seeds (any training length) that the current configuration made.
+        Files of an older configuration beside it (another training length) are passed over; with none current,
+        the first one's StaleResults says why."""
+        seeds = self.study_seeds.get(study.name, self.seeds)
+        pattern = results_file(self.dir, study.name, self.profile, seeds, 0).name.replace("_steps0", "_steps*")
+        files = sorted((self.dir / study.name).glob(pattern))
+        if not files:
+            self._absent(f"{study.name} results for seeds {seeds}", notebook)
+            return None
+        current, stale = [], []
+        for path in files:
+            doc = json.loads(path.read_text())
+            try:
+                check_current(doc, study if study.name in STUDIES else None)
+                current.append((path, doc))
+            except StaleResults as error:
+                stale.append(error)
+        if len(current) > 1:
+            raise StaleResults(f"several current {study.name} results for seeds {seeds} "
+                               f"({[path.name for path, _ in current]}): keep one")
+        if not current:
+            raise stale[0]
+        return current[0][1]
+
+    def _read(self, path: Path, what: str, notebook: str) -> dict | None:
+        """The results document at `path`, or None (after `_absent`) when there is none."""
+        if not path.exists():
+            self._absent(f"{what} {path.name}", notebook)
+            return None
+        return json.loads(path.read_text())
+
+    def similarity(self, expected_run: Path) -> dict | None:
+        """Notebook 11's measurement, checked to be of `expected_run` (the current CoEvolve seed-0 run)."""
+        doc = self._read(self.dir / "similarity" / f"{self.profile}.json", "similarity result",
+                         "notebooks/11_task_similarity.ipynb")
+        if doc is not None and doc["run_dir"] != repo_relative(expected_run):
+            raise StaleResults(f"the similarity result measured {doc['run_dir']}, not the current CoEvolve run "
+                               f"{repo_relative(expected_run)}: run notebook 11 again")
+        return doc
+
+    def appworld(self) -> dict | None:
+        """Notebook 14's CoEvolve run on AppWorld (`<profile>-appworld`): TGC / SGC before and after training, checked
+        to be of the profile's current configuration."""
+        doc = self._read(self.dir / "appworld" / f"coevolve_{self.profile}-appworld.json", "AppWorld training result",
+                         "notebooks/14_appworld_coevolve.ipynb")
+        if doc is not None and doc["config_hash"] != run_hash(run_config(doc["profile"])):
+            raise StaleResults(f"the AppWorld training result ran another configuration of {doc['profile']} (config "
+                               f"hash {doc['config_hash']}): run notebook 14 again")
+        return doc
+
+    def training(self) -> dict | None:
+        return self._read(self.dir / "training" / f"train_{self.profile}.json", "training result",
+                          "notebooks/06_coevolve_training.ipynb")
+
+
+def check_current(doc: dict, study: Study | None = None) -> None:
+    """StaleResults unless every row's run has the config hash the current profile gives it (and, for a fixed study,
+    the variants are the current ones)."""
+    config, profile = doc["config"], doc["profile"]
+    variants = {v["name"]: Variant(v["name"], tuple(v["overrides"]), v["paper_row"]) for v in config["variants"]}
+    if study is not None and tuple(variants.values()) != study.variants:
+        raise StaleResults(f"{doc['experiment']} results ran variants {list(variants)} with other settings than the "
+                           "current study: run the notebook again")
+    hashes = {}
+    for row in doc["metrics"]:
+        variant = variants.get(row["variant"]) or next(iter(variants.values()))  # zero-shot: the first run's start
+        key = (variant.name, row["seed"])
+        if key not in hashes:
+            hashes[key] = run_hash(variant_run(profile, config["overrides"], variant, row["seed"]))
+        if row["config_hash"] != hashes[key]:
+            raise StaleResults(f"{doc['experiment']} results: run {row['run_dir']} was made with another configuration "
+                               f"of profile {profile} (config hash {row['config_hash']}, now {hashes[key]}): run the "
+                               "notebook again")
+    expected = settings_hash(profile, config["seeds"], config["overrides"],
+                             Study(doc["experiment"], (), tuple(variants.values()), pass_k=config["pass_k"]))
+    if doc["config_hash"] != expected:
+        raise StaleResults(f"{doc['experiment']} results: settings hash {doc['config_hash']} != {expected}")
+
+
+# ------------------------------------------------------------------------------------------------- the tables
+
+def _rows(doc: dict, variant: str, eval_prefix: str, metric: str = "greedy_success") -> list[dict]:
+    return [r for r in doc["metrics"] if r["variant"] == variant and r["metric"] == metric
+            and r["eval_set"].startswith(eval_prefix)]
+
+
+def _mean_ci(rows: list[dict]) -> str:
+    if not rows:
+        return "-"
+    tasks = sorted(rows[0]["per_task"])
+    mean, low, high = bootstrap_ci([[r["per_task"][t] for t in tasks] for r in rows])
+    return f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _scale(doc: dict) -> str:
+    row = next(r for r in doc["metrics"] if r["variant"] != "zero_shot")
+    return (f"profile={doc['profile']}, model={doc['model']}, {row['steps']} steps x {row['tasks_per_step']} tasks x "
+            f"K={row['group_size']}, seeds {doc['config']['seeds']}")
+
+
+def _kit_cells(doc: dict | None, variant: str) -> dict:
+    """Success of one variant on each held-out set and on the BFCL val split (mean [95% CI] over seeds and tasks)."""
+    columns = {f"kit held-out {title} %": f"heldout/{name}/" for name, title in HELDOUT_TITLES.items()}
+    columns["kit D_0 (trained on) %"] = "pool/d0"
+    columns["kit BFCL val %"] = "bfcl/"
+    if doc is None:
+        return {**{column: "not run" for column in columns}, "scale": "-"}
+    return {**{column: _mean_ci(_rows(doc, variant, prefix)) for column, prefix in columns.items()},
+            "scale": _scale(doc)}
+
+
+def _ranked_prefix(doc: dict) -> str:
+    """The eval_set prefix of the held-out set a study ranks by (`data_engine.heldout.rank_by`)."""
+    return f"heldout/{doc['config'].get('rank_by', 'new_tasks')}/"
+
+
+PAPER_BACKBONE = "Qwen3-4B"
+"""The paper's backbone the kit's rows stand beside (its ablations and Tables 3-15 use Qwen3-4B-Instruct)."""
+
+
+def _backbone_rows(table_id: str) -> tuple[list[str], list[str]]:
+    """Table 1's Qwen3-4B row and the "-w/ CoEvolve" row under it."""
+    rows = paper.tables()[table_id]["rows"]
+    index = next(i for i, row in enumerate(rows) if row[0].startswith(PAPER_BACKBONE))
+    return rows[index], rows[index + 1]
+
+
+def appworld_cell(doc: dict | None, trained: bool) -> str:
+    """TGC / SGC of the starting (or the `trained`) policy from notebook 14's result: measured on an official split,
+    or "not run" with the reason; a run on the synthetic world is named as such, never shown as the paper's split."""
+    missing = "not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md)"
+    if doc is None:
+        return missing
+    step = max(r["step"] for r in doc["metrics"]) if trained else 0
+    value = {r["metric"]: r for r in doc["metrics"] if r["step"] == step}
+    measured = (f"TGC {value['tgc']['value']}% of {value['tgc']['n']} / SGC {value['sgc']['value']}% of "
+                f"{value['sgc']['n']} on {value['tgc']['eval_set']} at step {step} ({doc['provenance']})")
+    if value["tgc"]["eval_set"].startswith("appworld-synthetic/"):
+        return f"{missing}; the kit's loop on the synthetic world (notebook 14), not the paper's split: {measured}"
+    return measured
+
+
+def table1(comparison: dict | None, appworld: dict | None) -> KitTable:
+    column = paper.tables()["table1"]["columns"].index("BFCL-V3 Multi-turn")
+    backbone, with_coevolve = _backbone_rows("table1")
+    rows = [{"row": label, "paper row": paper_row[0], "paper BFCL": paper_row[column],
+             **_kit_cells(comparison, variant), "AppWorld (TGC/SGC)": appworld_cell(appworld, variant == "coevolve")}
+            for label, paper_row, variant in (("starting policy (zero-shot)", backbone, "zero_shot"),
+                                              ("+ CoEvolve", with_coevolve, "coevolve"))]
+    return KitTable(("table1",), pd.DataFrame(rows).set_index("row"), [
+        f"The paper's rows are {backbone[0]}'s; the kit's are the profile's model (scale column). The other models "
+        "of Table 1 are not evaluated by the kit."])
+
+
+def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
+    columns = paper.tables()["table2"]["columns"]
+    paper_row = next(r for r in paper.tables()["table2"]["rows"] if r[0].startswith(PAPER_BACKBONE))
+    row = {"backbone": "profile model (kit)"}
+    for variant, name in (("zero_shot", "Zero-shot"), ("static", "GRPO"), ("coevolve", "CoEvolve")):
+        for column, cell in _kit_cells(comparison, variant).items():
+            if column != "scale":
+                row[column.replace("kit ", f"kit {name} ", 1)] = cell
+    row[f"paper ({paper_row[0]})"] = ", ".join(f"{c}: {v}" for c, v in zip(columns[1:], paper_row[1:]))
+    row["scale"] = _scale(comparison) if comparison else "-"
+    return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), [
+        f"AppWorld TestN, zero-shot: {appworld_cell(appworld, False)}", f"AppWorld TestN, CoEvolve: "
+        f"{appworld_cell(appworld, True)}", "AppWorld TestN, GRPO: not run (the comparison study runs on BFCL)"])
+
+
+def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study) -> KitTable:
+    """A study's table (coevolve_lib.studies.report.study_table) beside the paper's BFCL column."""
+    if doc is None:
+        rows = [{"variant": v.name, "paper row": v.paper_row, "kit": "not run"} for v in study.variants]
+        return KitTable(table_ids, pd.DataFrame(rows).set_index("variant"), [f"{study.name} results: not run"])
+    return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN,
+                                           rank_by=doc["config"].get("rank_by", "new_tasks")),
+                    ["AppWorld column: " + APPWORLD])
+
+
+def table6(comparison: dict | None) -> KitTable:
+    cells = paper.column("table6", "BFCL")
+    rows = [{"training domain": "Zero-shot baseline", "paper BFCL": cells["Zero-shot Baseline (Qwen3-4B)"],
+             **_kit_cells(comparison, "zero_shot"), "AppWorld": APPWORLD},
+            {"training domain": "AppWorld (Ours)", "paper BFCL": cells["AppWorld (Ours)"],
+             **{column: APPWORLD for column in _kit_cells(None, "") if column != "scale"}, "scale": "-",
+             "AppWorld": APPWORLD},
+            {"training domain": "BFCL (Ours)", "paper BFCL": cells["BFCL (Ours)"],
+             **_kit_cells(comparison, "coevolve"), "AppWorld": APPWORLD}]
+    return KitTable(("table6",), pd.DataFrame(rows).set_index("training domain"))
+
+
+def table7(training: dict | None, comparison: dict | None) -> KitTable:
+    if training is None:
+        return KitTable(("table7",), pd.DataFrame([{"benchmark": "BFCL", "kit": "not run"}]).set_index("benchmark"))
+    measured = next(r for r in training["details"]["table7"] if r["source"].startswith("measured"))
+    gain = "-"
+    if comparison is not None:
+        static, coevolve = (_rows(comparison, v, _ranked_prefix(comparison)) for v in ("static", "coevolve"))
+        if static and coevolve:
+            before, after = (sum(r["value"] for r in rows) / len(rows) for rows in (static, coevolve))
+            relative = f"{100 * (after - before) / before:+.2f}%" if before else "n/a (baseline 0)"
+            gain = f"{before:.2f} -> {after:.2f} % on {_ranked_prefix(comparison).rstrip('/')} ({relative})"
+    row = {"benchmark": "BFCL (kit)", "feedback time ratio %": measured["feedback_time_ratio_%"],
+           "single feedback cost s": measured["single_feedback_s"], "total time s": measured["total_s"],
+           "performance gain (static -> CoEvolve)": gain, "scale": measured["scale"]}
+    return KitTable(("table7",), pd.DataFrame([row]).set_index("benchmark"), ["AppWorld row: " + APPWORLD])
+
+
+def cross_comparison(doc: dict, eval_prefix: str) -> dict[str, float] | None:
+    """Table 8's four cells (% of tasks): baseline (static GRPO) correct/wrong x CoEvolve correct/wrong, per task
+    and seed."""
+    static, coevolve = _rows(doc, "static", eval_prefix), _rows(doc, "coevolve", eval_prefix)
+    pairs = [(a["per_task"][t] >= 0.5, b["per_task"][t] >= 0.5) for a, b in zip(
+        sorted(static, key=lambda r: r["seed"]), sorted(coevolve, key=lambda r: r["seed"])) for t in a["per_task"]]
+    if not pairs:
+        return None
+    cells = {f"baseline {'correct' if base else 'wrong'}, CoEvolve {'correct' if ours else 'wrong'}":
+             round(100 * sum(p == (base, ours) for p in pairs) / len(pairs), 2)
+             for base in (True, False) for ours in (True, False)}
+    return {**cells, "n (task x seed)": len(pairs)}
+
+
+def table8(comparison: dict | None) -> KitTable:
+    paper_rows = paper.tables()["table8"]["rows"][:2]
+    paper_cells = {"baseline correct, CoEvolve correct": paper_rows[0][2], "baseline correct, CoEvolve wrong":
+                   paper_rows[0][3], "baseline wrong, CoEvolve correct": paper_rows[1][2],
+                   "baseline wrong, CoEvolve wrong": paper_rows[1][3], "n (task x seed)": "-"}
+    columns = {"paper BFCL": paper_cells}
+    if comparison is None:
+        columns["kit"] = {cell: "not run" for cell in paper_cells}
+    else:
+        for label, prefix in [*((f"kit held-out {title}", f"heldout/{name}/") for name, title in HELDOUT_TITLES.items()),
+                              ("kit BFCL val", "bfcl/")]:
+            cells = cross_comparison(comparison, prefix)
+            if cells:
+                columns[label] = cells
+    notes = [f"scale: {_scale(comparison)}" if comparison else "comparison results: not run",
+             "AppWorld rows: " + APPWORLD]
+    frame = pd.DataFrame(columns).rename_axis("outcome (% of task x seed pairs)")
+    return KitTable(("table8",), frame, notes)
+
+
+def table10(baselines: dict | None) -> KitTable:
+    """The baselines study (zero-shot and CoEvolve from the same study, so every row has one scale) beside the
+    paper's BFCL column; the other environments are not offline."""
+    cells = paper.column("table10", "BFCL")
+    rows = []
+    for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"),
+                            ("Curriculum Learning", "curriculum"), ("ReST", "rest"), ("GRPO", "static"),
+                            ("CoEvolve", "coevolve")):
+        rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **_kit_cells(baselines, variant),
+                     "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"),
+                     "WebShop": OFFLINE.format("WebShop")})
+    return KitTable(("table10",), pd.DataFrame(rows).set_index("method"),
+                    ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/engine/pool_updates.py, "
+                     "docs/deviations.md"])
+
+
+def table12(explorers: dict | None) -> KitTable:
+    """Each explorer's synthesis-only (GRPO on its D_0) and CoEvolve runs beside the paper's row it stands for."""
+    paper_rows = {r[0]: r for r in paper.tables()["table12"]["rows"]}
+    if explorers is None:
+        rows = [{"exploration model": name, "paper synthesis only": r[1], "paper CoEvolve": r[2], "kit": "not run"}
+                for name, r in paper_rows.items()]
+        return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"))
+    rows = []
+    for variant in explorers["config"]["variants"]:
+        group, kind = variant["name"].rsplit("_", 1)
+        if kind != "static":
+            continue
+        model = next((o.split("=", 1)[1] for o in variant["overrides"] if o.startswith("data_engine.explorer_model=")),
+                     f"the profile's ({explorers['profile']})")
+        paper_row = paper_rows.get(variant["paper_row"], ["-", "-", "-"])
+        only, coevolve = _kit_cells(explorers, f"{group}_static"), _kit_cells(explorers, f"{group}_coevolve")
+        rows.append({"exploration model": model, "paper row": variant["paper_row"] or "-",
+                     "paper synthesis only": paper_row[1], "paper CoEvolve": paper_row[2],
+                     **{column.replace("kit ", "kit synthesis only ", 1): cell for column, cell in only.items()
+                        if column != "scale"},
+                     **{column.replace("kit ", "kit CoEvolve ", 1): cell for column, cell in coevolve.items()
+                        if column != "scale"}, "scale": only["scale"]})
+    missing = [name for name in paper_rows if name not in {r["paper row"] for r in rows}]
+    notes = [f"not run: the paper's {', '.join(missing)} explorer(s); give them to notebook 12 as `explorer_models` "
+             "(an OpenAI-compatible endpoint each)"] if missing else []
+    return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"), notes)
+
+
+def _similarity_rows(doc: dict, metric: str, eval_set: str | None = None) -> list[dict]:
+    return [r for r in doc["metrics"] if r["metric"] == metric and (eval_set is None or r["eval_set"] == eval_set)]
+
+
+def table13(similarity: dict | None) -> KitTable:
+    """The similarity bins of the whole pool beside the paper's bin means; the per-bin training runs are not run."""
+    paper_means = paper.similarity_bin_means()
+    bins = {r["bin"]: r for r in _similarity_rows(similarity, "max_sim_bin_mean", "pool/all")} if similarity else {}
+    rows = [{"bin": name, "paper mean similarity %": paper_means[name],
+             "kit mean similarity %": round(100 * bins[name]["value"], 2) if name in bins else "not run",
+             "kit tasks": bins[name]["n"] if name in bins else "-",
+             "kit BFCL after training on the bin": "not run: the per-bin training runs are not built"}
+            for name in ("low", "medium", "high")]
+    notes = [f"pool of {similarity['run_dir']}; embeddings {similarity['config']['embedding_model']}; bins are "
+             f"{similarity['config']['bins']}" if similarity else "similarity results: not run"]
+    return KitTable(("table13",), pd.DataFrame(rows).set_index("bin"), notes)
+
+
+def table15(similarity: dict | None) -> KitTable:
+    """SR@k and ED_rel (vs the val tasks) of each feedback round's new tasks."""
+    if similarity is None:
+        return not_built("table15", "not run")
+    k = similarity["config"]["k"]
+    rows = {}
+    for metric, column in ((f"sr@{k}", f"kit SR@{k} %"), ("ed_rel", "kit ED_rel %")):
+        for r in _similarity_rows(similarity, metric):
+            if r["round"] > 0 and r["value"] is not None:
+                row = rows.setdefault(r["round"], {"step": r.get("step"), "tasks": r["n"]})
+                row[column] = round(100 * r["value"], 2)
+    frame = pd.DataFrame.from_dict(rows, orient="index").rename_axis("round")
+    return KitTable(("table15",), frame, [f"pool of {similarity['run_dir']}; k = {k}; ED_rel against the BFCL val "
+                                          "tasks (see notebook 11 for the definitions and deviations)"])
+
+
+def not_built(table_id: str, reason: str) -> KitTable:
+    return KitTable((table_id,), pd.DataFrame([{"kit": reason}], index=pd.Index(["all rows"], name="row")))
+
+
+def assemble(results: Results) -> list[KitTable]:
+    """Every table the kit reproduces, from `results` (see the module docstring for missing and stale files)."""
+    comparison = results.study(COMPARISON, "notebooks/07_learning_and_comparison.ipynb")
+    signals = results.study(STUDIES["signals"], "notebooks/08_ablations_signals_and_validation.ipynb")
+    validation = results.study(STUDIES["validation"], "notebooks/08_ablations_signals_and_validation.ipynb")
+    sensitivity_study = sensitivity_grid(PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY)  # names the rows of a study not run
+    sensitivity = results.study(sensitivity_study, "notebooks/09_sensitivity_pool_size_and_frequency.ipynb")
+    baseline_runs = results.study(baselines_study(), "notebooks/10_adaptive_baselines.ipynb")
+    explorer_runs = results.study(explorers_study({}), "notebooks/12_explorer_models.ipynb")
+    training = results.training()
+    appworld = results.appworld()
+    similarity = results.similarity(run_folder(default_runs_dir(results.profile),
+                                               variant_run(results.profile, [], COEVOLVE, 0)))
+    if training is not None and comparison is not None:
+        coevolve = next((r for r in comparison["metrics"] if r["variant"] == "coevolve" and r["seed"] == 0), None)
+        if coevolve is not None and coevolve["config_hash"] != training["config_hash"]:
+            raise StaleResults(f"the training result (notebook 06, config {training['config_hash']}) is not the "
+                               f"comparison's CoEvolve seed-0 run ({coevolve['config_hash']}): run notebook 06 again")
+    return [
+        table1(comparison, appworld), table2(comparison, appworld),
+        from_study(("table3",), comparison, COMPARISON),
+        from_study(("table4", "table14"), sensitivity, sensitivity_study),
+        from_study(("table5",), signals, STUDIES["signals"]),
+        table6(comparison), table7(training, comparison), table8(comparison),
+        table10(baseline_runs),
+        from_study(("table11",), validation, STUDIES["validation"]),
+        table12(explorer_runs),
+        table13(similarity), table15(similarity),
+    ]
+
+
+def write_markdown(tables: list[KitTable], path: str | Path, header: str) -> Path:
+    """`tables.md`: every table, the paper's beside the kit's."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + "\n\n" + "\n".join(t.markdown() for t in tables))
+    return path

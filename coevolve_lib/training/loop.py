@@ -1,0 +1,579 @@
+"""The CoEvolve loop (the paper's Fig. 2): GRPO with TRL's `GRPOTrainer` on the task pool D_t, and a feedback
+round every F steps that grows the pool from the training rollouts' weakness signals.
+
+    D_0 (data engine) -> policy (the profile's model; tiny: + supervised warm start, a kit addition)
+    for step = 1 .. max_steps:
+        rollouts   K token-level multi-turn episodes per task drawn from D_t (TRL's `rollout_func`); the reward is
+                   the BFCL checker on the episode's own executions (1 = success, 0 = failure)
+        update     TRL's GRPO loss; tool results and later user turns are masked out (`env_mask`)
+        signals    forgetting / boundary / rare on this step's rollouts
+        every F    contexts -> re-exploration -> abstraction -> validation -> D_{t+1}; then a checkpoint
+                   (`training.pool_updates`: `signals` is CoEvolve; `random`, `none` and the Table 10 baselines
+                   `curriculum`, `rest`, `reflexion` of `baselines.py` replace this round, same steps and rollouts)
+
+Shortcuts, stated up front:
+- TRL builds its dataloader once but D_t grows, so the trainer's dataset holds placeholder "slots" only, and
+  `rollout_func` draws each step's tasks from the live pool itself, seeded by the step: the same step always
+  draws the same tasks from the same pool version. Training samples only rounds committed before the last
+  checkpoint, so a resumed run replays exactly what the interrupted one did.
+- Single-process runs also evaluate in the loop (greedy, the val split, plus a fixed sample of D_0 tasks).
+  Multi-GPU runs evaluate the saved checkpoints afterwards with `python -m coevolve_lib evaluate`.
+
+Run folder: pool.jsonl (+ .rounds.json), round_000/ (D_0), trainer/checkpoint-N/ (TRL state +
+coevolve_state.json), rollouts/step_N.jsonl, signals/step_N.jsonl, round_NNN/, eval/, metrics.jsonl,
+summary.json, final/ (the trained model).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from coevolve_lib.engine import pool_updates
+from coevolve_lib.core.config import RunConfig, TrainConfig
+from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
+from coevolve_lib.core.safe_calls import CallParseError, parse_call
+from coevolve_lib.envs.bfcl.evaluate import evaluate, task_outcomes
+from coevolve_lib.core.models import HFChatModel, set_torch_threads
+from coevolve_lib.core.paths import repo_relative
+from coevolve_lib.core.records import append_jsonl, config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.results import metric_row
+from coevolve_lib.engine.signals import SignalExtractor
+from coevolve_lib.core.profiles import ConfigError
+from coevolve_lib.training.summary import summarize
+from coevolve_lib.training.trl_args import grpo_kwargs, lora_config
+
+
+STATE_FILE = "coevolve_state.json"
+
+
+def prefix_reward(record: dict, reference_actions: list[str]) -> float:
+    """1 for a successful episode; else the reference calls it reproduced in order from the start, over one more
+    than the larger of the reference and executed call counts (extra calls cost as much as missing ones, and a
+    failed episode stays below 1 even when every call matched, e.g. without a final answer)."""
+    if record["success"]:
+        return 1.0
+    executed = [call for step in record["steps"] for call in step["calls"]]
+    matched = 0
+    for done, wanted in zip(executed, reference_actions):
+        try:
+            done_call, wanted_call = parse_call(done), parse_call(wanted)
+        except CallParseError:
+            break
+        if (done_call.name, done_call.args, done_call.kwargs_dict) != \
+                (wanted_call.name, wanted_call.args, wanted_call.kwargs_dict):
+            break
+        matched += 1
+    return matched / (max(len(reference_actions), len(executed)) + 1)
+
+
+def percent(outcomes: dict[str, list[int]]) -> float | None:
+    """Success rate (%) over every episode of `outcomes` (task id -> 1/0 per episode)."""
+    episodes = [o for per_task in outcomes.values() for o in per_task]
+    return round(100.0 * sum(episodes) / len(episodes), 2) if episodes else None
+
+
+def environment_reward(completions, reward, **kwargs) -> list[float]:
+    """The reward TRL sees: each episode's reward, computed in the rollout from the environment's checker."""
+    return [float(r) for r in reward]
+
+
+def training_rollouts(run: RunConfig) -> RolloutConfig:
+    """Token-level rollouts at the rollout temperature, capped at the training's completion budget; through TRL's
+    vLLM (engine `vllm`) with `training.use_vllm`."""
+    config = rollout_config(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
+    if run.training.use_vllm:
+        config.engine = "vllm"
+    return config
+
+
+def check_vllm(cfg: TrainConfig) -> None:
+    """Refuse `use_vllm` where the vllm package is missing, in one line, before anything loads (called when training
+    starts: a profile with use_vllm still loads, and dry-runs, without it)."""
+    if cfg.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("training.use_vllm=true needs the vllm package, which is not installed (GPU nodes: pip "
+                          "install \"vllm==0.31.0\", docs/training.md section 5); or set training.use_vllm=false")
+
+
+def rewards_vary(rewards: list[float]) -> bool:
+    """A group whose rewards differ: the only kind with a GRPO advantage (TRL's `frac_reward_zero_std` counts the
+    others)."""
+    return len(set(rewards)) > 1
+
+
+def select_groups(group_rewards: list[list[float]], count: int) -> list[int]:
+    """Dynamic sampling (DAPO): the indices of the `count` groups to train on among the drawn ones: groups whose
+    rewards vary first, then the others, each in draw order; returned in draw order."""
+    varied = [i for i, rewards in enumerate(group_rewards) if rewards_vary(rewards)]
+    uniform = [i for i, rewards in enumerate(group_rewards) if not rewards_vary(rewards)]
+    return sorted((varied + uniform)[:count])
+
+
+class PoolRollouts:
+    """TRL's `rollout_func`: draws the step's tasks from the pool, runs K episodes of each with the policy, and hands
+    TRL the groups it trains on (all of them, or with `training.draw_factor` > 1 the `select_groups` share)."""
+
+    def __init__(self, engine: DataEngine, run: RunConfig, process_index: int = 0):
+        self.engine, self.pool, self.cfg, self.process_index = engine, engine.pool, run.training, process_index
+        self.rollout = training_rollouts(run)
+        self.allowed_version = 0
+        """Highest pool version training samples (rounds committed after the last checkpoint wait)."""
+        self.admitted: list[str] | None = None
+        """The task ids training samples among (`curriculum`: the admitted share of the pool); None: all."""
+        self.pending: list[dict] = []
+        """This step's rollout records (without token ids), collected by the loop after the update."""
+        self.seconds = 0.0
+        """Wall time of this step's rollouts on this process (generation, environment, bookkeeping)."""
+        self.generated_at = 0
+        """The last step that drew new rollouts (with `num_iterations` > 1, the steps between reuse them)."""
+
+    def step_tasks(self, step: int, count: int) -> tuple[list[dict], list[str]]:
+        """This process's `count` tasks of `step` (a seeded draw of the step's `tasks_per_step x draw_factor` tasks
+        over all processes), and the task ids drawn before them (other processes' shares: a task drawn twice in a
+        step is two groups)."""
+        drawn = self.pool.sample(self.cfg.tasks_per_step * self.cfg.draw_factor, seed=self.cfg.seed * 1_000_003 + step,
+                                 versions=set(range(self.allowed_version + 1)),
+                                 ids=None if self.admitted is None else set(self.admitted))
+        start = self.process_index * count
+        return drawn[start:start + count], [t["task_id"] for t in drawn[:start]]
+
+    def __call__(self, prompts: list, trainer) -> dict:
+        from trl.models import unwrap_model_for_generation
+
+        step = trainer.state.global_step + 1
+        # TRL hands each process its slice of the batch, each prompt repeated once per generation.
+        trained_groups = max(1, len(prompts) // self.cfg.group_size)
+        tasks, drawn_before = self.step_tasks(step, trained_groups * self.cfg.draw_factor)
+        start = time.perf_counter()
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         # with vLLM the policy here only tokenizes: no ZeRO-3 gather
+                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+                                         and not trainer.args.use_vllm,
+                                         gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
+                                         ) as model:
+            policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
+            records = run_rollouts(policy, self.engine.rollout_tasks(tasks), self.rollout,
+                                   samples_per_task=self.cfg.group_size, progress=False, trainer=trainer,
+                                   new_episode=self.engine.episodes())
+        self.seconds += time.perf_counter() - start
+        k = self.cfg.group_size
+        # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read).
+        for record, task in zip(records, (t for t in tasks for _ in range(k))):
+            record["reward"] = prefix_reward(record, task["reference_actions"]) if self.cfg.reward == "prefix" \
+                else float(record["score"])
+            record["model_tokens"] = sum(record["completion_mask"])
+        chosen = set(select_groups([[r["reward"] for r in records[i * k:(i + 1) * k]] for i in range(len(tasks))],
+                                   trained_groups))
+        trained = [r for index, r in enumerate(records) if index // k in chosen]
+        output = {"prompt_ids": [r["prompt_ids"] for r in trained], "completion_ids": [r["completion_ids"] for r in trained],
+                  "env_mask": [r["completion_mask"] for r in trained], "reward": [r["reward"] for r in trained],
+                  "logprobs": None}  # TRL recomputes what it needs from the policy
+        for index, record in enumerate(records):  # every drawn episode is kept (and feeds the signals)
+            record["trained"] = index // k in chosen
+            for token_field in ("prompt_ids", "completion_ids", "completion_mask"):
+                del record[token_field]
+        self.pending += stamp_rollouts(records, step, tasks, drawn_before)
+        self.generated_at = step
+        return output
+
+
+def data_engine(run: RunConfig, out_dir: Path) -> DataEngine:
+    """The run's data engine: AppWorld's for `evaluation.benchmark: appworld`, else BFCL's."""
+    if run.evaluation.benchmark == "appworld":
+        from coevolve_lib.envs.appworld.environment import AppWorldDataEngine
+
+        return AppWorldDataEngine(run.data_engine, out_dir)
+    return DataEngine(run.data_engine, out_dir)
+
+
+def latest_checkpoint(trainer_dir: Path) -> Path | None:
+    """The newest `checkpoint-N` folder that holds our state file (a checkpoint cut before it was written is skipped)."""
+    done = [p for p in trainer_dir.glob("checkpoint-*") if (p / STATE_FILE).exists()]
+    return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+class CoEvolveLoop:
+    """What happens around TRL's update: records, signals, feedback rounds, evaluation, metrics, state."""
+
+    def __init__(self, run: RunConfig, out_dir: Path, engine: DataEngine, rollouts: PoolRollouts,
+                 is_main: bool = True, progress: bool = True, start_evaluations: Path | None = None):
+        self.run, self.cfg, self.out_dir = run, run.training, out_dir
+        self.start_evaluations = start_evaluations
+        self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
+        self.extractor = SignalExtractor(run.data_engine.signals)
+        self.totals = {"train_s": 0.0, "feedback_s": 0.0, "eval_s": 0.0}
+        self.mark = time.perf_counter()
+        self.row: dict | None = None
+        self.trainer = None
+        self.eval_pool_ids = [t["task_id"] for t in engine.pool.tasks if t["pool_version"] == 0][:run.training.eval_pool_tasks]
+        self.heldout = engine.heldout_sets()
+        """Held-out set name -> (key, tasks)."""
+
+    # -- state -------------------------------------------------------------------------------------------------
+    def state_dict(self, step: int) -> dict:
+        return {"step": step, "allowed_version": self.rollouts.allowed_version,
+                "extractor": self.extractor.state_dict(), "totals": self.totals}
+
+    def restore(self, checkpoint: Path) -> int:
+        """Load our state of `checkpoint` and drop what later steps wrote (they are replayed)."""
+        state = json.loads((checkpoint / STATE_FILE).read_text())
+        step = state["step"]
+        self.allow(state["allowed_version"])
+        self.extractor.load_state_dict(state["extractor"])
+        self.totals = state["totals"]
+        self.drop_after(step)
+        return step
+
+    def allow(self, version: int) -> None:
+        """Let training sample pool versions up to `version` (and, for `curriculum`, that round's admitted tasks,
+        read from the round's file: every process sees the same)."""
+        self.rollouts.allowed_version = version
+        if self.cfg.pool_updates == "curriculum":
+            self.rollouts.admitted = pool_updates.admitted_ids(self.out_dir, version)
+
+    def drop_after(self, step: int) -> None:
+        """Remove the records of steps after `step` (a killed run's, replayed now): metrics.jsonl is then appended
+        to one row per step, so a resumed run never holds a step twice. Rewriting it also drops a line cut by the
+        kill, which the next append would otherwise extend."""
+        if self.is_main:
+            write_jsonl_atomic(self.out_dir / "metrics.jsonl",
+                               [r for r in read_jsonl(self.out_dir / "metrics.jsonl") if r["step"] <= step])
+            for folder in ("rollouts", "signals"):
+                for path in (self.out_dir / folder).glob("step_*.jsonl"):
+                    if int(path.stem.split("_")[1]) > step:
+                        path.unlink()
+
+    # -- evaluation --------------------------------------------------------------------------------------------
+    def evaluate(self, step: int, model, tokenizer, val: bool) -> dict:
+        """Greedy success on each held-out set and on a fixed sample of D_0, plus the BFCL val split (the paper's
+        metric) when `val`; cached per step, so a resumed run does not evaluate the same checkpoint twice. Per-task
+        outcomes are kept in the file for paired comparisons."""
+        path = self.out_dir / "eval" / f"step_{step:05d}.json"
+        shared = self._shared_start(step == 0 and val)
+        if not path.exists() and shared is not None and shared.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for file in sorted(shared.iterdir(), key=lambda f: f.name == path.name):  # the same evaluation, made
+                shutil.copyfile(file, path.parent / file.name)  # by another run; its step file last (the marker)
+        if path.exists():
+            return json.loads(path.read_text())
+        start = time.perf_counter()
+        policy = HFChatModel.from_loaded(model, tokenizer, name=f"{self.run.model}@step{step}")
+        greedy = rollout_config(self.run.rollout, temperature=0.0, token_level=True,
+                                max_completion_tokens=self.cfg.max_completion_tokens)
+        result = {"step": step}
+        if self.heldout:  # every set in one batch of episodes (the sets' environments differ: no id is in two)
+            outcomes = task_outcomes(policy, [t for _, tasks in self.heldout.values() for t in tasks], greedy)
+            result["heldout_outcomes"] = {}
+            for name, (key, tasks) in self.heldout.items():
+                per_task = {t["task_id"]: outcomes[t["task_id"]] for t in tasks}
+                result.update({f"eval/{name}_greedy_success": percent(per_task), f"eval/{name}_n": len(per_task),
+                               f"eval/{name}_set": key})
+                result["heldout_outcomes"][name] = per_task
+        pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
+        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.eval_pool_ids], greedy, engine=self.engine)
+        result.update({"eval/d0_greedy_success": percent(d0), "eval/d0_n": len(d0), "d0_outcomes": d0})
+        limit = self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit
+        if val and limit != 0 and self.run.evaluation.benchmark == "appworld":
+            from coevolve_lib.envs.appworld.agent import evaluate_appworld
+
+            doc = evaluate_appworld(policy, self.run.evaluation.split, self.engine.root, greedy,
+                                    out=self.out_dir / "eval" / f"val_step_{step:05d}.json", limit=limit,
+                                    profile=self.run.profile, experiment="coevolve_train",
+                                    episodes=self.engine.episodes())
+            tgc, sgc = metric_row(doc, "tgc"), metric_row(doc, "sgc")
+            result.update({"eval/val_success": tgc["value"], "eval/val_n": tgc["n"], "eval/val_sgc": sgc["value"],
+                           "eval/val_sgc_n": sgc["n"]})
+        elif val and limit != 0:
+            eval_cfg = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
+            bfcl = evaluate(eval_cfg, self.out_dir / "eval" / f"val_step_{step:05d}.json", model=policy,
+                            progress=False, experiment="coevolve_train")
+            row = metric_row(bfcl)
+            result.update({"eval/val_success": row["value"], "eval/val_n": row["n"]})
+        write_json_atomic(path, result)
+        if shared is not None and not shared.exists():  # step 0: kept for the next run that starts alike
+            staging = shared.with_name(f"{shared.name}.partial-{os.getpid()}")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            for file in path.parent.glob("*_00000*"):
+                shutil.copyfile(file, staging / file.name)
+            try:
+                staging.rename(shared)  # complete or absent
+            except OSError:  # a run in another process shared the same evaluation first
+                shutil.rmtree(staging, ignore_errors=True)
+        self.totals["eval_s"] += time.perf_counter() - start
+        return result
+
+    def _shared_start(self, wanted: bool) -> Path | None:
+        """Where the step-0 evaluation of runs that start alike is shared: the same starting policy, held-out set,
+        D_0 sample, rollout, evaluation and budget give the same greedy episodes, so a study's variants evaluate
+        their common start once (None: sharing is off, or not step 0)."""
+        if not (wanted and self.start_evaluations):
+            return None
+        key = config_hash({"policy": repo_relative(self.engine.policy()),
+                           "heldout": {name: key for name, (key, _) in self.heldout.items()},
+                           "d0_sample": self.eval_pool_ids, "rollout": asdict(self.run.rollout),
+                           "evaluation": asdict(self.run.evaluation), "eval_limit": self.cfg.eval_limit,
+                           "max_completion_tokens": self.cfg.max_completion_tokens})
+        return self.start_evaluations / key
+
+    def on_train_begin(self, step: int) -> None:
+        if step == 0 and self.is_main and self.cfg.launch.num_processes == 1:
+            trainer = self.trainer
+            self.evaluate(0, trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, val=True)
+        self.mark = time.perf_counter()
+
+    # -- after each optimizer step -----------------------------------------------------------------------------
+    def after_step(self, step: int) -> None:
+        from accelerate.utils import gather_object
+
+        train_s = time.perf_counter() - self.mark
+        self.totals["train_s"] += train_s
+        records = gather_object(self.rollouts.pending) if self.cfg.launch.num_processes > 1 else self.rollouts.pending
+        rollout_s, self.rollouts.pending, self.rollouts.seconds = self.rollouts.seconds, [], 0.0
+        row = {"step": step, "time/train_s": round(train_s, 3), "time/rollout_s": round(rollout_s, 3)}
+        if self.is_main and self.rollouts.generated_at == step:  # a step reusing earlier rollouts has none to record
+            row.update(self._record_step(step, records))
+        if self.cfg.pool_updates != "none" and step % self.cfg.feedback_every == 0:
+            row.update(self._feedback_round(step))
+        last = step == self.cfg.max_steps
+        every = self.cfg.evaluation_every
+        if self.is_main and self.cfg.launch.num_processes == 1 and (last or (every and step % every == 0)):
+            trainer = self.trainer
+            result = self.evaluate(step, trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class,
+                                   val=last)
+            row.update({k: v for k, v in result.items() if k.startswith("eval/")})
+        total = sum(self.totals.values())
+        row.update({"time/feedback_s_total": round(self.totals["feedback_s"], 2),
+                    "time/train_s_total": round(self.totals["train_s"], 2),
+                    "time/eval_s_total": round(self.totals["eval_s"], 2),
+                    "time/feedback_ratio": round(self.totals["feedback_s"] / total, 4) if total else 0.0})
+        self.row = row
+        self.mark = time.perf_counter()
+
+    def _record_step(self, step: int, records: list[dict]) -> dict:
+        write_jsonl_atomic(self.out_dir / "rollouts" / f"step_{step:05d}.jsonl", records)
+        signals = self.extractor.observe(step, records)
+        write_jsonl_atomic(self.out_dir / "signals" / f"step_{step:05d}.jsonl", signals)
+        groups: dict[str, list[float]] = {}
+        trained: set[str] = set()
+        for r in records:
+            groups.setdefault(r["group_id"], []).append(r["reward"])
+            if r.get("trained", True):
+                trained.add(r["group_id"])
+        counts = Counter(s["type"] for s in signals)
+        uniform = {g for g, rewards in groups.items() if not rewards_vary(rewards)}
+        return {
+            "train/reward": round(sum(r["reward"] for r in records) / max(len(records), 1), 4),
+            "train/success": round(sum(r["success"] for r in records) / max(len(records), 1), 4),
+            "train/episodes": len(records),
+            "train/groups_mixed": len(groups) - len(uniform),  # the groups with an advantage
+            "train/groups_all_solved": sum(sum(g) == len(g) for g in groups.values()),
+            "train/groups": len(groups),
+            "train/groups_trained": len(trained),
+            # GRPO's zero-variance share (TRL's frac_reward_zero_std) before and after dynamic sampling's selection
+            "train/zero_std_drawn": round(len(uniform) / max(len(groups), 1), 4),
+            "train/zero_std_trained": round(len(uniform & trained) / max(len(trained), 1), 4),
+            "train/model_tokens_mean": round(sum(r["model_tokens"] for r in records) / max(len(records), 1), 1),
+            "train/calls_mean": round(sum(len(r["steps"]) for r in records) / max(len(records), 1), 2),
+            "train/model_tokens": sum(r["model_tokens"] for r in records),
+            **{f"signals/{name}": counts.get(name, 0) for name in self.extractor.signals},
+            "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.engine.pool.tasks),
+            "pool/version": self.rollouts.allowed_version,
+            **({"pool/admitted": len(self.rollouts.admitted)} if self.rollouts.admitted is not None else {}),
+        }
+
+    def _feedback_round(self, step: int) -> dict:
+        round_index = step // self.cfg.feedback_every
+        start = time.perf_counter()
+        out = {}
+        if self.is_main:
+            window = range(step - self.cfg.feedback_every + 1, step + 1)
+            signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
+            rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
+            mode, settings = self.cfg.pool_updates, self.cfg.baselines
+            if mode == "signals":
+                report = self.engine.signal_feedback_round(round_index, signals, rollouts, progress=self.progress)
+            elif mode == "random":
+                report = self.engine.random_feedback_round(round_index, progress=self.progress, seed=self.cfg.seed)
+            elif mode == "curriculum":  # the success rates of every step so far, not only the window's
+                history = [r for k in range(1, step + 1)
+                           for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
+                report = pool_updates.curriculum_round(self.engine, round_index, step, history, self.cfg.max_steps,
+                                                    settings, minimum=self.cfg.tasks_per_step)
+            elif mode == "rest":
+                report = pool_updates.rest_round(self.engine, round_index, rollouts, settings, progress=self.progress)
+            elif mode == "reflexion":
+                report = pool_updates.reflexion_round(self.engine, round_index, rollouts, settings,
+                                                   self._reflector(step), progress=self.progress)
+            else:
+                raise ValueError(f"unknown pool_updates {mode!r}")
+            out = {"feedback/round": round_index, "feedback/targets": report["targets"],
+                   "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
+                   "feedback/tasks_added": report["added_to_pool"],
+                   "feedback/rejected": sum(report["rejection_reasons"].values()),
+                   "feedback/rejection_reasons": report["rejection_reasons"],
+                   "feedback/heldout_leaks": report["rejection_reasons"].get("heldout_leak", 0)}
+            if "counts" in report:  # a Table 10 baseline's own numbers (admitted tasks, filtered rollouts, ...)
+                out["feedback/counts"] = report["counts"]
+        if self.cfg.launch.num_processes > 1:
+            from accelerate import PartialState
+
+            PartialState().wait_for_everyone()
+            if not self.is_main:
+                self.engine.pool.__init__(self.engine.pool.path)  # re-read the grown pool
+        self.allow(round_index)
+        seconds = time.perf_counter() - start
+        self.totals["feedback_s"] += seconds
+        out["feedback/seconds"] = round(seconds, 2)
+        if self.is_main:
+            out["pool/size_after_round"] = len(self.engine.pool)
+        return out
+
+    def _reflector(self, step: int):
+        """Who writes Reflexion's reflections: the policy being trained (as it is now) or the explorer model."""
+        if self.cfg.baselines.reflexion_reflector == "explorer":
+            return self.engine.explorer_model
+        trainer = self.trainer
+        return HFChatModel.from_loaded(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class,
+                                       name=f"{self.run.model}@step{step}")
+
+    def on_log(self, step: int, logs: dict) -> dict | None:
+        """TRL's logs of the step join our row, which is then appended to metrics.jsonl; returns the row (None when
+        the logs are not a step's)."""
+        if self.row is None or self.row["step"] != step or "loss" not in logs:
+            return None
+        row, self.row = self.row, None
+        row.update({f"trl/{k}": v for k, v in logs.items()})
+        if self.is_main:
+            append_jsonl(self.out_dir / "metrics.jsonl", row)
+        return row
+
+    def on_save(self, checkpoint: Path, step: int) -> None:
+        if self.is_main:
+            write_json_atomic(checkpoint / STATE_FILE, self.state_dict(step))
+
+
+def _callback(loop: CoEvolveLoop):
+    from transformers import TrainerCallback
+
+    class CoEvolveCallback(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            loop.on_train_begin(state.global_step)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            loop.after_step(state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            row = loop.on_log(state.global_step, logs or {})
+            if row is None or loop.trainer is None:
+                return
+            # TRL's `report_to` loggers (TensorBoard, W&B, ...) got TRL's own logs from the trainer; they get the
+            # kit's numeric columns (train/*, signals/*, pool/*, feedback/*, eval/*, time/*) here.
+            ours = {k: v for k, v in row.items() if not k.startswith("trl/") and k != "step"
+                    and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for sink in loop.trainer.callback_handler.callbacks:
+                if type(sink).__module__.startswith("transformers.integrations"):
+                    sink.on_log(args, state, control, logs=ours)
+
+        def on_save(self, args, state, control, **kwargs):
+            loop.on_save(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+
+    return CoEvolveCallback()
+
+
+def announce(progress: bool, message: str) -> None:
+    """One line on stderr when a long stage starts (with progress on)."""
+    if progress:
+        print(f"[coevolve] {message}", file=sys.stderr, flush=True)
+
+
+def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True,
+          start_evaluations: str | Path | None = None, engine: DataEngine | None = None) -> dict:
+    """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json).
+    `start_evaluations`: a folder where runs that start from the same policy and settings share their step-0
+    evaluation (the studies' runs do). `engine`: the run's data engine, already open on `out_dir` (a notebook's,
+    whose AppWorld servers are then reused); the caller closes it. By default one is made and closed here."""
+    check_vllm(run.training)
+    from accelerate import PartialState
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    set_torch_threads(run.training.torch_threads)
+    out_dir = Path(out_dir)
+    trainer_dir = out_dir / "trainer"
+    checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
+    if checkpoint is not None and not resume:
+        raise FileExistsError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
+                              "choose another --out")
+    state = PartialState()
+    owned = engine is None
+    engine = data_engine(run, out_dir) if owned else engine
+    try:
+        return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
+    finally:
+        if owned:
+            engine.close()
+
+
+def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint: Path | None, progress: bool,
+           start_evaluations) -> dict:
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg = run.training
+    trainer_dir = out_dir / "trainer"
+    timings = {}
+    if state.is_main_process:  # D_0 and the warm start are cached in the run folder; other processes wait
+        announce(progress, f"D_0: {run.data_engine.d0_size} validated tasks (cached in {out_dir.name}/round_000; "
+                           "a minute or two with the offline explorer, longer with an LLM explorer)")
+        start = time.perf_counter()
+        engine.initial_pool(progress=progress)
+        timings["d0_s"] = round(time.perf_counter() - start, 2)
+        start = time.perf_counter()
+        policy_path = engine.policy()
+        timings["warm_start_s"] = round(time.perf_counter() - start, 2)
+        if cfg.pool_updates == "curriculum":  # the selection of the first F steps (by reference length)
+            pool_updates.curriculum_round(engine, 0, 0, [], cfg.max_steps, cfg.baselines, cfg.tasks_per_step)
+        if (out_dir / "run_config.json").exists():  # a resumed run: D_0 and the warm start came from the cache
+            timings = json.loads((out_dir / "run_config.json").read_text())["timings_before_training"]
+        write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
+                                                        "training": asdict(cfg), "policy": policy_path,
+                                                        "environment": engine.environment(),
+                                                        "timings_before_training": timings})
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        engine.pool.__init__(engine.pool.path)
+    policy_path = engine.policy()
+
+    announce(progress, f"training: {cfg.max_steps} GRPO steps of {cfg.tasks_per_step} tasks x K = {cfg.group_size}, "
+                       f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
+    rollouts = PoolRollouts(engine, run, process_index=state.process_index)
+    loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress,
+                        start_evaluations=Path(start_evaluations) if start_evaluations else None)
+    if checkpoint is not None:
+        loop.restore(checkpoint)
+    else:
+        loop.allow(0)
+        loop.drop_after(0)  # a run killed before its first checkpoint starts over
+    args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()),
+                      disable_tqdm=not progress)
+    slots = Dataset.from_dict({"prompt": [f"pool slot {i}" for i in range(cfg.max_steps * cfg.tasks_per_step)]})
+    trainer = GRPOTrainer(model=policy_path, reward_funcs=[environment_reward], args=args, train_dataset=slots,
+                          rollout_func=rollouts, peft_config=lora_config(cfg), callbacks=[_callback(loop)])
+    loop.trainer = trainer
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    trainer.save_model(str(out_dir / "final"))  # on every rank: ZeRO-3 / FSDP gather the weights collectively
+    summary = {}
+    if state.is_main_process:
+        trainer.processing_class.save_pretrained(str(out_dir / "final"))
+        summary = summarize(out_dir)
+    state.wait_for_everyone()
+    return summary

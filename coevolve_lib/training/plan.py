@@ -1,0 +1,195 @@
+"""`python -m coevolve_lib train` and the notebooks' entry point around the CoEvolve loop of `train`: the run plan
+(`--dry-run`), launching in-process or with `accelerate launch`, and the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import coevolve_lib.training.loop as train_lib
+from coevolve_lib.core import profiles
+from coevolve_lib.core.config import RunConfig, TrainConfig
+from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, shown_path
+from coevolve_lib.training.loop import train, training_rollouts
+from coevolve_lib.training.summary import summarize
+from coevolve_lib.training.trl_args import grpo_kwargs
+
+
+def train_command(run: RunConfig, out: str) -> list[str]:
+    """The command that trains `run` into `out`: in-process, or `accelerate launch` for multi-GPU profiles."""
+    launch = run.training.launch
+    command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
+    if launch.num_processes > 1 or launch.accelerate_config:
+        accelerate = ["accelerate", "launch", "--config_file", launch.accelerate_config or "default",
+                      "--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
+        if launch.num_machines > 1:
+            accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR",
+                           "--main_process_port", "29500"]
+        command = accelerate + ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
+    return command
+
+
+def server_split(cfg: TrainConfig) -> TrainConfig | None:
+    """The training section with a vLLM server on `vllm_tensor_parallel_size` of the profile's GPUs: the most
+    training processes that leave them free and still split a step into whole groups, with gradient accumulation
+    raised so that each micro-batch stays as large (None: no such split)."""
+    launch = cfg.launch
+    gpus_per_node = launch.num_processes // launch.num_machines
+    for processes in range(launch.num_processes - cfg.vllm_tensor_parallel_size, 0, -1):
+        accumulation, rest = divmod(cfg.gradient_accumulation_steps * launch.num_processes, processes)
+        if rest:
+            continue
+        try:
+            return replace(cfg, gradient_accumulation_steps=accumulation,
+                           launch=replace(launch, num_processes=processes, num_machines=-(-processes // gpus_per_node)))
+        except ValueError:  # the step does not split into whole groups over this many processes
+            continue
+    return None
+
+
+def vllm_commands(run: RunConfig, out: str) -> tuple[dict, list[str]]:
+    """The vLLM launch recipes of a multi-GPU profile (docs/training.md, vLLM rollouts), and their notes: colocate
+    (the train command with vLLM on the training GPUs) and server (`trl vllm-serve` on GPUs of its own, started
+    first, and the train command on the others)."""
+    cfg, launch = run.training, run.training.launch
+    if launch.num_processes == 1 and not launch.accelerate_config:  # in-process (CPU) profiles
+        return {}, []
+    commands = {"train_vllm_colocate": " ".join(train_command(run, out) + _sets(["training.vllm_mode=colocate"]))}
+    split = server_split(cfg)
+    if split is None:
+        return commands, [f"no vLLM server recipe: {launch.num_processes} GPU(s) leave none for a server of "
+                          f"vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}"]
+    tp, gpus_per_node = cfg.vllm_tensor_parallel_size, launch.num_processes // launch.num_machines
+    first = split.launch.num_processes  # the server's first GPU, counted over the nodes
+    server_node, server_gpu = divmod(first, gpus_per_node)
+    if server_gpu + tp > gpus_per_node:  # the server's GPUs start on the next node
+        server_node, server_gpu = server_node + 1, 0
+    host = "$VLLM_SERVER_HOST" if server_node else cfg.vllm_server_host
+    gpus = lambda start, count: ",".join(str(i) for i in range(start, start + count))  # noqa: E731
+    settings = ["training.vllm_mode=server", f"training.launch.num_processes={split.launch.num_processes}",
+                f"training.gradient_accumulation_steps={split.gradient_accumulation_steps}"]
+    if split.launch.num_machines != launch.num_machines:
+        settings.append(f"training.launch.num_machines={split.launch.num_machines}")
+    if host != cfg.vllm_server_host:
+        settings.append(f"training.vllm_server_host={host}")
+    server_run = replace(run, training=split)
+    serve = ["trl", "vllm-serve", "--model", run.model, "--tensor-parallel-size", str(tp),
+             "--port", str(cfg.vllm_server_port)]
+    if cfg.vllm_max_model_length:
+        serve += ["--max-model-len", str(cfg.vllm_max_model_length)]
+    commands["vllm_server"] = f"CUDA_VISIBLE_DEVICES={gpus(server_gpu, tp)} " + " ".join(serve)
+    commands["train_vllm_server"] = " ".join(
+        [f"CUDA_VISIBLE_DEVICES={gpus(0, min(split.launch.num_processes, gpus_per_node))}",
+         *train_command(server_run, out), *_sets(settings)])
+    notes = [f"vLLM server mode: start vllm_server on node {server_node} first ({tp} GPU(s)); train_vllm_server "
+             f"then trains on {split.launch.num_processes} GPU(s) with gradient_accumulation_steps "
+             f"{split.gradient_accumulation_steps} (same micro-batch)"
+             + (f"; VLLM_SERVER_HOST=<node {server_node}'s address>" if server_node else "")]
+    return commands, notes
+
+
+def _sets(settings: list[str]) -> list[str]:
+    """`--set` options turning vLLM rollouts on, with `settings`."""
+    return [part for setting in ["training.use_vllm=true", *settings] for part in ("--set", setting)]
+
+
+def plan(run: RunConfig, out_dir: str | Path) -> dict:
+    """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
+    cfg, launch = run.training, run.training.launch
+    out = shown_path(out_dir)  # commands run from the repository root
+    commands = {"train": " ".join(train_command(run, out))}
+    extra, notes = vllm_commands(run, out)
+    commands.update(extra)
+    explorer = run.data_engine.explorer_model
+    if explorer and explorer.startswith("openai:"):
+        commands["explorer_env"] = (f"export OPENAI_BASE_URL=<OpenAI-compatible endpoint serving "
+                                    f"{explorer.removeprefix('openai:')}> OPENAI_API_KEY=<its key>")
+    if explorer and explorer.startswith("openai:") and not os.environ.get("OPENAI_BASE_URL"):
+        notes.append("OPENAI_BASE_URL is not set: the explorer LLM needs an OpenAI-compatible endpoint")
+    if launch.accelerate_config and not (REPO_ROOT / launch.accelerate_config).exists():
+        notes.append(f"accelerate config {launch.accelerate_config} does not exist (paths are relative to the repo)")
+    if launch.num_machines > 1:
+        notes.append(f"run the train command on each of the {launch.num_machines} nodes, with NODE_RANK=0.."
+                     f"{launch.num_machines - 1} and MASTER_ADDR=<node 0's address>; --out must be on a filesystem "
+                     "all nodes share")
+    if launch.num_processes > 1:
+        notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
+                     f"--profile {run.profile} --model {out}/final --all-tasks --out <results.json>")
+    evaluation = run.evaluation
+    if evaluation.benchmark == "appworld":
+        root = os.environ.get("APPWORLD_ROOT")
+        benchmark = {"name": "appworld", "split": evaluation.split,
+                     "data": f"APPWORLD_ROOT={root}" if root else "the synthetic world (APPWORLD_ROOT is not set)",
+                     "setup": "make appworld (AppWorld's venv); official data: docs/appworld.md"}
+        if not root and evaluation.split not in ("train", "dev"):
+            notes.append(f"APPWORLD_ROOT is not set and the synthetic world has no {evaluation.split!r} split: "
+                         "point APPWORLD_ROOT at AppWorld's official data (docs/appworld.md)")
+    else:
+        benchmark = {"name": "bfcl", "data_version": evaluation.data_version, "category": evaluation.category,
+                     "split": evaluation.split}
+    completions = cfg.tasks_per_step * cfg.group_size
+    return {
+        "profile": run.profile, "benchmark": benchmark, "policy_model": run.model, "explorer_model": explorer,
+        "warm_start": run.data_engine.warm_start.enabled,
+        "schedule": {"max_steps": cfg.max_steps, "pool_updates": cfg.pool_updates,
+                     "feedback_every": cfg.feedback_every if cfg.pool_updates != "none" else None,
+                     "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.pool_updates != "none" else 0,
+                     "d0_size": run.data_engine.d0_size},
+        "batch": {"tasks_per_step": cfg.tasks_per_step, "group_size": cfg.group_size,
+                  "tasks_drawn_per_step": cfg.tasks_per_step * cfg.draw_factor,
+                  "completions_per_step": completions, "processes": launch.num_processes,
+                  "machines": launch.num_machines, "per_device_train_batch_size": cfg.per_device_batch_size,
+                  "gradient_accumulation_steps": cfg.gradient_accumulation_steps},
+        "grpo_config": grpo_kwargs(cfg, run.rollout, str(Path(out_dir) / "trainer"), cuda=True),
+        "rollout": asdict(training_rollouts(run)),
+        "lora": asdict(cfg.lora) if cfg.lora.enabled else None,
+        "launch": asdict(launch), "commands": commands, "notes": notes,
+    }
+
+
+def run_training(profile: str = "tiny", overrides: dict | list[str] | None = None, out_dir: str | Path | None = None,
+                 resume: bool = True, progress: bool = True, engine=None) -> dict:
+    """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones.
+    `engine`: a data engine the notebook has open on `out_dir` (in-process runs reuse it, `train.train`)."""
+    run = profiles.run_config(profile, overrides)
+    out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
+    if run.training.launch.num_processes == 1:
+        return train(run, out_dir, resume=resume, progress=progress, engine=engine)
+    command = plan(run, out_dir)["commands"]["train"]
+    extra = [f"--set={k}" for k in flatten_overrides(overrides)] if isinstance(overrides, dict) else \
+        [f"--set={o}" for o in overrides or []]
+    subprocess.run(shlex.split(command) + extra, check=True, cwd=REPO_ROOT)
+    return summarize(out_dir)
+
+
+def flatten_overrides(mapping: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out += flatten_overrides(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={json.dumps(value)}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = profiles.profile_parser("python -m coevolve_lib train", train_lib.__doc__, "training.max_steps=20")
+    parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
+    parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
+    parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    run = profiles.run_config_from_args(args)
+    out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
+    if args.dry_run:
+        print(json.dumps(plan(run, out_dir), indent=2, default=str))
+        return 0
+    summary = train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
+    if summary:
+        print(json.dumps({k: summary[k] for k in ("profile", "steps", "signals_total", "pool_size_start",
+                                                  "pool_size_end", "time")}, default=str))
+    return 0
