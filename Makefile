@@ -51,7 +51,7 @@ test-notebooks:
 # batch driver (results/<profile>/ with tables.md, figures/<profile>/, executed notebooks in runs/reproduce/<profile>/).
 # Complete notebooks are skipped and training runs resume, so a second run takes seconds.
 reproduce: setup appworld
-	$(PY) -m coevolve_lib.studies.reproduce --profile $(PROFILE)
+	$(PY) -m coevolve_lib reproduce --profile $(PROFILE)
 
 # Jupyter refuses to run as root without --allow-root (containers often run as root).
 lab: setup

@@ -37,11 +37,11 @@ import statistics
 import tempfile
 import time
 
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.core.models import GenerationConfig, generation_attention, load_chat_model
-from coevolve_lib.rollout.engines import ENGINES, sample_tokens
 from coevolve_lib.core.records import read_jsonl
-from coevolve_lib.engine.pool import pool_task_to_bfcl
+from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.engines import ENGINES, sample_tokens
 
 
 def load_pool_tasks(pool: str | None, count: int) -> list:
@@ -55,11 +55,11 @@ def load_pool_tasks(pool: str | None, count: int) -> list:
     if pool:
         tasks = [t for t in read_jsonl(pool) if t.get("pool_version", 0) == 0] or read_jsonl(pool)
     else:
-        from coevolve_lib.core.profiles import data_engine_config
         from coevolve_lib.engine.data_engine import DataEngine
+        from coevolve_lib.profiles import data_engine_config
 
         with tempfile.TemporaryDirectory() as tmp:
-            engine = DataEngine(data_engine_config("tiny", d0_size=max(count, 8)), tmp)
+            engine = DataEngine(data_engine_config("tiny", d0_size=max(count, 8)), tmp, "bfcl")
             engine.initial_pool(progress=False)
             tasks = list(engine.pool.tasks)
     if len(tasks) < count:
@@ -75,7 +75,7 @@ def run_engine(model, tasks, args, engine: str) -> tuple[list[dict], float]:
     config = RolloutConfig(token_level=True, tool_docs=args.tool_docs, max_batch_size=args.batch, engine=engine,
                            generation=generation_config(args), max_completion_tokens=args.max_completion_tokens)
     start = time.perf_counter()
-    records = run_rollouts(model, tasks, config, samples_per_task=args.samples, progress=False)
+    records = run_rollouts(model, tasks, config, samples_per_task=args.samples, progress=False, new_episode=Episode)
     return records, time.perf_counter() - start
 
 

@@ -9,16 +9,26 @@ import sys
 PROG = "python -m coevolve_lib"
 USAGE_ERROR = 2
 COMMANDS = {
-    "setup": ("coevolve_lib.cli.setup_offline", "install the BFCL data wheels, build the offline models, install the kernel"),
-    "bfcl-replay": ("coevolve_lib.envs.bfcl.replay", "replay BFCL ground truth through the kit and the official checker"),
-    "evaluate": ("coevolve_lib.envs.bfcl.evaluate", "zero-shot evaluation of a chat model on BFCL multi-turn"),
-    "train": ("coevolve_lib.training.plan", "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
-    "compare": ("coevolve_lib.studies.compare", "one study (Tables 2-3 by default, or an ablation) over several seeds"),
-    "reproduce": ("coevolve_lib.studies.reproduce", "run the notebooks with papermill: every table and figure of a profile"),
-    "sweep": ("coevolve_lib.studies.sweep", "a GRPO recipe sweep: one training run per cell of configs/sweeps/<name>.yaml"),
-    "heldout": ("coevolve_lib.engine.heldout", "build a profile's held-out evaluation sets; --commit records their task ids"),
-    "warm-start": ("coevolve_lib.envs.bfcl.warm_start", "build (or find) a profile's warm start and check it; --ship ships it"),
-    "notebook": ("coevolve_lib.studies.notebook_runner", "run a notebook with papermill after checking its parameters"),
+    "setup": ("coevolve_lib.cli.setup_offline",
+              "install the BFCL data wheels, build the offline models, install the kernel"),
+    "bfcl-replay": ("coevolve_lib.cli.bfcl_replay",
+                    "replay BFCL ground truth through the kit and the official checker"),
+    "evaluate": ("coevolve_lib.cli.evaluate",
+                 "zero-shot evaluation of a chat model on its benchmark (BFCL, AppWorld)"),
+    "train": ("coevolve_lib.cli.train",
+              "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
+    "compare": ("coevolve_lib.cli.compare",
+                "one study (Tables 2-3 by default, or an ablation) over several seeds"),
+    "reproduce": ("coevolve_lib.cli.reproduce",
+                  "run the notebooks with papermill: every table and figure of a profile"),
+    "sweep": ("coevolve_lib.cli.sweep",
+              "a GRPO recipe sweep: one training run per cell of configs/sweeps/<name>.yaml"),
+    "heldout": ("coevolve_lib.cli.heldout",
+                "build a profile's held-out evaluation sets; --commit records their task ids"),
+    "warm-start": ("coevolve_lib.cli.warm_start",
+                   "build (or find) a profile's warm start and check it; --ship ships it"),
+    "notebook": ("coevolve_lib.cli.notebook",
+                 "run a notebook with papermill after checking its parameters"),
 }
 
 
@@ -39,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from coevolve_lib.core.runtime import configure_process
 
     configure_process()
-    from coevolve_lib.core.profiles import ConfigError
+    from coevolve_lib.core.config import ConfigError
     from coevolve_lib.core.records import CorruptFileError
 
     try:

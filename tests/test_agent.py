@@ -4,13 +4,14 @@ loopback OpenAI endpoint run the same loop."""
 import json
 
 import pytest
-from helpers import check_scripted_token_records, scripted_reply_ids
+from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
-from coevolve_lib.envs.bfcl.benchmark import load_tasks
-from coevolve_lib.core.safe_calls import parse_call
-from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel, load_chat_model
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel, load_chat_model
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.envs.bfcl.benchmark import load_tasks
+from coevolve_lib.envs.bfcl.episode import Episode
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
 
 class ScriptedModel(ChatModel):
@@ -54,7 +55,8 @@ def test_ground_truth_policy_succeeds_and_records_everything(native):
     tasks = _keyword_only_tasks(6)
     model = ScriptedModel(tasks, native_tools=native)
     seen = []
-    records = run_rollouts(model, tasks, RolloutConfig(max_batch_size=4), on_record=seen.append, progress=False)
+    records = run_rollouts(model, tasks, RolloutConfig(max_batch_size=4), on_record=seen.append, progress=False,
+                           new_episode=Episode)
     assert len(records) == len(seen) == 6
     assert all(r["success"] and r["score"] == 1.0 and r["terminated"] == "completed" for r in records), \
         [(r["task_id"], r["error_type"], r["error_message"]) for r in records if not r["success"]]
@@ -67,14 +69,16 @@ def test_ground_truth_policy_succeeds_and_records_everything(native):
 
 def test_a_missed_turn_fails_with_the_official_error_type():
     tasks = [t for t in _keyword_only_tasks(6) if len(t.turns) > 1][:2]
-    records = run_rollouts(ScriptedModel(tasks, wrong_turn=1), tasks, RolloutConfig(), progress=False)
+    records = run_rollouts(ScriptedModel(tasks, wrong_turn=1), tasks, RolloutConfig(), progress=False,
+                           new_episode=Episode)
     assert [r["success"] for r in records] == [False, False]
     assert {r["error_type"] for r in records} == {"multi_turn:empty_turn_model_response"}
 
 
 def test_samples_per_task_gives_independent_episodes():
     tasks = _keyword_only_tasks(2)
-    records = run_rollouts(ScriptedModel(tasks), tasks, RolloutConfig(), samples_per_task=3, progress=False)
+    records = run_rollouts(ScriptedModel(tasks), tasks, RolloutConfig(), samples_per_task=3, progress=False,
+                           new_episode=Episode)
     assert sorted((r["task_id"], r["sample_index"]) for r in records) == sorted(
         (t.id, i) for t in tasks for i in range(3))
     assert all(r["success"] for r in records)  # no state leaked between the 3 envs of one task
@@ -83,7 +87,7 @@ def test_samples_per_task_gives_independent_episodes():
 def test_real_tiny_model_runs_the_loop():
     tasks = load_tasks("v3", "base")[:3]
     cfg = RolloutConfig(tool_docs="compact", generation=GenerationConfig(max_new_tokens=16))
-    records = run_rollouts(load_chat_model("tiny"), tasks, cfg, progress=False)
+    records = run_rollouts(load_chat_model("tiny"), tasks, cfg, progress=False, new_episode=Episode)
     assert len(records) == 3
     for record in records:
         assert record["tool_format"] == "native" and record["prompt_tokens"] > 200 and record["completion_tokens"] > 0
@@ -97,7 +101,7 @@ def test_endpoint_tool_calls_and_step_cap_through_the_real_server():
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
     with ChatServer(tiny, faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=10, backoff_s=0.01)
-        [record] = run_rollouts(model, [task], RolloutConfig(max_steps_per_turn=3), progress=False)
+        [record] = run_rollouts(model, [task], RolloutConfig(max_steps_per_turn=3), progress=False, new_episode=Episode)
     assert record["terminated"] == "turn_step_cap" and record["success"] is False
     assert record["error_type"] == "agent:turn_step_cap"
     assert [s["calls"] for s in record["steps"]] == [["ls()"]] * 3
@@ -110,7 +114,7 @@ def test_endpoint_failure_ends_the_episode_as_a_counted_model_error():
     task = load_tasks("v3", "base")[0]
     with ChatServer(tiny, faults=FaultConfig(always="500")) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=5, backoff_s=0.01, max_retries=1)
-        [record] = run_rollouts(model, [task], RolloutConfig(), progress=False)
+        [record] = run_rollouts(model, [task], RolloutConfig(), progress=False, new_episode=Episode)
     assert record["terminated"] == "model_error" and record["error_message"] and not record["success"]
 
 
@@ -128,7 +132,7 @@ class OneReplyModel(ChatModel):
 def test_hallucinated_functions_are_recorded_with_their_error_and_never_run():
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
     [record] = run_rollouts(OneReplyModel("[teleport(to='x'), ls(), cd(folder=__import__('os'))]"), [task],
-                            RolloutConfig(), progress=False)
+                            RolloutConfig(), progress=False, new_episode=Episode)
     [step] = record["steps"]
     assert step["calls"] == ["teleport(to='x')", "ls()"]  # decoded calls, as BFCL's runner records them
     assert step["observations"][0].startswith("Error during execution") and "current_directory" in step["observations"][1]
@@ -159,18 +163,19 @@ class ScriptedTokenModel:
 
 
 def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_path):
-    from coevolve_lib.envs.bfcl.benchmark import split_tasks
     from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
     from coevolve_lib.engine.pool import TaskPool
-    from coevolve_lib.engine.pool import pool_task_to_bfcl
+    from coevolve_lib.envs.bfcl.benchmark import split_tasks
+    from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
 
     pool = TaskPool(tmp_path / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, tmp_path / "d0", FeedbackConfig(),
+                       BFCL.target, BFCL.round_steps(),
                        size=3, progress=False)
     tasks = [pool_task_to_bfcl(t) for t in pool.tasks]
     model = ScriptedTokenModel(tasks)
     records = run_rollouts(model, tasks, RolloutConfig(tool_docs="none", token_level=True), samples_per_task=2,
-                           progress=False)
+                           progress=False, new_episode=Episode)
     assert [r["task_id"] for r in records] == [t.id for t in tasks for _ in range(2)]  # input order
     tokenizer = model.tokenizer
     check_scripted_token_records(records, tasks, tokenizer)
@@ -189,6 +194,6 @@ def test_token_level_caps_the_completion_length_and_fails_the_episode():
     model = load_chat_model("tiny")
     cfg = RolloutConfig(tool_docs="none", token_level=True, max_completion_tokens=20,
                         generation=GenerationConfig(max_new_tokens=16, temperature=1.0, seed=0))
-    [record] = run_rollouts(model, tasks, cfg, progress=False)
+    [record] = run_rollouts(model, tasks, cfg, progress=False, new_episode=Episode)
     assert len(record["completion_ids"]) <= 20 and not record["success"]
     assert record["terminated"] in ("completion_cap", "completed")

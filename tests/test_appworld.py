@@ -20,17 +20,27 @@ from pathlib import Path
 import pytest
 from helpers import CodeModel
 
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
-from coevolve_lib.envs.appworld.agent import AppWorldEpisodes, evaluate_appworld
-from coevolve_lib.envs.appworld.benchmark import (
-    NO_CODE_OBSERVATION, AppWorldEnv, AppWorldEnvConfig, AppWorldTask, extract_code, load_task, load_task_ids,
-    load_tasks, positive_reward, scenario_id, sgc, tgc)
-from coevolve_lib.envs.appworld.client import AppWorldClient, AppWorldServerError
-from coevolve_lib.envs.appworld.server import (
-    AppWorldNotInstalledError, appworld_python, free_port)
-from coevolve_lib.envs.appworld.synthetic import SYNTHETIC_SPLIT
 from coevolve_lib.core.models import GenerationConfig, load_chat_model
 from coevolve_lib.core.records import config_hash, read_jsonl
+from coevolve_lib.envs.appworld.agent import AppWorldEpisodes, evaluate_appworld
+from coevolve_lib.envs.appworld.benchmark import (
+    NO_CODE_OBSERVATION,
+    AppWorldEnv,
+    AppWorldEnvConfig,
+    AppWorldTask,
+    extract_code,
+    load_task,
+    load_task_ids,
+    load_tasks,
+    positive_reward,
+    scenario_id,
+    sgc,
+    tgc,
+)
+from coevolve_lib.envs.appworld.client import AppWorldClient, AppWorldServerError
+from coevolve_lib.envs.appworld.server import AppWorldNotInstalledError, appworld_python, free_port
+from coevolve_lib.envs.appworld.synthetic import SYNTHETIC_SPLIT
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
 ROOT = Path(__file__).resolve().parent.parent
 

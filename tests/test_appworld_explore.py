@@ -7,15 +7,21 @@ import signal
 
 import pytest
 
-from coevolve_lib.envs.appworld.calls import parse_appworld_call
-from coevolve_lib.envs.appworld.explore import (
-    COMPLETION_CRITERION, EXCLUDED_CALLS, AppWorldExplorer, AppWorldLLMExplorer, abstract_appworld, explorable_apis,
-    explore_appworld, make_appworld_explorer)
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
-from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
-from coevolve_lib.engine.triplets import split_runs
-from coevolve_lib.envs.bfcl.validation import content_id
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.explore import explore_target, split_runs
+from coevolve_lib.engine.tasks import content_id
+from coevolve_lib.envs.appworld.calls import api_tool_docs, is_failed_output, parse_appworld_call
+from coevolve_lib.envs.appworld.explore import (
+    COMPLETION_CRITERION,
+    EXCLUDED_CALLS,
+    AppWorldExplorer,
+    AppWorldLLMExplorer,
+    abstract_appworld,
+    explorable_apis,
+    make_appworld_explorer,
+)
 
 UNGUIDED = ExploreConfig(runs=2, calls_per_run=8, seed=3)
 
@@ -25,14 +31,29 @@ def explorer(server, api_docs):
     return AppWorldExplorer(server, api_docs)
 
 
-def _target(signal=None, trajectory=None):
-    return ExplorationTarget("synnote_1", "appworld", {"appworld_task": "synnote_1"}, ["simple_note"],
-                             "Create a new note in my Simple Note account titled 'Dentist'.", signal, trajectory)
+class ApiDocsEnvironment:
+    """What a target asks of its environment (`Environment.tool_docs`, `is_error`), from the real server's API docs:
+    the explorers under test run on the real server; `AppWorldEnvironment` itself runs in test_appworld_loop.py."""
+
+    def __init__(self, api_docs: dict | None):
+        self.api_docs = api_docs
+
+    def tool_docs(self, target) -> list[dict]:
+        return api_tool_docs(self.api_docs, target.involved_classes)
+
+    def is_error(self, observation: str) -> bool:
+        return is_failed_output(observation)
+
+
+def _target(signal=None, trajectory=None, api_docs=None):
+    return ExplorationTarget("synnote_1", ApiDocsEnvironment(api_docs), "appworld", {"appworld_task": "synnote_1"},
+                             ["simple_note"], "Create a new note in my Simple Note account titled 'Dentist'.", signal,
+                             trajectory)
 
 
 @pytest.fixture(scope="module")
 def unguided(explorer):
-    return explore_appworld(_target(), UNGUIDED, None, explorer)
+    return explore_target(_target(), UNGUIDED, None, explorer)
 
 
 def test_account_and_irreversible_apis_are_never_explored(api_docs):
@@ -111,7 +132,8 @@ def test_guided_exploration_draws_the_focus_api(explorer):
     signal_record = {"schema": "signal/v1", "signal_id": "rare/2/synnote_1/0", "type": "rare", "task_id": "synnote_1",
                      "evidence": {"patterns": [{"pattern": "simple_note.update_note", "count": 1}], "total": 40}}
     config = ExploreConfig(runs=1, calls_per_run=6, focus_ratio=0.9)
-    context, triplets, cost = explore_appworld(_target(signal_record, trajectory), config, None, explorer)
+    context, triplets, cost = explore_target(_target(signal_record, trajectory, explorer.api_docs), config, None,
+                                              explorer)
     assert context["focus_pattern"] == ["simple_note.update_note"]
     assert "1 call(s) returned errors" in context["failure_cause"]
     assert len(triplets) == 6 and all(t["signal_id"] == "rare/2/synnote_1/0" for t in triplets)
@@ -147,7 +169,7 @@ def test_the_llm_explorer_runs_the_models_calls_on_the_server(server, api_docs):
     explorer = make_appworld_explorer(ExploreConfig(explorer="llm"), model, server, api_docs)
     assert isinstance(explorer, AppWorldLLMExplorer)
     config = ExploreConfig(explorer="llm", runs=2, calls_per_run=5)
-    context, triplets, cost = explore_appworld(_target(), config, model, explorer)
+    context, triplets, cost = explore_target(_target(), config, model, explorer)
     assert context is None and len(model.prompts) == 10  # unguided; 2 runs x 5 steps, one model call each
     system, user = model.prompts[0]
     assert "simple_note.search_notes(query='groceries')" in system["content"]  # the AppWorld action format
@@ -229,7 +251,7 @@ def test_a_server_killed_mid_exploration_ends_the_run_with_a_counted_skip(server
 
     monkeypatch.setattr(server.client, "execute", execute_then_kill)
     restarts = server.restarts
-    _, triplets, cost = explore_appworld(_target(), ExploreConfig(runs=2, calls_per_run=3), None, explorer)
+    _, triplets, cost = explore_target(_target(), ExploreConfig(runs=2, calls_per_run=3), None, explorer)
     assert cost["skipped"] == {"server_down": 1}
     assert [len(run) for run in split_runs(triplets).values()] == [1, 3]
     assert server.restarts == restarts + 1 and server.alive()

@@ -4,22 +4,21 @@ TRL's GRPO steps with a feedback round and TGC/SGC (the training loop, `tiny-app
 
 import json
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 from helpers import CodeModel, EveryFailure  # noqa: F401 (registers the every_failure signal)
 
 from coevolve_lib.__main__ import main as cli
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
-from coevolve_lib.envs.appworld.calls import solution_code
-from coevolve_lib.envs.appworld.environment import AppWorldDataEngine
-from coevolve_lib.engine.contexts import ExplorationTarget, build_context
-from coevolve_lib.engine.data_engine import stamp_rollouts
 from coevolve_lib.core.models import Generation
-from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.core.profiles import run_config
 from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.engine.contexts import build_context
+from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
+from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.engine.signals import SignalExtractor
+from coevolve_lib.envs.appworld.calls import solution_code
+from coevolve_lib.envs.appworld.environment import AppWorldEnvironment
+from coevolve_lib.profiles import run_config
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.training.loop import train
 
 SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4",
@@ -32,7 +31,8 @@ the random policy fails every episode)."""
 def engine(world, tmp_path_factory):
     """A data engine with D_0 built (module scope: the training test goes on in its folder, with its servers)."""
     run = run_config("tiny-appworld", SMALL)
-    engine = AppWorldDataEngine(run.data_engine, tmp_path_factory.mktemp("engine"), source_root=world.root)
+    folder = tmp_path_factory.mktemp("engine")
+    engine = DataEngine(run.data_engine, folder, AppWorldEnvironment(run.data_engine, folder, source_root=world.root))
     engine.initial_pool(progress=False)
     yield engine
     engine.close()
@@ -49,7 +49,7 @@ def test_d0_holds_appworld_tasks_that_appworlds_evaluator_accepted(engine, world
         assert verdicts[task["task_id"]]["reason"] == "objective_met"
         assert len(task["reference_actions"]) >= 3 and task["data_version"] == "appworld"
         assert "answer_from" in task  # None: a change; else what the answer is read from (solution_code needs it)
-        folder = engine.root / "data" / "tasks" / task["task_id"]
+        folder = engine.environment.root / "data" / "tasks" / task["task_id"]
         assert json.loads((folder / "specs.json").read_text())["instruction"] == task["query"]
     assert not (world.root / "data" / "tasks" / tasks[0]["task_id"]).exists()  # the source root is never written
 
@@ -73,22 +73,22 @@ def test_signals_and_contexts_read_real_appworld_rollouts(engine):
     """A boundary group of real AppWorld episodes (one solved, one not) fires the boundary signal, and its context
     names the AppWorld APIs the trajectory called."""
     tasks = engine.pool.tasks[:2]
-    docs = engine.api_docs()
+    docs = engine.environment.api_docs()
     solve = {t["task_id"]: f"```python\n{solution_code(t['reference_actions'], docs, t['answer_from'])}\n```"
              for t in tasks}
     give_up = "```python\napis.supervisor.complete_task()\n```"
     env_tasks = engine.rollout_tasks(tasks)
     model = HalfSolving(env_tasks, {t["task_id"]: [solve[t["task_id"]], give_up] for t in tasks})
     records = run_rollouts(model, env_tasks, RolloutConfig(max_batch_size=2, max_steps_per_episode=3),
-                           samples_per_task=2, progress=False, new_episode=engine.episodes())
+                           samples_per_task=2, progress=False, new_episode=engine.environment.new_episode)
     assert [r["success"] for r in records] == [True, False, True, False]
     assert records[0]["steps"][0]["calls"][:2] == ["supervisor.show_account_passwords", "supervisor.show_profile"]
     stamp_rollouts(records, 1, tasks)
     signals = SignalExtractor(run_config("tiny-appworld").data_engine.signals).observe(1, records)
     boundary = [s for s in signals if s["type"] == "boundary"]
     assert {s["task_id"] for s in boundary} == {t["task_id"] for t in tasks}
-    target = ExplorationTarget.from_pool_task(tasks[0], boundary[0], records[int(boundary[0]["rollout_id"][-1])])
-    context = build_context(replace(target, api_docs=docs), run_config("tiny-appworld").data_engine.explore)
+    target = engine.pool_target(tasks[0], boundary[0], records[int(boundary[0]["rollout_id"][-1])])
+    context = build_context(target, run_config("tiny-appworld").data_engine.explore)
     called = {name for name in records[0]["steps"][0]["calls"] if not name.startswith("supervisor.")}
     assert called and called <= set(context["focus_pattern"])
 
@@ -116,7 +116,7 @@ def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world):
     added = [t for t in pool.tasks if t["pool_version"] == 1]
     assert len(added) == report["added_to_pool"] == round_1["tasks_added"]
     for task in added:
-        assert (engine.root / "data" / "tasks" / task["task_id"] / "ground_truth").is_dir()
+        assert (engine.environment.root / "data" / "tasks" / task["task_id"] / "ground_truth").is_dir()
     step_records = read_jsonl(out / "rollouts" / "step_00001.jsonl")
     assert {r["task_source"] for r in step_records} == {"pool:0"}
     assert all(r["tool_format"] == "code" and r["num_tests"] >= 1 and r["reward"] == 0.0 for r in step_records)
@@ -132,6 +132,7 @@ def test_the_evaluate_command_measures_tgc_and_sgc_on_appworld(tmp_path, monkeyp
     monkeypatch.delenv("APPWORLD_ROOT", raising=False)  # the synthetic world
     out = tmp_path / "dev.json"
     assert cli(["evaluate", "--profile", "tiny-appworld", "--limit", "1", "--quiet", "--out", str(out)]) == 0
-    assert "tiny on appworld/dev: TGC 0.00% (0/1), SGC 0.0% of 1 scenarios" in capsys.readouterr().out
+    printed = capsys.readouterr().out  # one line per metric: TGC over tasks, SGC over scenarios
+    assert "tiny on appworld/dev (n=1, T=0.0): tgc 0.00% (0/1)\ntiny on appworld/dev (n=1, T=0.0): sgc 0.00% (0/1)" in printed
     rows = {row["metric"]: row for row in json.loads(out.read_text())["metrics"]}
     assert rows["tgc"]["n"] == 1 and rows["sgc"]["n"] == 1 and rows["tgc"]["temperature"] == 0.0

@@ -11,12 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from coevolve_lib.envs.appworld.validation import WRITTEN, appworld_task_id, overlay_root, validate_appworld, write_tasks
 from coevolve_lib.core.config import SynthesisConfig
+from coevolve_lib.engine.tasks import accept_unvalidated
 from coevolve_lib.envs.appworld.benchmark import AppWorldEnv, load_task
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
 from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
-from coevolve_lib.envs.bfcl.validation import accept_unvalidated
+from coevolve_lib.envs.appworld.validation import (
+    WRITTEN,
+    appworld_task_id,
+    overlay_root,
+    validate_appworld,
+    write_tasks,
+)
 
 CONFIG = SynthesisConfig()
 

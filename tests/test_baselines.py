@@ -6,16 +6,16 @@ import json
 from collections import Counter
 
 import pytest
-from helpers import small_run
+from helpers import BFCL, small_run
 
 import coevolve_lib.engine.pool_updates as baselines
 import coevolve_lib.training.loop as train_lib
 from coevolve_lib.core.config import BaselineSettings
-from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.core.safe_calls import parse_call
-from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.core.profiles import ConfigError, run_config
 from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.profiles import ConfigError, run_config
 
 
 def rollout(task_id, step, sample, success=False, reward=None, calls=(), observations=None, terminated="completed",
@@ -106,7 +106,7 @@ def test_rest_triplets_are_the_trajectorys_own_calls():
     record = rollout("a", 3, 1, True, calls=["mkdir(dir_name='x')", "cd(folder='nope')", "ls()"],
                      observations=["None", '{"error": "cd: nope: No such directory"}',
                                    '{"current_directory_content": ["x"]}'])
-    target = ExplorationTarget.from_pool_task(task("a"), baselines.rest_marker(record), record)
+    target = ExplorationTarget.from_pool_task(task("a"), BFCL, baselines.rest_marker(record), record)
     context, triplets, cost = baselines.trajectory_triplets(target)
     assert context is None and cost["calls"] == 0
     assert [(t["action"], t["valid"]) for t in triplets] == [("mkdir(dir_name='x')", True),
@@ -229,7 +229,7 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
     from coevolve_lib.envs.bfcl.validation import replay
 
     run, out = _run(tmp_path, "run")
-    engine = DataEngine(run.data_engine, out)
+    engine = DataEngine(run.data_engine, out, "bfcl")
     engine.initial_pool(progress=False)
     source = engine.pool.tasks[0]
 
@@ -327,3 +327,11 @@ def test_reflexion_run_reposes_failed_tasks_with_the_policys_reflection(tmp_path
             assert new["provenance"]["verdict"] == "objective_met"
     assert len(pool) > 8 and summary["pool_size_end"] == len(pool)
     assert Counter(r.get("counts", {}).get("reflections", 0) > 0 for r in summary["rounds"]) == Counter({True: 2})
+
+
+def test_every_pool_update_a_profile_can_name_is_registered():
+    from coevolve_lib.core.config import POOL_UPDATES as NAMES
+    from coevolve_lib.engine.pool_updates import POOL_UPDATES
+
+    assert sorted(POOL_UPDATES) == sorted(NAMES)
+    assert [name for name, update in POOL_UPDATES.items() if not update.has_rounds] == ["none"]

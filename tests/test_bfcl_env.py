@@ -4,18 +4,18 @@ import json
 
 import pytest
 
+from coevolve_lib.core.safe_calls import Call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.benchmark import (
     EMPTY_TURN,
     GORILLA_TO_OPENAPI,
     BFCLEnv,
-    restrict_classes,
     load_tasks,
+    restrict_classes,
     split_tasks,
     tools_to_openai,
 )
 from coevolve_lib.envs.bfcl.replay import official_verdict
-from coevolve_lib.core.safe_calls import Call
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ import json
 import subprocess
 import sys
 
+from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.replay import differential, replay
-from coevolve_lib.core.paths import REPO_ROOT
 
 
 def assert_perfect(counts):
@@ -27,7 +27,7 @@ def test_replay_v3_base_agrees_with_official():
 def test_replay_v4_cli_in_a_fresh_process():
     # A process holds one BFCL release, so v4 runs in its own interpreter.
     proc = subprocess.run(
-        [sys.executable, "-m", "coevolve_lib.envs.bfcl.replay", "--data-version", "v4", "--category", "base",
+        [sys.executable, "-m", "coevolve_lib", "bfcl-replay", "--data-version", "v4", "--category", "base",
          "--limit", "20"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
     )

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from coevolve_lib.core import profiles
-from coevolve_lib.envs.bfcl.evaluate import evaluate, evaluation_tasks
+from coevolve_lib import profiles
 from coevolve_lib.core.models import load_chat_model
 from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.core.results import metric_row, validate_result
+from coevolve_lib.envs.bfcl.evaluate import evaluate, evaluation_tasks
 
 ROW_KEYS = {"benchmark", "data_version", "eval_set", "metric", "k", "temperature", "seed", "n", "correct", "value",
             "per_task"}
@@ -85,7 +85,7 @@ def test_cli_writes_a_valid_results_json(tmp_path):
 
 
 def test_pass_at_k_is_the_unbiased_estimate():
-    from coevolve_lib.envs.bfcl.evaluate import pass_at_k
+    from coevolve_lib.rollout.evaluation import pass_at_k
 
     assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 1, 8) == 1.0
     assert pass_at_k(8, 1, 1) == pytest.approx(1 / 8)

@@ -16,13 +16,14 @@ import mpmath
 import pytest
 
 from coevolve_lib.core import models
-from coevolve_lib.rollout import toolcalls
-from coevolve_lib.rollout.agent import Episode, RolloutConfig, run_rollouts
-from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
-from coevolve_lib.core.safe_calls import Call, parse_call_list
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.records import append_jsonl, read_jsonl
+from coevolve_lib.core.safe_calls import Call, parse_call_list
+from coevolve_lib.envs.bfcl import backend as bfcl_backend
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.episode import Episode
+from coevolve_lib.rollout import toolcalls
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
 N_GENERATED = 3000
 SENTINEL = f"/tmp/coevolve_fuzz_pwned_{os.getpid()}"
@@ -334,7 +335,7 @@ def test_rollout_batch_survives_any_model_output(native, tmp_path):
     tasks = [t for t in load_tasks("v3", "base") if "MathAPI" in t.involved_classes][:3]
     path = tmp_path / "rollouts.jsonl"
     records = run_rollouts(HostileModel(replies, native), tasks, RolloutConfig(max_batch_size=3),
-                           on_record=lambda record: append_jsonl(path, record), progress=False)
+                           on_record=lambda record: append_jsonl(path, record), progress=False, new_episode=Episode)
     assert len(records) == len(read_jsonl(path)) == 3
     assert all(r["parser_failures"] == 0 and r["terminated"] in ("completed", "turn_step_cap", "episode_step_cap")
                for r in records)

@@ -5,19 +5,25 @@ import json
 import re
 
 import pytest
+from helpers import BFCL
 
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.config import ExploreConfig
-from coevolve_lib.engine.contexts import (CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget, build_context,
-                                   heuristic_context)
+from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
+from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.engine.contexts import (
+    CONTEXT_LIST_FIELDS,
+    CONTEXT_TEXT_FIELDS,
+    ExplorationTarget,
+    build_context,
+    heuristic_context,
+)
+from coevolve_lib.engine.signals import SIGNALS, Signal, register
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
 from coevolve_lib.envs.bfcl.explore import explore
 from coevolve_lib.envs.bfcl.explore_llm import parse_action
-from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
-from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
-from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.prompts import load_prompt, prompt_fields
-from coevolve_lib.engine.signals import SIGNALS, Signal, register
 
 PROMPT_FIELDS = {
     "explore_system": {"action_format"},
@@ -56,7 +62,7 @@ def failed_target(tasks):
     signal = {"schema": "signal/v1", "signal_id": "boundary/3/multi_turn_base_0/1", "type": "boundary",
               "rollout_id": "3/multi_turn_base_0/1", "task_id": task.id, "step": 3,
               "evidence": {"group_scores": [1.0, 0.0, 0.0, 1.0], "solved": 2}}
-    return ExplorationTarget.from_bfcl_task(task, signal, trajectory)
+    return BFCL.target(task, signal, trajectory)
 
 
 # --- prompts and JSON -------------------------------------------------------------------------------------------
@@ -161,7 +167,7 @@ def test_from_pool_task():
     record = {"schema": "task/v1", "task_id": "abc", "query": "Create notes.txt and list the folder.", "intent": "i",
               "initial_config": {"GorillaFileSystem": {"root": {"w": {"type": "directory", "contents": {}}}}},
               "involved_classes": ["GorillaFileSystem"], "data_version": "v3", "reference_actions": []}
-    target = ExplorationTarget.from_pool_task(record)
+    target = ExplorationTarget.from_pool_task(record, BFCL)
     assert (target.task_id, target.description, target.signal) == ("abc", record["query"], None)
     context, triplets, cost = explore(target, ExploreConfig(runs=2, calls_per_run=3))
     assert context is None and len(triplets) == 6 and triplets[0]["run_id"] == "unguided/abc/run0"
@@ -179,7 +185,7 @@ def _targets(tasks, failed_target, guided):
         calls = [c for turn in task.ground_truth for c in turn][:3]  # the "trajectory" used these tools
         trajectory = {"steps": [{"turn": 0, "step": 0, "calls": calls, "observations": ["{}"] * len(calls),
                                  "rejected": []}], "score": 0.0, "error_type": "x", "error_message": "y"}
-        out.append(ExplorationTarget.from_bfcl_task(task, signal if guided else None, trajectory))
+        out.append(BFCL.target(task, signal if guided else None, trajectory))
     return out
 
 
@@ -206,7 +212,7 @@ def test_schema_explorer_reuses_observed_names(tasks):
     """After ls() lists a folder, a later cd (cat, ...) mostly uses a listed (or since created) folder (file)."""
     listed = other = 0
     for task in [t for t in tasks.values() if "GorillaFileSystem" in t.involved_classes][:24]:
-        _, triplets, _ = explore(ExplorationTarget.from_bfcl_task(task), ExploreConfig(runs=4, calls_per_run=10, guided=False))
+        _, triplets, _ = explore(BFCL.target(task), ExploreConfig(runs=4, calls_per_run=10, guided=False))
         listing = []
         for t in triplets:
             name = t["action"].split("(", 1)[0]

@@ -2,19 +2,19 @@
 and the LLM path against the real loopback server with injected faults."""
 
 
+from dataclasses import replace
+
 import pytest
-from helpers import checker_accepts
+from helpers import BFCL, checker_accepts
 
 import coevolve_lib.engine.feedback as feedback
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks, split_tasks
-from coevolve_lib.core.config import ExploreConfig
-from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import FeedbackConfig, RoundSteps, feedback_round, select_targets, synthesize_initial
-from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
+from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
+from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.core.config import SynthesisConfig
-
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks, split_tasks
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,8 @@ def train_tasks():
 
 def test_d0_yields_validated_multistep_tasks_that_the_checker_can_grade(tmp_path, train_tasks):
     pool = TaskPool(tmp_path / "pool.jsonl")
-    report = synthesize_initial(train_tasks[:40], pool, tmp_path / "round_000", FeedbackConfig(), size=30,
+    report = synthesize_initial(train_tasks[:40], pool, tmp_path / "round_000", FeedbackConfig(), BFCL.target,
+                                BFCL.round_steps(), size=30,
                                 progress=False)
     assert report["added_to_pool"] == len(pool) == 30 and pool.version == 0
     assert report["signal_types"] == {"unguided": 40} and report["specs"] >= 30
@@ -59,13 +60,15 @@ def _signal_round_inputs(pool):
 
 def test_signal_round_grows_the_pool_with_provenance(tmp_path, train_tasks):
     pool = TaskPool(tmp_path / "pool.jsonl")
-    synthesize_initial(train_tasks[:20], pool, tmp_path / "round_000", FeedbackConfig(), size=10, progress=False)
+    synthesize_initial(train_tasks[:20], pool, tmp_path / "round_000", FeedbackConfig(), BFCL.target,
+                       BFCL.round_steps(), size=10, progress=False)
     signals, rollouts = _signal_round_inputs(pool)
     pairs = select_targets(signals, rollouts, max_targets=6)
     assert sorted(s["type"] for s, _ in pairs) == ["boundary"] * 2 + ["forgetting"] * 2 + ["rare"] * 2
-    targets = [ExplorationTarget.from_pool_task(next(t for t in pool.tasks if t["task_id"] == s["task_id"]), s, r)
+    targets = [ExplorationTarget.from_pool_task(next(t for t in pool.tasks if t["task_id"] == s["task_id"]), BFCL, s, r)
                for s, r in pairs]
-    report = feedback_round(1, tmp_path / "round_001", targets, pool, FeedbackConfig(), progress=False)
+    report = feedback_round(1, tmp_path / "round_001", targets, pool, FeedbackConfig(), BFCL.round_steps(),
+                            progress=False)
     new = [t for t in pool.tasks if t["pool_version"] == 1]
     assert report["added_to_pool"] == len(new) > 0 and pool.version == 1
     assert set(report["signal_types"]) == {"forgetting", "boundary", "rare"}
@@ -81,13 +84,14 @@ class Killed(Exception):
 
 @pytest.mark.parametrize("stage", ["explore", "validate", "commit"])
 def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, monkeypatch, train_tasks, stage):
-    targets = [ExplorationTarget.from_bfcl_task(t) for t in train_tasks[:12]]
+    targets = [BFCL.target(t) for t in train_tasks[:12]]
     reference_pool = TaskPool(tmp_path / "ref" / "pool.jsonl")
-    reference = feedback_round(0, tmp_path / "ref" / "round_000", targets, reference_pool, FeedbackConfig(), progress=False)
+    reference = feedback_round(0, tmp_path / "ref" / "round_000", targets, reference_pool, FeedbackConfig(),
+                               BFCL.round_steps(), progress=False)
 
     pool_path = tmp_path / "killed" / "pool.jsonl"
     calls = {"n": 0}
-    real = {"explore": feedback.explore, "validate": feedback.validate}
+    real = {"explore": BFCL.round_steps().explore, "validate": BFCL.round_steps().validate}
 
     def dying(*args, **kwargs):
         calls["n"] += 1
@@ -95,18 +99,19 @@ def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, mo
             raise Killed
         return real[stage](*args, **kwargs)
 
-    steps = None
+    steps = BFCL.round_steps()
     if stage == "commit":  # dies after the pool was written, before the report
         monkeypatch.setattr(feedback, "write_json_atomic", lambda *a, **k: (_ for _ in ()).throw(Killed()))
     else:
-        steps = RoundSteps(**{stage: dying})
+        steps = replace(steps, **{stage: dying})
     with pytest.raises(Killed):
-        feedback_round(0, tmp_path / "killed" / "round_000", targets, TaskPool(pool_path), FeedbackConfig(),
-                       progress=False, steps=steps)
+        feedback_round(0, tmp_path / "killed" / "round_000", targets, TaskPool(pool_path), FeedbackConfig(), steps,
+                       progress=False)
     monkeypatch.undo()
 
     pool = TaskPool(pool_path)
-    report = feedback_round(0, tmp_path / "killed" / "round_000", targets, pool, FeedbackConfig(), progress=False)
+    report = feedback_round(0, tmp_path / "killed" / "round_000", targets, pool, FeedbackConfig(), BFCL.round_steps(),
+                            progress=False)
     assert [t["task_id"] for t in pool.tasks] == [t["task_id"] for t in reference_pool.tasks]
     assert len(pool.ids) == len(pool.tasks)  # no duplicates
     for key in ("specs", "accepted", "added_to_pool", "pool_size", "rejection_reasons"):
@@ -131,8 +136,8 @@ def test_llm_mode_round_survives_faults_on_the_real_loopback_server(tmp_path, tr
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     with ChatServer(load_chat_model("tiny"), faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=1.0, backoff_s=0.01, max_retries=3)
-        report = feedback_round(1, tmp_path / "round_001", [ExplorationTarget.from_bfcl_task(task, signal, trajectory)],
-                           pool, config, model, progress=False)
+        report = feedback_round(1, tmp_path / "round_001", [BFCL.target(task, signal, trajectory)],
+                           pool, config, BFCL.round_steps(), model, progress=False)
         requests = server.num_requests
     # 4 faults: 3 absorbed by the client's retries (its budget), the 4th exhausts it: a counted, skipped context
     # call that the context builder then retries once.

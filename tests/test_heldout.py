@@ -7,22 +7,22 @@ import pytest
 
 from coevolve_lib.engine import heldout
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
 from coevolve_lib.engine.feedback import screen_heldout
 from coevolve_lib.engine.pool import content_keys
-from coevolve_lib.core.profiles import data_engine_config
+from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+from coevolve_lib.profiles import data_engine_config
 
 
 def _sets(config, tmp_path):
-    return DataEngine(config, tmp_path).heldout_sets()
+    return DataEngine(config, tmp_path, "bfcl").heldout_sets()
 
 
 def test_the_tiny_sets_come_from_the_right_environments_and_match_the_committed_ids(tmp_path):
     config = data_engine_config("tiny")
-    engine = DataEngine(config, tmp_path)
+    engine = DataEngine(config, tmp_path, "bfcl")
     sets = engine.heldout_sets()
     assert set(sets) == {"new_tasks", "new_envs"} and config.heldout.rank_by == "new_tasks"
-    pool_envs = {t.id for t in engine.environments("pool")}
+    pool_envs = {t.id for t in engine.environment.sources("pool")}
     val_ids = {t.id for t in split_tasks(load_tasks("v3", "base"), "val")}
     (_, new_tasks), (_, new_envs) = sets["new_tasks"], sets["new_envs"]
     assert len(new_tasks) == config.heldout.new_tasks.size and len(new_envs) == config.heldout.new_envs.size
@@ -44,7 +44,7 @@ def test_the_tiny_sets_come_from_the_right_environments_and_match_the_committed_
 
 
 def test_no_d0_task_is_a_held_out_task_and_the_d0_report_counts_the_leaks_it_refused(tmp_path):
-    engine = DataEngine(data_engine_config("tiny"), tmp_path)
+    engine = DataEngine(data_engine_config("tiny"), tmp_path, "bfcl")
     report = engine.initial_pool(progress=False)
     held_out = {key for _, tasks in engine.heldout_sets().values() for task in tasks for key in content_keys(task)}
     assert engine.pool.tasks and not any(content_keys(task) & held_out for task in engine.pool.tasks)
@@ -57,7 +57,7 @@ def test_a_held_out_set_explored_as_d0_is_leaves_d0_without_its_tasks(tmp_path):
     """The guard on the real path: a set (a) explored with D_0's own seed and runs holds D_0's tasks, so D_0 must
     refuse each of them as a leak and keep the rest."""
     config = data_engine_config("tiny", heldout={"new_tasks": {"size": 20, "runs": 8, "seed": 0}, "new_envs": {"size": 0}})
-    engine = DataEngine(config, tmp_path)
+    engine = DataEngine(config, tmp_path, "bfcl")
     report = engine.initial_pool(progress=False)
     (_, held_out), = engine.heldout_sets().values()
     held_ids = {t["task_id"] for t in held_out}

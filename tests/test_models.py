@@ -3,9 +3,9 @@
 import pytest
 
 from coevolve_lib.core import models
-from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 from coevolve_lib.core.models import GenerationConfig, HFChatModel, OpenAIChatModel, load_chat_model
 from coevolve_lib.core.paths import MODELS_DIR
+from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 
 CD_TOOL = {"type": "function", "function": {
     "name": "cd", "description": "Change directory.",

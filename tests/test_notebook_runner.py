@@ -2,9 +2,9 @@
 
 import pytest
 
-from coevolve_lib.studies.notebook_runner import WIDGET_VIEW, check_parameters, clean_notebook, notebook_parameters
-from coevolve_lib.core.profiles import ConfigError
 from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.profiles import ConfigError
+from coevolve_lib.studies.notebook_runner import WIDGET_VIEW, check_parameters, clean_notebook, notebook_parameters
 
 
 def test_clean_notebook_drops_machine_state_and_keeps_readable_outputs():

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from coevolve_lib.envs.bfcl.tiny_model import build_tiny
-from coevolve_lib.core.models import GenerationConfig, OpenAIChatModel, _parse_arguments, load_chat_model
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig, parse_tool_calls
+from coevolve_lib.core.models import GenerationConfig, OpenAIChatModel, _parse_arguments, load_chat_model
 from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 
 HI = [{"role": "user", "content": "Go to the folder x."}]
 SHORT = GenerationConfig(max_new_tokens=6)

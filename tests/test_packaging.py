@@ -58,7 +58,7 @@ def test_importing_the_library_changes_no_process_setting():
     import subprocess
     import sys
 
-    code = "import os; before = dict(os.environ); import coevolve_lib.core.profiles, coevolve_lib.training.loop; " \
+    code = "import os; before = dict(os.environ); import coevolve_lib.profiles, coevolve_lib.training.loop; " \
            "print(sorted(k for k in os.environ if os.environ.get(k) != before.get(k)))"
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("OMP_NUM_THREADS", "HF_HUB_OFFLINE")}
     changed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from coevolve_lib.studies import tables as paper_tables
 from coevolve_lib.core.results import write_result
-from coevolve_lib.studies.run import results_file, run_hash, settings_hash, variant_run
+from coevolve_lib.studies import tables as paper_tables
 from coevolve_lib.studies.catalog import COMPARISON
+from coevolve_lib.studies.run import results_file, run_hash, settings_hash, variant_run
 
 OVERRIDES = ["training.max_steps=2"]
 

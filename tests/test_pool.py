@@ -4,10 +4,9 @@ import os
 
 import pytest
 
+from coevolve_lib.core.records import CorruptFileError, read_jsonl
 from coevolve_lib.engine import pool as pool_module
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.core.records import CorruptFileError
-from coevolve_lib.core.records import read_jsonl
 
 
 def tasks(*ids):

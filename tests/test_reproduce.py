@@ -7,7 +7,7 @@ import pytest
 
 import coevolve_lib.studies.reproduce as reproduce
 from coevolve_lib.__main__ import main as cli
-from coevolve_lib.core.profiles import ConfigError
+from coevolve_lib.profiles import ConfigError
 
 
 def names(experiments):

@@ -4,11 +4,11 @@ seeded sampling) do what they say."""
 
 import pytest
 
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.core.models import GenerationConfig, load_chat_model
 from coevolve_lib.core.paths import REPO_ROOT
-from coevolve_lib.rollout.engines import (GenerateEngine, KVCacheEngine, Request, make_engine, resolve_engine,
-                                          sample_tokens)
+from coevolve_lib.envs.bfcl.episode import Episode
+from coevolve_lib.rollout.agent import RolloutConfig, make_engine, resolve_engine, run_rollouts
+from coevolve_lib.rollout.engines import GenerateEngine, KVCacheEngine, Request, sample_tokens
 
 POLICY = REPO_ROOT / "coevolve_lib" / "data" / "warm_start" / "tiny"  # makes tool calls: multi-turn episodes
 
@@ -21,10 +21,10 @@ def policy():
 @pytest.fixture(scope="module")
 def pool_tasks(tmp_path_factory):
     from coevolve_lib.engine.data_engine import DataEngine
-    from coevolve_lib.engine.pool import pool_task_to_bfcl
-    from coevolve_lib.core.profiles import data_engine_config
+    from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+    from coevolve_lib.profiles import data_engine_config
 
-    engine = DataEngine(data_engine_config("tiny", d0_size=8), tmp_path_factory.mktemp("d0"))
+    engine = DataEngine(data_engine_config("tiny", d0_size=8), tmp_path_factory.mktemp("d0"), "bfcl")
     engine.initial_pool(progress=False)
     return [pool_task_to_bfcl(t) for t in engine.pool.tasks[:8]]
 
@@ -33,7 +33,7 @@ def rollouts(model, tasks, engine, temperature=0.0, samples=2, seed=0, batch=64,
     config = RolloutConfig(token_level=True, tool_docs="none", max_batch_size=batch, engine=engine,
                            max_completion_tokens=cap,
                            generation=GenerationConfig(max_new_tokens=48, temperature=temperature, seed=seed))
-    return run_rollouts(model, tasks, config, samples_per_task=samples, progress=False)
+    return run_rollouts(model, tasks, config, samples_per_task=samples, progress=False, new_episode=Episode)
 
 
 def test_kv_cache_greedy_ids_and_masks_equal_the_generate_engine(policy, pool_tasks):

@@ -7,10 +7,8 @@ from collections import Counter, deque
 
 import pytest
 
-from coevolve_lib.engine.data_engine import stamp_rollouts
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
 from coevolve_lib.core.safe_calls import parse_call
-from coevolve_lib.studies.report import rollout_steps
+from coevolve_lib.engine.data_engine import stamp_rollouts
 from coevolve_lib.engine.signals import (
     SIGNALS,
     Signal,
@@ -21,6 +19,8 @@ from coevolve_lib.engine.signals import (
     register,
     rollout_id,
 )
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.studies.report import rollout_steps
 
 
 def rollout(task, score, sample=0, calls=("ls()",), classes=("A",), step=0):

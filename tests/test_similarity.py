@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from coevolve_lib.studies import similarity
 from coevolve_lib.core.results import check_result
+from coevolve_lib.studies import similarity
 
 
 def test_identical_items_have_self_redundancy_one_and_orthogonal_ones_zero():

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from coevolve_lib.__main__ import main as cli
-
 import coevolve_lib.studies.run as study_lib
-from coevolve_lib.core import paper, profiles
-from coevolve_lib.studies import report
+from coevolve_lib import profiles
+from coevolve_lib.__main__ import main as cli
+from coevolve_lib.core import paper
 from coevolve_lib.core.results import validate_result
+from coevolve_lib.studies import report
 from coevolve_lib.studies.catalog import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
 SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",

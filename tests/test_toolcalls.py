@@ -1,7 +1,8 @@
 """Parsing model replies in the two tool-call formats: data in, `Call`s out, nothing evaluated."""
 
-from coevolve_lib.rollout import toolcalls
 from coevolve_lib.envs.bfcl.benchmark import load_tasks
+from coevolve_lib.envs.bfcl.episode import prompt_style_system_prompt
+from coevolve_lib.rollout import toolcalls
 
 
 def test_native_blocks_become_calls_and_free_text_stays_content():
@@ -53,5 +54,5 @@ def test_compact_docs_keep_names_and_types_and_are_much_shorter():
 
 
 def test_prompt_style_system_prompt_is_bfcls_own():
-    prompt = toolcalls.prompt_style_system_prompt(load_tasks("v3", "base")[0].tools_at_turn(0))
+    prompt = prompt_style_system_prompt(load_tasks("v3", "base")[0].tools_at_turn(0))
     assert "[func_name1(params_name1=params_value1" in prompt and '"name": "mkdir"' in prompt

@@ -2,21 +2,21 @@
 mid-round resumes to the same end, configs reject bad values. Small sizes: a few seconds per run."""
 
 import json
+from dataclasses import replace
 
 import pytest
-from helpers import EveryFailure, small_run  # noqa: F401 (registers the every_failure signal)
 import torch
+from helpers import EveryFailure, small_run  # noqa: F401 (registers the every_failure signal)
 from safetensors.torch import load_file
 
+import coevolve_lib.cli.train as train_cli
 import coevolve_lib.training.loop as train_lib
-import coevolve_lib.training.plan as train_cli
-from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.engine.feedback import RoundSteps
-from coevolve_lib.core.profiles import ConfigError, parse_overrides, run_config
 from coevolve_lib.core.models import MODELS_DIR
-from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.envs.bfcl.validation import validate
+from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
 
 SMALL = {
     "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
@@ -171,7 +171,8 @@ def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monk
             raise Killed
         return validate(spec, *args, **kwargs)
 
-    monkeypatch.setattr(DataEngine, "round_steps", lambda engine: RoundSteps(validate=validate_then_die))
+    monkeypatch.setattr(DataEngine, "round_steps",
+                        lambda engine: replace(engine.environment.round_steps(), validate=validate_then_die))
     with pytest.raises(Killed):
         train_lib.train(run, out, progress=False)
     monkeypatch.undo()
@@ -237,7 +238,7 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     assert smoke.data_engine.heldout.new_tasks.size < normal.data_engine.heldout.new_tasks.size
     assert smoke.data_engine.heldout.new_envs.size < normal.data_engine.heldout.new_envs.size
     assert smoke.model == normal.model
-    recipes = [DataEngine(run.data_engine, tmp_path / name).warm_start_recipe()
+    recipes = [DataEngine(run.data_engine, tmp_path / name, "bfcl").environment.warm_start_recipe()
                for run, name in ((normal, "a"), (smoke, "b"))]
     assert recipes[0] == recipes[1]
     # the scale only shrinks: an AppWorld profile keeps its held-out set off and its smaller episode batch

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from coevolve_lib.__main__ import main as cli
-from coevolve_lib.core.profiles import CONFIGS_DIR, run_config
 from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.profiles import CONFIGS_DIR, run_config
 
 PAPER_PROFILES = sorted(p.stem for p in CONFIGS_DIR.glob("paper-*.yaml") if not p.stem.endswith("-appworld"))
 """The BFCL runs; `paper-qwen3-4b-appworld` is the same run on AppWorld (test_appworld_paper_profile_plan)."""

@@ -6,10 +6,11 @@ import sys
 
 import pytest
 
-from coevolve_lib.envs.bfcl import evaluate as evaluate_lib
-from coevolve_lib.core import profiles
+from coevolve_lib import profiles
 from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.envs.bfcl import evaluate as evaluate_lib
+from coevolve_lib.rollout import evaluation as evaluation_lib
 
 
 def one_line_error(capsys, argv, status=2) -> str:
@@ -68,7 +69,7 @@ def test_evaluate_against_a_dead_endpoint_fails_and_writes_no_result(capsys, mon
     from coevolve_lib.core.models import OpenAIChatModel
 
     # The real client against a closed port, without the default retries and their backoff (~12 s).
-    monkeypatch.setattr(evaluate_lib, "load_chat_model",
+    monkeypatch.setattr(evaluation_lib, "load_chat_model",
                         lambda spec, base_url: OpenAIChatModel(spec.removeprefix("openai:"), base_url, max_retries=0))
     out = tmp_path / "result.json"
     err = one_line_error(capsys, ["evaluate", "--model", "openai:nothing", "--base-url", "http://127.0.0.1:9/v1",

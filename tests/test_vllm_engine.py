@@ -18,11 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import check_scripted_token_records, scripted_reply_ids
+from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 from trl.generation import vllm_generation as trl_vllm
 
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.core.models import GenerationConfig, HFChatModel, load_chat_model
+from coevolve_lib.envs.bfcl.episode import Episode
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.rollout.engines import Request
 from coevolve_lib.rollout.vllm import VLLMEngine
 
@@ -112,13 +113,15 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def pool_tasks(tmp_path_factory):
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
     from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
-    from coevolve_lib.engine.pool import TaskPool, pool_task_to_bfcl
+    from coevolve_lib.engine.pool import TaskPool
+    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+    from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
 
     folder = tmp_path_factory.mktemp("pool")
     pool = TaskPool(folder / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, folder / "d0", FeedbackConfig(),
+                       BFCL.target, BFCL.round_steps(),
                        size=3, progress=False)
     return [pool_task_to_bfcl(t) for t in pool.tasks]
 
@@ -136,7 +139,8 @@ CONFIG = RolloutConfig(token_level=True, tool_docs="none", engine="vllm", max_ba
 
 def test_vllm_rollouts_keep_generated_ids_and_mask_the_environment(tiny, pool_tasks, world):
     model, trainer = process(tiny, world, 0, pool_tasks)
-    records = run_rollouts(model, pool_tasks, CONFIG, samples_per_task=2, progress=False, trainer=trainer)
+    records = run_rollouts(model, pool_tasks, CONFIG, samples_per_task=2, progress=False, trainer=trainer,
+                           new_episode=Episode)
     assert [r["task_id"] for r in records] == [t.id for t in pool_tasks for _ in range(2)]
     # each completion is cut after its stop id: the junk vLLM might have sampled after it never enters the ids
     check_scripted_token_records(records, pool_tasks, model.tokenizer)
@@ -184,7 +188,8 @@ def test_two_processes_stay_in_lockstep_until_both_are_done(tiny, pool_tasks, wo
     alone = []
     for rank, tasks in enumerate(shares):
         model, trainer = process(tiny, world, 0, tasks)
-        alone.append((run_rollouts(model, tasks, CONFIG, samples_per_task=2, progress=False, trainer=trainer),
+        alone.append((run_rollouts(model, tasks, CONFIG, samples_per_task=2, progress=False, trainer=trainer,
+                                   new_episode=Episode),
                       len(trainer.vllm_generation.calls)))
     assert alone[0][1] < alone[1][1]
 
@@ -197,7 +202,7 @@ def test_two_processes_stay_in_lockstep_until_both_are_done(tiny, pool_tasks, wo
         world.ranks[threading.get_ident()] = rank
         try:
             results[rank] = run_rollouts(model, shares[rank], CONFIG, samples_per_task=2, progress=False,
-                                         trainer=trainer)
+                                         trainer=trainer, new_episode=Episode)
         except BaseException as error:  # reported below
             errors.append(error)
             world.barrier.abort()

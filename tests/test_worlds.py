@@ -5,9 +5,11 @@ import json
 import re
 
 import pytest
+from helpers import BFCL
 
 from coevolve_lib.core.config import SynthesisConfig, WarmStartConfig
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
+from coevolve_lib.envs.bfcl.warm_start import warm_start_tasks
 from coevolve_lib.envs.bfcl.worlds import (
     CLASS_NAME,
     WORLD_SPLITS,
@@ -17,7 +19,6 @@ from coevolve_lib.envs.bfcl.worlds import (
     world_state,
     world_tasks,
 )
-from coevolve_lib.envs.bfcl.warm_start import warm_start_tasks
 
 
 def _walk(node: dict, depth: int = 1):
@@ -83,7 +84,7 @@ def test_a_world_runs_in_bfcls_file_system():
 def test_worlds_explore_into_validated_tasks_that_name_their_world(tmp_path):
     sources = world_tasks("train", 6)
     config = WarmStartConfig(data_seeds=1, data_runs=4, data_calls_per_run=5, data_min_calls=1, data_max_calls=4)
-    tasks = warm_start_tasks(sources, tmp_path, config, SynthesisConfig(description_words=4, max_calls=4))
+    tasks = warm_start_tasks(sources, tmp_path, config, SynthesisConfig(description_words=4, max_calls=4), BFCL)
     assert len(tasks) >= 12
     assert {t["provenance"]["origin_task"] for t in tasks} <= {s.id for s in sources}
     assert all(t["involved_classes"] == [CLASS_NAME] and 1 <= len(t["reference_actions"]) <= 4 for t in tasks)

@@ -199,9 +199,9 @@ class ChatServer:
 def main():
     from coevolve_lib.core.runtime import configure_process
 
-    configure_process()
+    configure_process()  # the offline hub and torch's threads: before the model stack loads
     from coevolve_lib.core.models import load_chat_model
-    from coevolve_lib.core.profiles import ArgumentParser
+    from coevolve_lib.profiles import ArgumentParser
 
     parser = ArgumentParser("python -m coevolve_lib.cli.openai_server", __doc__)
     parser.add_argument("--model", default="tiny", help="load_chat_model spec: tiny, smollm2-135m, a local path")

@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 
+from coevolve_lib.envs.bfcl import tiny_model
 from coevolve_lib.envs.bfcl.backend import BFCL_RELEASES, install_dir
+from coevolve_lib.profiles import ArgumentParser
 
 KERNEL_NAME = "coevolve-kit"
 KERNEL_DISPLAY_NAME = "Python (coevolve-kit)"
@@ -39,8 +41,6 @@ def install_kernel() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coevolve_lib.core.profiles import ArgumentParser
-
     parser = ArgumentParser("python -m coevolve_lib setup", __doc__)
     parser.add_argument("--skip-models", action="store_true", help="do not build the offline chat models")
     args = parser.parse_args(argv)
@@ -49,9 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         install_bfcl(version)
         print(f"bfcl {version}: {install_dir(version)} ({time.perf_counter() - start:.1f}s)")
     if not args.skip_models:
-        from coevolve_lib.envs.bfcl import tiny_model as model_artifacts
-
-        for name, path in model_artifacts.build_all().items():
+        for name, path in tiny_model.build_all().items():
             print(f"model {name}: {path}")
     install_kernel()
     print(f"kernel: {KERNEL_NAME}")

@@ -41,9 +41,10 @@ keeps the two lists equal)."""
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 FORGETTING_KEYS = ("task", "task_type")
 RARE_PATTERNS = ("bigram", "sequence", "set")
-BFCL_SPLITS = ("val", "train", "all")
-APPWORLD_POOL_UPDATES = ("signals", "random", "none")
-"""The pool updates wired for AppWorld (the Table 10 baselines are BFCL-only so far)."""
+
+
+class ConfigError(ValueError):
+    """A bad profile, override or parameter, in one line."""
 
 
 # ------------------------------------------------------------------------------------------------ rollout
@@ -75,7 +76,7 @@ class RolloutSettings:
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     """Nucleus sampling mass of training and probe rollouts."""
     engine: RolloutEngine = "auto"
-    """How token-level rollouts (training, evaluation of local models) compute replies (`rollout_engines`): `auto`
+    """How token-level rollouts (training, evaluation of local models) compute replies (`rollout.engines`): `auto`
     (`continuous_batching` on CUDA, `kv_cache` on CPU), or one of them by name; `generate` re-feeds whole
     conversations (the reference). `vllm` is not chosen here: `training.use_vllm` sends the GRPO rollouts to it."""
 
@@ -90,10 +91,11 @@ class EvalConfig:
     """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible endpoint."""
     profile: str = "tiny"
     """Profile the values came from (recorded in results)."""
-    benchmark: Literal["bfcl", "appworld"] = "bfcl"
-    """The run's benchmark: its environments seed D_0 and the rounds, and its `split` is evaluated. `bfcl` (BFCL
-    multi-turn) or `appworld` (AppWorld's server on APPWORLD_ROOT's official data, else on the synthetic world the kit
-    builds offline; docs/appworld.md)."""
+    benchmark: str = "bfcl"
+    """The run's benchmark, by registry name (`core.environment.ENVIRONMENTS`; its `check` runs at load): its
+    environments seed D_0 and the rounds, and its `split` is evaluated. `bfcl` (BFCL multi-turn) or `appworld`
+    (AppWorld's server on APPWORLD_ROOT's official data, else on the synthetic world the kit builds offline;
+    docs/appworld.md)."""
     data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version: `v3` (the paper's) or `v4`."""
     category: str = "multi_turn_base"
@@ -121,19 +123,6 @@ class EvalConfig:
             raise ValueError("a model name, hub id, local path or openai:<model> is required")
         return value
 
-    @field_validator("category")
-    @classmethod
-    def _known_category(cls, value: str) -> str:
-        from coevolve_lib.envs.bfcl.backend import normalize_category
-
-        return normalize_category(value)
-
-    def __post_init__(self):
-        if self.benchmark == "bfcl" and self.split not in BFCL_SPLITS:
-            raise ValueError(f"BFCL split {self.split!r}: choose from {list(BFCL_SPLITS)}")
-        if self.benchmark == "appworld" and self.split in ("val", "all"):
-            raise ValueError(f"{self.split!r} is a BFCL split; AppWorld's are its dataset files: dev, test_normal, "
-                             "test_challenge (the synthetic world: train, dev)")
 
 
 # ------------------------------------------------------------------------------------------------ data engine
@@ -158,7 +147,8 @@ class SignalConfig:
     """Which signal types run, and their parameters."""
 
     enabled: tuple[str, ...] = ("forgetting", "boundary", "rare")
-    """Signal types to run, by registry name (see `signals.SIGNALS`). The default is the paper's three."""
+    """Signal types to run, by registry name (`engine.signals.SIGNALS`; `profiles.run_config` checks them). The
+    default is the paper's three."""
     success_threshold: Fraction = 0.5
     """The paper's 0.5 on [0, 1] scores: a score >= it counts as solved, below it as failed, in every signal (a
     boundary group holds at least one of each)."""
@@ -197,16 +187,6 @@ class SignalConfig:
     step. 10 is one feedback period (the paper's F)."""
     compositional_min_rate: Fraction = 0.5
     """The `compositional` signal needs at least this success rate on single-class tasks of every class involved."""
-
-    @field_validator("enabled")
-    @classmethod
-    def _registered(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from coevolve_lib.engine.signals import SIGNALS  # the registry, with any type a user registered
-
-        unknown = [name for name in value if name not in SIGNALS]
-        if unknown:
-            raise ValueError(f"unknown signal type(s) {unknown}; registered: {sorted(SIGNALS)}")
-        return value
 
 
 @dataclass(config=STRICT)
@@ -267,7 +247,7 @@ class SynthesisConfig:
 @dataclass(config=STRICT)
 class WorldsStageConfig:
     """The warm start's second stage (a kit addition, tiny profile): the first stage's model trained further on tasks
-    from procedurally generated GorillaFileSystem worlds (`envs.bfcl_worlds`, train-split seeds), so that it learns
+    from procedurally generated GorillaFileSystem worlds (`envs.bfcl.worlds`, train-split seeds), so that it learns
     to copy names from the query in file systems it has never seen instead of recalling a few environments' names
     (measured: unseen-environment success 11 -> 16%, docs/log.md). The tasks are built as the first stage's are
     (schema exploration, abstraction, validation), with its `data_runs`, `data_calls_per_run` and call lengths."""
@@ -381,7 +361,7 @@ class DataEngineConfig:
     """BFCL data version whose environments are explored."""
     classes: list[str] | None = None
     """BFCL classes of the profile's world (None: all eight). The training pool, the held-out set and the warm
-    start are built from benchmark environments restricted to these classes (`envs.bfcl.restrict_classes`); the
+    start are built from benchmark environments restricted to these classes (`envs.bfcl.benchmark.restrict_classes`); the
     BFCL val split is always evaluated as it is."""
     d0_size: PositiveInt = 100
     """N, the initial synthetic task set size (the paper: 100)."""
@@ -398,15 +378,6 @@ class DataEngineConfig:
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     """The profile's rollout section (probe rollouts, warm-start checks and held-out evaluation use it)."""
 
-    @field_validator("classes")
-    @classmethod
-    def _known_classes(cls, value: list[str] | None) -> list[str] | None:
-        from coevolve_lib.envs.bfcl.backend import CLASSES
-
-        unknown = [name for name in value or [] if name not in CLASSES]
-        if unknown:
-            raise ValueError(f"unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
-        return value
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -511,7 +482,7 @@ class TrainConfig:
     trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
     re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/engine/pool_updates.py`): `curriculum` (no new
     tasks; which pool tasks GRPO draws, easiest first by the policy's recorded success, widening to the whole pool),
-    `rest` (ReST: the policy's own rollouts with reward >= `baselines.rest_threshold` abstracted and validated into
+    `rest` (ReST: the policy's own rollouts with reward >= `training.baselines.rest_threshold` abstracted and validated into
     new tasks), `reflexion` (failed tasks re-posed with the reflector's verbal self-reflection in the query), or
     `none` (GRPO on the fixed D_0, the paper's GRPO baseline). Signals are extracted and logged in every mode."""
     baselines: BaselineSettings = field(default_factory=BaselineSettings)
@@ -619,31 +590,6 @@ class RunConfig:
                 and not self.data_engine.explorer_model:
             raise ValueError("training.baselines.reflexion_reflector=explorer needs data_engine.explorer_model "
                              "(e.g. openai:<name>); or let the policy reflect (reflexion_reflector=policy)")
-        if self.evaluation.benchmark == "appworld":
-            self._check_appworld()
         if self.rollout.engine == "vllm":  # the evaluations share the rollout section and have no trainer
             raise ValueError("rollout.engine=vllm is not chosen by name: set training.use_vllm=true and keep "
                              "rollout.engine=auto (vLLM for the GRPO rollouts, local engines for evaluations)")
-
-    def _check_appworld(self) -> None:
-        """What the AppWorld data engine supports so far (`appworld_engine`): both explorers and context builders,
-        the deterministic abstraction with validation, no held-out set or warm start (both BFCL's), the binary reward
-        and the pool updates of APPWORLD_POOL_UPDATES."""
-        data, problems = self.data_engine, []
-        if data.synthesis.abstraction != "deterministic" or data.synthesis.judge or not data.synthesis.validate:
-            problems.append("data_engine.synthesis.abstraction=deterministic, judge=false and validate=true (the LLM "
-                            "abstraction, the judge and the unvalidated ablation are BFCL-only so far: an AppWorld "
-                            "task exists only once validation has written it)")
-        if data.heldout.sets():
-            problems.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
-                            "are measured on evaluation.split)")
-        if data.warm_start.enabled:
-            problems.append("data_engine.warm_start.enabled=false (the warm start is BFCL's)")
-        if data.d0_source_split != "train":
-            problems.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
-        if self.training.reward != "binary":
-            problems.append("training.reward=binary (the prefix reward reads BFCL calls)")
-        if self.training.pool_updates not in APPWORLD_POOL_UPDATES:
-            problems.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
-        if problems:
-            raise ValueError("evaluation.benchmark=appworld needs " + "; ".join(problems))

@@ -113,6 +113,11 @@ class Environment(ABC):
         """What a `RunConfig` asks that this environment cannot do, one line each ([]: nothing)."""
         return []
 
+    @classmethod
+    def plan(cls, run) -> tuple[dict, list[str]]:
+        """What a dry run (`train --dry-run`) says of the benchmark a `RunConfig` evaluates on, and notes for it."""
+        return {"name": cls.name, "split": run.evaluation.split}, []
+
 
 ENVIRONMENTS: dict[str, str | type[Environment]] = {
     "bfcl": "coevolve_lib.envs.bfcl.environment:BFCLEnvironment",

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS
 from coevolve_lib.core.paths import MODELS_DIR, shown_path
+from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS
 
 BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m"}
 """Spec -> folder under MODELS_DIR of the models `python -m coevolve_lib.envs.bfcl.tiny_model` builds."""

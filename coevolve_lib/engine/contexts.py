@@ -13,16 +13,15 @@ Model text is parsed with `llm_json`, never evaluated.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from coevolve_lib.envs.appworld.calls import DATA_VERSION as APPWORLD, api_tool_docs, is_failed_output
 from coevolve_lib.core.config import ExploreConfig
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, docs_by_name, is_error_observation, start_env
+from coevolve_lib.core.environment import Environment
 from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
 from coevolve_lib.core.models import ChatModel, GenerationConfig
-from coevolve_lib.prompts import clip, load_prompt
 from coevolve_lib.engine.signals import SIGNALS
+from coevolve_lib.prompts import clip, load_prompt
 
 CONTEXT_SCHEMA = "context/v1"
 CONTEXT_TEXT_FIELDS = ("summary", "failure_cause", "instability_pattern")
@@ -34,7 +33,11 @@ class ExplorationTarget:
     """What to explore from: an environment start state, the source task's text, and the signal if any."""
 
     task_id: str
+    environment: Environment = field(repr=False, compare=False)
+    """The environment the target's start state belongs to (`core.environment`): it gives the tool docs and tells
+    failed calls, so contexts and explorers need no environment of their own."""
     data_version: str
+    """The environment's data version (BFCL: "v3" / "v4"; AppWorld: "appworld"), carried into specs and pool tasks."""
     initial_config: dict
     involved_classes: list[str]
     description: str
@@ -43,21 +46,12 @@ class ExplorationTarget:
     """The signal/v1 record; None for D_0 / unguided exploration."""
     trajectory: dict | None = None
     """The rollout/v1 record that carried the signal."""
-    api_docs: dict | None = None
-    """AppWorld's `{app: {api: doc}}` (data_version "appworld" only): AppWorld's API names come from its server, not
-    from files the kit ships, so the target carries them for `tool_docs`."""
 
     @classmethod
-    def from_bfcl_task(cls, task, signal: dict | None = None, trajectory: dict | None = None) -> "ExplorationTarget":
-        text = "\n".join(m["content"] for turn in task.turns for m in turn if m.get("role") == "user")
-        return cls(task.id, task.data_version, task.initial_config, list(task.involved_classes), text,
-                   signal, trajectory)
-
-    @classmethod
-    def from_pool_task(cls, task_record: dict, signal: dict | None = None,
+    def from_pool_task(cls, task_record: dict, environment: Environment, signal: dict | None = None,
                        trajectory: dict | None = None) -> "ExplorationTarget":
         """From a task/v1 record of the task pool."""
-        return cls(task_record["task_id"], task_record["data_version"], task_record["initial_config"],
+        return cls(task_record["task_id"], environment, task_record["data_version"], task_record["initial_config"],
                    list(task_record["involved_classes"]), task_record["query"], signal, trajectory)
 
     @property
@@ -77,20 +71,12 @@ class ExplorationTarget:
                 "context_id": context["context_id"] if context else None}
 
     def tool_docs(self) -> list[dict]:
-        """Func docs of the involved classes; a later class wins a name clash, as in the env. AppWorld: the involved
-        apps' API docs, named `app.api`."""
-        if self.data_version == APPWORLD:
-            if self.api_docs is None:
-                raise ValueError(f"AppWorld target {self.task_id} has no api_docs (the server's `api_docs()`)")
-            return api_tool_docs(self.api_docs, self.involved_classes)
-        return [doc for _, doc in docs_by_name(self.data_version, self.involved_classes).values()]
+        """The function docs of the target's environment (`Environment.tool_docs`)."""
+        return self.environment.tool_docs(self)
 
     def is_error(self, observation: str) -> bool:
         """Whether an observation of this target's environment reports a failed call."""
-        return is_failed_output(observation) if self.data_version == APPWORLD else is_error_observation(observation)
-
-    def new_env(self) -> BFCLEnv:
-        return start_env(self.source())
+        return self.environment.is_error(observation)
 
 
 # ---------------------------------------------------------------------------------------------------------

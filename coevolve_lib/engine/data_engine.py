@@ -1,7 +1,8 @@
 """The data engine of one run folder, stage by stage, each stage cached on disk so that notebooks (and a killed
-run) pick up where the last one stopped:
+run) pick up where the last one stopped. It knows its benchmark only through the `Environment` seam
+(`core.environment`): the environment gives the sources, the round steps, the episodes and the metric.
 
-    D_0 (unguided exploration of benchmark *train* environments)  ->  pool version 0
+    D_0 (unguided exploration of the environment's `pool` sources, benchmark *train* environments)  ->  pool version 0
     policy (the profile's model; the tiny profile starts from a supervised warm start, a kit addition)
     rollouts of the policy on pool tasks (K per task, T=0.9; in training they come from GRPO steps)
     signals (forgetting / boundary / rare) from those rollouts
@@ -14,30 +15,22 @@ signals.jsonl, round_001/, ...
 from __future__ import annotations
 
 import json
-import logging
-from collections import Counter
-import os
 import random
-import shutil
-from dataclasses import asdict, replace
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
-from coevolve_lib.rollout.agent import rollout_config, run_rollouts
 from coevolve_lib.core.config import DataEngineConfig
-from coevolve_lib.envs.bfcl.benchmark import load_tasks, restrict_classes, split_tasks
-from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import FeedbackConfig, RoundSteps, feedback_round, select_targets, synthesize_initial
-from coevolve_lib.engine.heldout import heldout_tasks
-from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
+from coevolve_lib.core.environment import Environment, RoundSteps, make_environment
 from coevolve_lib.core.models import load_chat_model
-from coevolve_lib.core.paths import CACHE_DIR, MODELS_DIR
-from coevolve_lib.engine.pool import TaskPool, content_keys, pool_task_to_bfcl
-from coevolve_lib.core.records import config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.paths import MODELS_DIR
+from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
+from coevolve_lib.engine.heldout import heldout_tasks
+from coevolve_lib.engine.pool import TaskPool, content_keys
 from coevolve_lib.engine.signals import SignalExtractor
-from coevolve_lib.envs.bfcl.warm_start import (RECIPE_VERSION, WORLDS_VERSION, partition_environments, shipped_warm_start,
-                                    warm_start, worlds_stage)
-
-log = logging.getLogger(__name__)
+from coevolve_lib.rollout.agent import rollout_config, run_rollouts
 
 
 def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], drawn_before: list[str] = ()) -> list[dict]:
@@ -67,34 +60,30 @@ def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], drawn_befo
 
 
 class DataEngine:
-    """One run folder of the data engine for a `DataEngineConfig`."""
+    """One run folder of the data engine for a `DataEngineConfig` on one environment: a registry name
+    (`evaluation.benchmark`, made here for the run folder) or an `Environment` already made."""
 
-    def __init__(self, config: DataEngineConfig, run_dir: str | Path):
+    def __init__(self, config: DataEngineConfig, run_dir: str | Path, environment: str | Environment):
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.environment = (make_environment(environment, config, self.run_dir) if isinstance(environment, str)
+                            else environment)
         self.pool = TaskPool(self.run_dir / "pool.jsonl")
         self.explorer_model = load_chat_model(config.explorer_model) if config.explorer_model else None
         self._excluded: frozenset[str] | None = None
 
     def round_steps(self) -> RoundSteps:
-        """How this engine's rounds explore, abstract and validate (BFCL's; `AppWorldDataEngine` has its own)."""
-        return RoundSteps()
+        """How this engine's rounds explore, abstract and validate (the environment's)."""
+        return self.environment.round_steps()
 
     def rollout_tasks(self, tasks: list[dict]) -> list:
-        """Pool tasks as `run_rollouts` takes them: one-turn BFCL tasks graded against their reference actions."""
-        return [pool_task_to_bfcl(task) for task in tasks]
-
-    def episodes(self):
-        """`run_rollouts`' `new_episode` for pool tasks (None: BFCL's episode)."""
-        return None
-
-    def environment(self) -> dict:
-        """What the run's environment is, for its records."""
-        return {"benchmark": "bfcl", "data_version": self.config.data_version}
+        """Pool tasks as `run_rollouts` takes them, with `self.environment.new_episode`."""
+        return self.environment.rollout_tasks(tasks)
 
     def close(self) -> None:
-        """Stop what the engine started (BFCL: nothing; AppWorld: its servers)."""
+        """Stop what the environment started."""
+        self.environment.close()
 
     def feedback_config(self) -> FeedbackConfig:
         """A round's settings; its `excluded` keys keep every held-out task out of the pool."""
@@ -105,97 +94,28 @@ class DataEngine:
                               max_targets=self.config.max_targets, seed=self.config.explore.seed,
                               excluded=self._excluded)
 
-    def environments(self, part: str) -> list:
-        """The benchmark environments (BFCL tasks of the `d0_source_split`, restricted to the profile's classes) that
-        D_0 and the rounds explore (`pool`) or that the warm start's tasks come from (`warm_start`): with a warm start,
-        a disjoint share of them each; without one, the pool has them all."""
-        cfg = self.config
-        sources = restrict_classes(split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), cfg.d0_source_split),
-                                   cfg.classes)
-        if not cfg.warm_start.enabled:
-            return sources if part == "pool" else []
-        warm, pool = partition_environments(sources, cfg.warm_start.environment_share, cfg.warm_start.seed)
-        return {"pool": pool, "warm_start": warm}[part]
-
     def initial_pool(self, progress: bool = True) -> dict:
         """D_0: the round-0 report (the pool then holds `d0_size` validated tasks)."""
-        return synthesize_initial(self.environments("pool"), self.pool, self.run_dir / "round_000",
-                                  self.feedback_config(), size=self.config.d0_size, model=self.explorer_model,
-                                  progress=progress)
-
-    def warm_start_recipe(self, stage: str = "final") -> dict:
-        """Everything that decides the warm start's weights (its key names the cache folder and the shipped copy):
-        of the first stage alone (`stage="first"`), or of the whole warm start (with its worlds stage, if any)."""
-        cfg = self.config
-        settings = {k: v for k, v in asdict(cfg.warm_start).items() if k not in ("enabled", "worlds")}
-        base = asdict(TinyConfig()) if cfg.model == "tiny" else None  # the kit builds `tiny` itself, from TinyConfig
-        recipe = {"recipe_version": RECIPE_VERSION, "model": cfg.model, "tiny_config": base, "warm_start": settings,
-                  "data_version": cfg.data_version, "classes": cfg.classes, "source_split": cfg.d0_source_split,
-                  "query": {"abstraction": cfg.synthesis.abstraction,
-                            "description_words": cfg.synthesis.description_words},
-                  "tool_docs": cfg.rollout.tool_docs}
-        if stage == "final" and cfg.warm_start.worlds.count:
-            recipe["worlds_stage"] = {"worlds_version": WORLDS_VERSION, **asdict(cfg.warm_start.worlds)}
-        return recipe
+        return synthesize_initial(self.environment.sources("pool"), self.pool, self.run_dir / "round_000",
+                                  self.feedback_config(), self.environment.target, self.round_steps(),
+                                  size=self.config.d0_size, model=self.explorer_model, progress=progress)
 
     def policy(self, progress: bool = True, use_shipped: bool = True) -> str:
-        """The policy's model path: the profile's model, or its warm start when the profile asks for one.
-
-        A warm start is taken from `coevolve_lib/data/warm_start/<profile>` when that copy was built from the same
-        recipe (its files' hashes are checked), else from `.cache/warm_start/<key>`, building it there first: the
-        first stage on benchmark environments (the tiny recipe: ~35 minutes on 2 cores), then, if the profile has
-        one, the worlds stage from it (minutes). A build cut short leaves only a `.partial` folder, started afresh
-        next time."""
+        """The policy's model path: the profile's model (`.cache/models/<name>` when the kit built it), or the
+        environment's warm start from it when the profile asks for one (`Environment.warm_start`)."""
         cfg = self.config
-        base = MODELS_DIR / cfg.model if (MODELS_DIR / cfg.model).exists() else cfg.model
+        base = str(MODELS_DIR / cfg.model) if (MODELS_DIR / cfg.model).exists() else cfg.model
         if not cfg.warm_start.enabled:
-            return str(base)
-
-        def first_stage(out: Path) -> dict:
-            log.warning("building the %s warm start (no shipped copy matches its recipe): %d SFT steps, about %.0f min "
-                        "on 2 CPU cores at the tiny model's measured 0.9 s/step", cfg.profile,
-                        cfg.warm_start.max_steps, cfg.warm_start.max_steps * 0.9 / 60)
-            return warm_start(base, self.environments("warm_start"), out, cfg.warm_start, cfg.synthesis,
-                              tool_docs=cfg.rollout.tool_docs, progress=progress)
-
-        def first() -> str:
-            return self._warm_start_stage(self.warm_start_recipe("first"), first_stage, use_shipped)
-
-        if not cfg.warm_start.worlds.count:
-            return first()
-        # the first stage is needed (found or built) only when the whole warm start is neither shipped nor cached
-        return self._warm_start_stage(self.warm_start_recipe(), lambda out: worlds_stage(
-            first(), out, cfg.warm_start, cfg.synthesis, cfg.data_version, cfg.rollout.tool_docs, progress),
-            use_shipped)
-
-    def _warm_start_stage(self, recipe: dict, build, use_shipped: bool) -> str:
-        """The model folder of a warm-start `recipe`: the shipped copy, the cached one, or `build(folder)` run into a
-        `.partial` folder that is moved into the cache when it finishes."""
-        key = config_hash(recipe)
-        shipped = shipped_warm_start(self.config.profile, key) if use_shipped else None
-        if shipped is not None:
-            return str(shipped)
-        out = CACHE_DIR / "warm_start" / key
-        if not (out / "warm_start.json").exists():
-            partial = out.with_name(key + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            summary = build(partial)
-            write_json_atomic(partial / "warm_start.json", {**summary, "recipe_key": key, "recipe": recipe})
-            shutil.rmtree(out, ignore_errors=True)
-            os.replace(partial, out)
-        return str(out)
+            return base
+        return self.environment.warm_start(base, progress=progress, use_shipped=use_shipped)
 
     def heldout(self, name: str, progress: bool = False) -> tuple[str, list[dict]]:
-        """(key, tasks) of the held-out set `name` (`coevolve_lib.engine.heldout`): `new_tasks` explores the pool's own
-        environments with the set's seed, `new_envs` the val-split environments."""
-        cfg = self.config
-        if name == "new_tasks":
-            sources = self.environments("pool")
-        else:
-            sources = restrict_classes(split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), "val"),
-                                       cfg.classes)
-        return heldout_tasks(name, sources, cfg.data_version, cfg.classes, cfg.explore, cfg.synthesis,
-                             getattr(cfg.heldout, name), progress=progress)
+        """(key, tasks) of the held-out set `name` (`engine.heldout`): `new_tasks` explores the pool's own
+        environments with the set's seed, `new_envs` the environment's unseen ones."""
+        env, cfg = self.environment, self.config
+        sources = env.sources("pool" if name == "new_tasks" else "unseen")
+        return heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
+                             getattr(cfg.heldout, name), env.target, env.round_steps(), progress=progress)
 
     def heldout_sets(self) -> dict[str, tuple[str, list[dict]]]:
         """Every held-out set the profile has (size > 0): name -> (key, tasks)."""
@@ -216,8 +136,8 @@ class DataEngine:
                 chosen = rng.sample(sorted(pool_tasks), min(cfg.tasks_per_step, len(pool_tasks)))
                 rollout_cfg = rollout_config(self.config.rollout, seed=cfg.seed * 1000 + step)
                 records = run_rollouts(model, self.rollout_tasks([pool_tasks[i] for i in chosen]), rollout_cfg,
-                                       samples_per_task=cfg.samples_per_task, progress=progress,
-                                       new_episode=self.episodes())
+                                       self.environment.new_episode, samples_per_task=cfg.samples_per_task,
+                                       progress=progress)
                 write_json_atomic(step_path(step), stamp_rollouts(records, step, [pool_tasks[i] for i in chosen]))
         return [r for step in range(cfg.batches) for r in json.loads(step_path(step).read_text())]
 
@@ -233,6 +153,10 @@ class DataEngine:
         write_jsonl_atomic(path, signals)
         return signals
 
+    def pool_target(self, task: dict, signal: dict | None = None, trajectory: dict | None = None) -> ExplorationTarget:
+        """The exploration target of a pool task (with the signal and trajectory that chose it, if any)."""
+        return ExplorationTarget.from_pool_task(task, self.environment, signal, trajectory)
+
     def signal_feedback_round(self, round_index: int, signals: list[dict], rollouts: list[dict],
                      progress: bool = True) -> dict:
         """One signal-guided round over the selected signal trajectories; the pool grows to version round_index.
@@ -241,16 +165,16 @@ class DataEngine:
         a restarted round reuses them: a run resumed from an earlier checkpoint (whose replayed steps may sample
         differently) finishes the round it was in, instead of mixing two target sets."""
         pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-        round_dir, pairs = self._frozen_targets(round_index, lambda: select_targets(
+        round_dir, pairs = self.frozen_targets(round_index, lambda: select_targets(
             [s for s in signals if s["task_id"] in pool_tasks], {r["rollout_id"]: r for r in rollouts},
             self.config.max_targets, seed=self.config.explore.seed + round_index))
-        targets = [ExplorationTarget.from_pool_task(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
-        return feedback_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.explorer_model,
-                              progress=progress, steps=self.round_steps())
+        targets = [self.pool_target(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
+        return feedback_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.round_steps(),
+                              self.explorer_model, progress=progress)
 
-    def _frozen_targets(self, round_index: int, choose) -> tuple[Path, list]:
+    def frozen_targets(self, round_index: int, choose) -> tuple[Path, list]:
         """(round folder, targets) of a round: `choose()` once, written to targets.json before any exploration; a
-        restarted round reads them back, so it finishes the targets it started with."""
+        restarted round reads them back, so it finishes the targets it started with (every pool update uses it)."""
         round_dir = self.run_dir / f"round_{round_index:03d}"
         path = round_dir / "targets.json"
         if path.exists():
@@ -268,9 +192,9 @@ class DataEngine:
         pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
         count = len(pool_tasks) if self.config.max_targets is None else self.config.max_targets
         rng = random.Random(self.config.explore.seed + 1_000_003 * seed + round_index)
-        round_dir, chosen = self._frozen_targets(
+        round_dir, chosen = self.frozen_targets(
             round_index, lambda: rng.sample(sorted(pool_tasks), min(count, len(pool_tasks))))
-        targets = [ExplorationTarget.from_pool_task(pool_tasks[task_id]) for task_id in chosen]
+        targets = [self.pool_target(pool_tasks[task_id]) for task_id in chosen]
         unguided = replace(self.feedback_config(), explore=replace(self.config.explore, guided=False))
-        return feedback_round(round_index, round_dir, targets, self.pool, unguided, self.explorer_model, progress=progress,
-                              steps=self.round_steps())
+        return feedback_round(round_index, round_dir, targets, self.pool, unguided, self.round_steps(),
+                              self.explorer_model, progress=progress)

@@ -24,16 +24,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.envs.bfcl.abstraction import abstract
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
-from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.envs.bfcl.explore import explore
+from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.models import ChatModel
-from coevolve_lib.engine.pool import TaskPool, content_keys
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic
-from coevolve_lib.engine.triplets import group_triplets
-from coevolve_lib.envs.bfcl.validation import accept_unvalidated, to_pool_task, validate
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.explore import group_triplets
+from coevolve_lib.engine.pool import TaskPool, content_keys
+from coevolve_lib.engine.tasks import accept_unvalidated, to_pool_task
 
 
 @dataclass
@@ -49,24 +48,8 @@ class FeedbackConfig:
     seed: int = 0
     """Seed of target selection."""
     excluded: frozenset[str] = frozenset()
-    """Content keys (`pool.content_keys`) of held-out tasks: a validated task that shares one is rejected as
+    """Content keys (`engine.pool.content_keys`) of held-out tasks: a validated task that shares one is rejected as
     `heldout_leak`, so no round can add a test task to the pool."""
-
-
-@dataclass
-class RoundSteps:
-    """How a round's stages run in one environment: BFCL's by default; AppWorld's engine
-    (`appworld_engine.AppWorldDataEngine.round_steps`) and ReST (its own trajectories as the triplets) swap some."""
-
-    explore: Callable = explore
-    """`(target, explore_config, model) -> (context, triplets, cost)`."""
-    abstract: Callable = abstract
-    """`(group_key, triplets, source, synthesis_config, model) -> (specs, cost)`."""
-    validate: Callable = validate
-    """`(spec, synthesis_config, model, known_task_ids) -> verdict`."""
-    prepare_validation: Callable[[list[dict]], None] | None = None
-    """Called once with the specs still to validate before the first of them is (e.g. to write them all in one
-    batch); None: nothing to prepare."""
 
 
 def select_targets(signals: list[dict], rollouts_by_id: dict[str, dict], max_targets: int | None,
@@ -112,12 +95,12 @@ def _target_key(target: ExplorationTarget) -> str:
 
 
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
-              config: FeedbackConfig, model: ChatModel | None = None, max_new_tasks: int | None = None,
-              progress: bool = True, steps: RoundSteps | None = None, report_extra: dict | None = None) -> dict:
+                   config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None = None,
+                   max_new_tasks: int | None = None, progress: bool = True, report_extra: dict | None = None) -> dict:
     """Run (or resume, or return the finished report of) one round; returns its report.
 
-    `steps`: the environment's explore / abstract / validate (default: BFCL's); `report_extra` joins the report."""
-    steps = steps or RoundSteps()
+    `steps`: the environment's explore / abstract / validate (`Environment.round_steps`); `report_extra` joins the
+    report."""
     round_dir = Path(round_dir)
     report_path = round_dir / "report.json"
     if report_path.exists():
@@ -220,15 +203,15 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     return report
 
 
-def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: FeedbackConfig, size: int = 100,
-                       model: ChatModel | None = None, progress: bool = True, steps: RoundSteps | None = None,
-                       target=ExplorationTarget.from_bfcl_task) -> dict:
+def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: FeedbackConfig,
+                       target: Callable[..., ExplorationTarget], steps: RoundSteps, size: int = 100,
+                       model: ChatModel | None = None, progress: bool = True) -> dict:
     """D_0: unguided exploration of the environments of `tasks` (benchmark *train* tasks: only their initial
     states are used, never their queries or answers as training tasks), abstracted and validated through the
     same path as a signal round, capped at `size` tasks (the paper's N = 100). `target(task)` makes a task's
-    exploration target, `steps` runs the stages (defaults: BFCL's)."""
+    exploration target and `steps` runs the stages (`Environment.target`, `Environment.round_steps`)."""
     report_path = Path(round_dir) / "report.json"
     if report_path.exists():  # a finished D_0, before its targets are made (an AppWorld target asks the server)
         return json.loads(report_path.read_text())
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
-    return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, model, size, progress, steps)
+    return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, steps, model, size, progress)

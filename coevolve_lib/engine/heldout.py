@@ -4,7 +4,7 @@ never trains on. They measure what a small model learned, at a scale where the B
 BFCL val split remains the headline metric; every result says which set it was measured on (`eval_set`).
 
     new_tasks  (a) new tasks in the pool's environments: the environments D_0 and the rounds explore. D_0 and every
-               round reject a task whose content matches one of them (`pool.content_keys`, `heldout_leak` in the round
+               round reject a task whose content matches one of them (`engine.pool.content_keys`, `heldout_leak` in the round
                reports), so neither the static pool nor CoEvolve's rounds can "discover" the test set.
     new_envs   (b) tasks in unseen environments: BFCL's val-split environments, which nothing trains on or explores.
 
@@ -20,15 +20,15 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, replace
-from pathlib import Path
 
 from coevolve_lib.core.config import ExploreConfig, HeldoutSetConfig, SynthesisConfig
-from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.paths import CACHE_DIR, LIBRARY_DATA
-from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.core.records import config_hash
-from coevolve_lib.core.results import HELDOUT_TITLES
+from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+from coevolve_lib.engine.pool import TaskPool
 
 COMMITTED_SETS = LIBRARY_DATA / "heldout_sets.json"
 """Task ids of the held-out sets behind the committed results, by key."""
@@ -40,14 +40,15 @@ def offline(explore: ExploreConfig, synthesis: SynthesisConfig) -> tuple[Explore
             replace(synthesis, abstraction="deterministic", judge=False, validate=True))
 
 
-def heldout_key(name: str, source_ids: list[str], data_version: str, classes: list[str] | None,
-                explore: ExploreConfig, synthesis: SynthesisConfig, heldout: HeldoutSetConfig) -> str:
-    """The set's identity: everything that decides which tasks it holds (`validate` is left out: always on). The
+def heldout_key(name: str, source_ids: list[str], environment: dict, explore: ExploreConfig,
+                synthesis: SynthesisConfig, heldout: HeldoutSetConfig) -> str:
+    """The set's identity: everything that decides which tasks it holds (`validate` is left out: always on), with
+    the environment's part (`Environment.heldout_identity`; BFCL: its data version and classes). The
     unseen-environment set keeps the key it had as the kit's only set; the other names its source environments."""
     explore, synthesis = offline(explore, synthesis)
     synthesis_settings = {k: v for k, v in asdict(synthesis).items() if k != "validate"}
-    identity = {"data_version": data_version, "classes": classes, "explorer": explore.explorer,
-                "explore_steps": explore.calls_per_run, "synthesis": synthesis_settings, "heldout": asdict(heldout)}
+    identity = {**environment, "explorer": explore.explorer, "explore_steps": explore.calls_per_run,
+                "synthesis": synthesis_settings, "heldout": asdict(heldout)}
     if name != "new_envs":
         identity.update({"set": name, "sources": sorted(source_ids)})
     return config_hash(identity)
@@ -57,11 +58,13 @@ def ids_digest(task_ids: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(task_ids)).encode()).hexdigest()
 
 
-def heldout_tasks(name: str, sources: list, data_version: str, classes: list[str] | None, explore: ExploreConfig,
-                  synthesis: SynthesisConfig, heldout: HeldoutSetConfig, progress: bool = False) -> tuple[str, list[dict]]:
-    """(key, tasks) of the held-out set `name`, explored from the `sources` environments (BFCL tasks): built once
-    (seconds) and cached; checked against the committed ids."""
-    key = heldout_key(name, [t.id for t in sources], data_version, classes, explore, synthesis, heldout)
+def heldout_tasks(name: str, sources: list, environment: dict, explore: ExploreConfig, synthesis: SynthesisConfig,
+                  heldout: HeldoutSetConfig, target: Callable, steps: RoundSteps,
+                  progress: bool = False) -> tuple[str, list[dict]]:
+    """(key, tasks) of the held-out set `name`, explored from the `sources` environments (each with an `id`) through
+    the environment's `target` and round `steps`: built once (seconds) and cached; checked against the committed
+    ids. `environment`: the environment's part of the key (`Environment.heldout_identity`)."""
+    key = heldout_key(name, [t.id for t in sources], environment, explore, synthesis, heldout)
     folder = CACHE_DIR / "heldout" / key
     if not (folder / "round_000" / "report.json").exists():
         # built aside and moved into place whole: two processes (e.g. `make test`'s two halves) never share a
@@ -71,7 +74,7 @@ def heldout_tasks(name: str, sources: list, data_version: str, classes: list[str
         explore, synthesis = offline(explore, synthesis)
         unguided = FeedbackConfig(explore=replace(explore, runs=heldout.runs, seed=heldout.seed, guided=False),
                                   synthesis=synthesis)
-        synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided,
+        synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided, target, steps,
                            size=heldout.size, progress=progress)
         shutil.rmtree(folder, ignore_errors=True)  # a set left half-built by an older version
         try:
@@ -95,33 +98,3 @@ def commit_set(key: str, tasks: list[dict], profile: str) -> None:
     ids = sorted(t["task_id"] for t in tasks)
     committed[key] = {"profile": profile, "size": len(ids), "ids_sha256": ids_digest(ids), "task_ids": ids}
     COMMITTED_SETS.write_text(json.dumps(committed, indent=1, sort_keys=True) + "\n")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m coevolve_lib heldout`: build a profile's held-out sets, print what they hold; --commit records their
-    ids."""
-    from collections import Counter
-
-    from coevolve_lib.engine.data_engine import DataEngine
-    from coevolve_lib.core.paths import RUNS_DIR
-    from coevolve_lib.core.profiles import ConfigError, profile_parser, run_config_from_args
-
-    parser = profile_parser("python -m coevolve_lib heldout", __doc__, "data_engine.heldout.new_tasks.size=50")
-    parser.add_argument("--commit", action="store_true",
-                        help=f"record the sets' task ids in coevolve_lib/data/{COMMITTED_SETS.name}")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    run = run_config_from_args(args)
-    if not run.data_engine.heldout.sets():
-        raise ConfigError(f"profile {args.profile} has no held-out set (data_engine.heldout.*.size are 0)")
-    engine = DataEngine(run.data_engine, RUNS_DIR / f"heldout_{args.profile}")
-    for name in run.data_engine.heldout.sets():
-        key, tasks = engine.heldout(name, progress=not args.quiet)
-        calls = Counter(len(t["reference_actions"]) for t in tasks)
-        print(json.dumps({"set": name, "title": HELDOUT_TITLES[name], "key": key, "tasks": len(tasks),
-                          "environments": len({t["provenance"]["origin_task"] for t in tasks}),
-                          "reference_calls": dict(sorted(calls.items()))}, indent=1))
-        if args.commit:
-            commit_set(key, tasks, args.profile)
-            print(f"committed {name} to {COMMITTED_SETS}")
-    return 0

@@ -1,5 +1,5 @@
 """The LLM judge of the paper (Fig. 13): does an executed trajectory accomplish the task's query? Validation
-(`validation.validate`) asks it, when `SynthesisConfig.judge` is on, after a spec passed every execution check.
+(`envs.bfcl.validation.validate`) asks it, when `SynthesisConfig.judge` is on, after a spec passed every execution check.
 The reply is read with two regular expressions, never evaluated.
 """
 
@@ -10,8 +10,8 @@ import re
 
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.safe_calls import CallParseError, parse_call
 from coevolve_lib.core.models import ChatModel, GenerationConfig
+from coevolve_lib.core.safe_calls import CallParseError, parse_call
 from coevolve_lib.prompts import OBSERVATION_CHARS, clip, load_prompt
 
 MODALITY_HINT = "Tool call JSONs (name + arguments)"

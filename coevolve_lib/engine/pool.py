@@ -12,7 +12,6 @@ import json
 import random
 from pathlib import Path
 
-from coevolve_lib.envs.bfcl.benchmark import BFCLTask
 from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 
 
@@ -105,10 +104,3 @@ def content_keys(task: dict) -> set[str]:
 
     return {"actions:" + digest(environment, list(task["reference_actions"])),
             "query:" + digest(environment, " ".join(str(task["query"]).split()))}
-
-
-def pool_task_to_bfcl(task: dict) -> BFCLTask:
-    """A one-turn BFCLTask whose ground truth is the reference actions: the checker grades the agent's own calls."""
-    return BFCLTask(id=task["task_id"], category="synthetic", data_version=task.get("data_version", "v3"),
-                    turns=[[{"role": "user", "content": task["query"]}]], initial_config=task["initial_config"],
-                    involved_classes=list(task["involved_classes"]), ground_truth=[list(task["reference_actions"])])

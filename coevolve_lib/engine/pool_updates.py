@@ -7,7 +7,7 @@ What every baseline shares with the other variants (so the tables compare like w
 GRPO steps, tasks per step, K rollouts per task and reward; a round every F steps where CoEvolve has its feedback
 round, reading only what the loop already recorded (the steps' rollouts), never extra rollouts; at most
 `data_engine.max_targets` source trajectories per round, as the `signals` and `random` rounds; new tasks only through
-the kit's validation by execution (`validation.validate`, the same duplicate check) into the append-only pool as
+the environment's validation by execution (`RoundSteps.validate`, the same duplicate check) into the append-only pool as
 version t, used from the step after the round. Each round writes `round_NNN/report.json` (plus its own files) and
 its counts reach metrics.jsonl (`feedback/*`) and summary.json (`rounds`).
 
@@ -57,20 +57,22 @@ import json
 import math
 import random
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 from coevolve_lib.core.config import BaselineSettings
-from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.envs.bfcl.benchmark import is_error_observation
-from coevolve_lib.engine.feedback import feedback_round, screen_heldout
 from coevolve_lib.core.models import ChatModel, GenerationConfig
-from coevolve_lib.prompts import clip, load_prompt
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
-from coevolve_lib.engine.triplets import TRIPLET_SCHEMA
-from coevolve_lib.envs.bfcl.validation import content_id, to_pool_task, validate
+from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls
+from coevolve_lib.engine.explore import TRIPLET_SCHEMA
+from coevolve_lib.engine.feedback import feedback_round, screen_heldout
+from coevolve_lib.engine.tasks import content_id, to_pool_task
+from coevolve_lib.prompts import clip, load_prompt
 
 BASELINES = ("curriculum", "rest", "reflexion")
 """The `training.pool_updates` values this module implements."""
@@ -199,7 +201,7 @@ def trajectory_triplets(target: ExplorationTarget, explore_config=None, model=No
     observations, as the triplets of one run."""
     record, marker = target.trajectory, target.signal
     triplets = [{"schema": TRIPLET_SCHEMA, "run_id": marker["signal_id"], "step": index, "action": call,
-                 "observation": observation, "valid": not is_error_observation(observation),
+                 "observation": observation, "valid": not target.is_error(observation),
                  "task_id": target.task_id, "signal_id": marker["signal_id"], "signal_type": "rest",
                  "explorer": "policy"}
                 for index, (_, call, observation) in enumerate(trajectory_calls(record))]
@@ -213,17 +215,17 @@ def rest_round(engine, round_index: int, rollouts: list[dict], settings: Baselin
     pool_tasks = {t["task_id"]: t for t in engine.pool.tasks}
     by_id = {r["rollout_id"]: r for r in rollouts}
     seed = engine.config.explore.seed + round_index
-    round_dir, chosen = engine._frozen_targets(round_index, lambda: [r["rollout_id"] for r in rest_filter(
+    round_dir, chosen = engine.frozen_targets(round_index, lambda: [r["rollout_id"] for r in rest_filter(
         rollouts, settings.rest_threshold, set(pool_tasks), engine.config.max_targets, seed)])
     records = [by_id[i] for i in chosen if i in by_id]
-    targets = [ExplorationTarget.from_pool_task(pool_tasks[r["task_id"]], rest_marker(r), r) for r in records]
+    targets = [engine.pool_target(pool_tasks[r["task_id"]], rest_marker(r), r) for r in records]
     passed = [r for r in rollouts if r["reward"] >= settings.rest_threshold]
     counts = {"window_rollouts": len(rollouts), "filtered_rollouts": len(passed),
               "filtered_tasks": len({r["task_id"] for r in passed}), "trajectories_used": len(records),
               "threshold": settings.rest_threshold}
     return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(),
-                          engine.explorer_model, progress=progress, steps=replace(engine.round_steps(), explore=trajectory_triplets),
-                          report_extra={"baseline": "rest", "counts": counts})
+                          replace(engine.round_steps(), explore=trajectory_triplets), engine.explorer_model,
+                          progress=progress, report_extra={"baseline": "rest", "counts": counts})
 
 
 # ------------------------------------------------------------------------------------------------ Reflexion
@@ -320,7 +322,7 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
     pool_tasks = {t["task_id"]: t for t in engine.pool.tasks}
     by_id = {r["rollout_id"]: r for r in rollouts}
     seed = engine.config.explore.seed + round_index
-    _, chosen = engine._frozen_targets(round_index, lambda: reflexion_targets(
+    _, chosen = engine.frozen_targets(round_index, lambda: reflexion_targets(
         rollouts, set(pool_tasks), engine.config.max_targets, seed))
     records = [by_id[i] for i in chosen if i in by_id]
     done = {r["key"]: r for r in read_jsonl(round_dir / "reflections.jsonl")}
@@ -338,6 +340,7 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
                                           "reflection": clean_reflection(generation.text, settings.reflexion_chars),
                                           "error": generation.error}
             append_jsonl(round_dir / "reflections.jsonl", done[record["rollout_id"]])
+    validate = engine.round_steps().validate
     known = set(engine.pool.ids)
     excluded = engine.feedback_config().excluded
     verdicts, accepted, rejections = [], [], Counter()
@@ -370,3 +373,128 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
                                                default=0)})
     write_json_atomic(round_dir / "report.json", report)
     return report
+
+
+# ------------------------------------------------------------------------------------------------ the registry
+
+@dataclass
+class RoundInputs:
+    """What a pool update reads at the end of a feedback period (only what the loop already recorded)."""
+
+    engine: object
+    """The run's `DataEngine` (its pool, environment, round steps)."""
+    round_index: int
+    step: int
+    max_steps: int
+    signals: list[dict]
+    """The period's signal records."""
+    rollouts: list[dict]
+    """The period's GRPO rollouts."""
+    history: Callable[[], list[dict]]
+    """Every GRPO rollout recorded so far (read on demand: only the curriculum needs it)."""
+    settings: BaselineSettings
+    reflector: Callable[[], ChatModel | None]
+    """Who writes reflections (made on demand: only Reflexion needs one)."""
+    seed: int
+    """The training seed."""
+    tasks_per_step: int
+    progress: bool = True
+
+
+class PoolUpdate(ABC):
+    """What `training.pool_updates` names: what happens to the pool every F steps. A new one is one subclass and one
+    `@register_pool_update` (its name also goes into `core.config.POOL_UPDATES`, the profile's choices)."""
+
+    name: ClassVar[str]
+    has_rounds: ClassVar[bool] = True
+    """False: nothing happens every F steps (the static pool)."""
+
+    def start(self, engine, settings: BaselineSettings, max_steps: int, tasks_per_step: int) -> None:
+        """Before the first GRPO step (D_0 built)."""
+
+    @abstractmethod
+    def round(self, inputs: RoundInputs) -> dict:
+        """Run (or resume) one round; its report (the feedback round's fields: targets, specs, added_to_pool, ...)."""
+
+    def admitted(self, run_dir: Path, round_index: int) -> list[str] | None:
+        """The task ids GRPO may draw after `round_index` (None: the whole pool)."""
+        return None
+
+
+POOL_UPDATES: dict[str, PoolUpdate] = {}
+"""Pool update name -> the update (`training.pool_updates`)."""
+
+
+def register_pool_update(cls: type[PoolUpdate]) -> type[PoolUpdate]:
+    POOL_UPDATES[cls.name] = cls()
+    return cls
+
+
+@register_pool_update
+class StaticPool(PoolUpdate):
+    """Static GRPO: D_0 throughout."""
+
+    name = "none"
+    has_rounds = False
+
+    def round(self, inputs: RoundInputs) -> dict:
+        raise RuntimeError("the static pool has no rounds")
+
+
+@register_pool_update
+class SignalGuided(PoolUpdate):
+    """CoEvolve: signal-guided re-exploration of the period's weakness trajectories."""
+
+    name = "signals"
+
+    def round(self, inputs: RoundInputs) -> dict:
+        return inputs.engine.signal_feedback_round(inputs.round_index, inputs.signals, inputs.rollouts,
+                                                   progress=inputs.progress)
+
+
+@register_pool_update
+class RandomExploration(PoolUpdate):
+    """The paper's "+ Random Exploration": as many pool tasks drawn at random, re-explored unguided."""
+
+    name = "random"
+
+    def round(self, inputs: RoundInputs) -> dict:
+        return inputs.engine.random_feedback_round(inputs.round_index, progress=inputs.progress, seed=inputs.seed)
+
+
+@register_pool_update
+class Curriculum(PoolUpdate):
+    """Easiest first by the policy's recorded success, widening to the whole pool (no new tasks)."""
+
+    name = "curriculum"
+
+    def start(self, engine, settings, max_steps, tasks_per_step):
+        curriculum_round(engine, 0, 0, [], max_steps, settings, tasks_per_step)  # by reference length
+
+    def round(self, inputs: RoundInputs) -> dict:  # the success rates of every step so far, not only the window's
+        return curriculum_round(inputs.engine, inputs.round_index, inputs.step, inputs.history(), inputs.max_steps,
+                                inputs.settings, minimum=inputs.tasks_per_step)
+
+    def admitted(self, run_dir, round_index):
+        return admitted_ids(run_dir, round_index)
+
+
+@register_pool_update
+class ReST(PoolUpdate):
+    """The policy's own rollouts with reward >= the threshold, abstracted and validated into new tasks."""
+
+    name = "rest"
+
+    def round(self, inputs: RoundInputs) -> dict:
+        return rest_round(inputs.engine, inputs.round_index, inputs.rollouts, inputs.settings, progress=inputs.progress)
+
+
+@register_pool_update
+class Reflexion(PoolUpdate):
+    """Failed tasks re-posed with the reflector's verbal self-reflection in the query."""
+
+    name = "reflexion"
+
+    def round(self, inputs: RoundInputs) -> dict:
+        return reflexion_round(inputs.engine, inputs.round_index, inputs.rollouts, inputs.settings,
+                               inputs.reflector(), progress=inputs.progress)

@@ -38,7 +38,7 @@ SIGNAL_SCHEMA = "signal/v1"
 
 
 def rollout_id(record: dict) -> str:
-    """The record's rollout_id (see `engine.stamp_rollouts`), or "<step>/<task_id>/<sample_index>"."""
+    """The record's rollout_id (see `engine.data_engine.stamp_rollouts`), or "<step>/<task_id>/<sample_index>"."""
     if "rollout_id" in record:
         return str(record["rollout_id"])
     return f"{record.get('step', 0)}/{record['task_id']}/{record.get('sample_index', 0)}"

@@ -36,6 +36,18 @@ def task_spec(draft: dict, source: dict, abstraction: str) -> dict:
     }
 
 
+def verdict(spec: dict, task_id: str, reference_actions: list[str], reasons: list[str], accepted_as: str,
+            detail: str = "", observations: list[str] = (), cost: Cost | None = None, judge: dict | None = None,
+            judge_error: str | None = None) -> dict:
+    """The verdict/v1 record of a spec: accepted when no `reasons` (then its reason is `accepted_as`, e.g.
+    "objective_met"), else rejected for the first of them. `task_id` and `reference_actions` name the pool task an
+    accepted spec becomes."""
+    return {"schema": "verdict/v1", "spec_id": spec["spec_id"], "accepted": not reasons,
+            "reason": reasons[0] if reasons else accepted_as, "reasons": list(reasons), "detail": detail,
+            "observations": list(observations), "judge": judge, "judge_error": judge_error, "task_id": task_id,
+            "reference_actions": list(reference_actions), "cost": (cost or Cost()).as_dict(skipped=False)}
+
+
 def accept_unvalidated(spec: dict, config: SynthesisConfig, known_task_ids: set | None = None) -> dict:
     """The verdict of the "w/o validation" ablation (Table 11, `synthesis.validate: false`): nothing is executed; the
     spec is kept as abstracted ("unvalidated") unless it is a duplicate or shorter than `min_calls`."""
@@ -43,10 +55,8 @@ def accept_unvalidated(spec: dict, config: SynthesisConfig, known_task_ids: set 
     task_id = content_id(spec["initial_config"], spec["query"], actions)
     reasons = (["duplicate"] if spec["spec_id"] in (known_task_ids or ()) or task_id in (known_task_ids or ()) else [])
     reasons += ["too_short"] if len(actions) < config.min_calls else []
-    return {"schema": "verdict/v1", "spec_id": spec["spec_id"], "accepted": not reasons,
-            "reason": reasons[0] if reasons else "unvalidated", "reasons": reasons,
-            "detail": "validation off (synthesis.validate: false): not executed", "observations": [], "judge": None,
-            "judge_error": None, "task_id": task_id, "reference_actions": actions, "cost": Cost().as_dict(skipped=False)}
+    return verdict(spec, task_id, actions, reasons, "unvalidated",
+                   detail="validation off (synthesis.validate: false): not executed")
 
 
 def to_pool_task(spec: dict, verdict: dict, pool_version: int, provenance_extra: dict | None = None) -> dict:

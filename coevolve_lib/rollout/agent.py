@@ -1,10 +1,9 @@
-"""Multi-turn agent rollouts on BFCL, following BFCL's inference protocol, batched across episodes.
+"""Multi-turn agent rollouts, batched across episodes, in any environment (`core.environment.Environment.new_episode`).
 
-Per user turn: the model replies; if the reply holds tool calls they run in the episode's own environment and
-their results go back as `tool` messages, and the model is asked again; a reply without calls ends the turn.
-Caps (the paper's Table 9: 30 interaction steps per episode; BFCL's runner: 20 steps per turn) end the episode
-as a failure. Up to `max_batch_size` episodes are live at once; their model calls go to a rollout engine
-(`rollout_engines`: KV caches kept across turns on CPU, continuous batching on CUDA, vLLM in paper training runs).
+An episode (`Conversation` plus the environment's `feed` and `record`; BFCL's is `envs.bfcl.episode.Episode`) takes
+each reply, runs its calls in its own environment and appends the observations, until the episode ends. Up to
+`max_batch_size` episodes are live at once; their model calls go to a rollout engine (`rollout.engines`: KV caches
+kept across turns on CPU, continuous batching on CUDA, vLLM in paper training runs; `make_engine` picks one).
 
 A trajectory record (schema `rollout/v1`) holds the task, the full message list, every step's parsed calls,
 observations and rejected calls, per-turn verdicts and the final score, token counts and seconds.
@@ -19,18 +18,24 @@ TRL's `rollout_func` returns.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.rollout import toolcalls
 from coevolve_lib.core.config import RolloutSettings
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, tools_to_openai
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
-from coevolve_lib.rollout.engines import Request, make_engine
+from coevolve_lib.rollout import toolcalls
+from coevolve_lib.rollout.engines import (
+    ENGINES,
+    ContinuousBatchingEngine,
+    GenerateEngine,
+    KVCacheEngine,
+    MessagesEngine,
+    Request,
+)
+from coevolve_lib.rollout.vllm import VLLMEngine
 
 ROLLOUT_SCHEMA = "rollout/v1"
 log = logging.getLogger(__name__)
@@ -60,7 +65,7 @@ class RolloutConfig:
     """Token-level mode: most tokens after the first prompt (model and environment tokens; the paper's max response
     length 4096); an episode that reaches it ends as a failure (`completion_cap`). None: no cap."""
     engine: str = "auto"
-    """Token-level mode: how replies are computed (`rollout_engines`): `auto` (kv_cache on CPU, continuous_batching
+    """Token-level mode: how replies are computed (`rollout.engines`): `auto` (kv_cache on CPU, continuous_batching
     on CUDA, generate for other models), `generate`, `kv_cache`, `continuous_batching` or `vllm`."""
 
     def resolved_tool_format(self, model: ChatModel) -> str:
@@ -144,140 +149,57 @@ class Conversation:
             "completion_mask": self.completion_mask}
 
 
-class Episode(Conversation):
-    """One rollout of one BFCL task: the conversation, the environment, and the record being built."""
+def resolve_engine(name: str, model, token_level: bool) -> str:
+    """The engine `auto` picks: `messages` for message-level rollouts, `generate` for a model without a local
+    transformers model behind it, `continuous_batching` on CUDA, else `kv_cache`."""
+    if not token_level:
+        return "messages"
+    if name != "auto":
+        return name
+    backend = getattr(model, "model", None)
+    if backend is None or not hasattr(backend, "forward"):
+        return "generate"
+    return "continuous_batching" if backend.device.type == "cuda" else "kv_cache"
 
-    def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutConfig):
-        super().__init__(config)
-        self.task, self.sample_index, self.tool_format = task, sample_index, tool_format
-        self.env = BFCLEnv(task)
-        self.turn = -1
-        self.steps_in_turn = 0
-        self.steps: list[dict] = []
-        self.model_error: str | None = None
-        self.parser_failures = 0  # replies on which a parser raised (a kit bug, logged; the reply became an error)
-        self.env_seconds = 0.0
-        if tool_format == "prompt":
-            self.messages.append({"role": "system",
-                                  "content": toolcalls.prompt_style_system_prompt(self._docs_at_turn(0))})
-        self._start_next_turn()
 
-    def _docs_at_turn(self, turn: int) -> list[dict]:
-        if self.config.tool_docs == "none":
-            return []
-        docs = self.task.tools_at_turn(turn)
-        return toolcalls.compact_docs(docs) if self.config.tool_docs == "compact" else list(docs)
-
-    def _start_next_turn(self) -> None:
-        self.turn += 1
-        self.steps_in_turn = 0
-        if self.turn >= len(self.task.turns):
-            self.terminated = "completed"
-            return
-        docs = self._docs_at_turn(self.turn)
-        if self.tool_format == "native":
-            self.tools = tools_to_openai(docs) or None
-        user_messages = list(self.task.turns[self.turn])
-        if self.turn in self.task.missed_functions:
-            new_names = set(self.task.missed_functions[self.turn])
-            new_docs = [d for d in docs if d["name"] in new_names]
-            user_messages = [{"role": "user", "content": toolcalls.added_functions_message(self.tool_format, new_docs)}]
-        self.messages.extend(user_messages)
-
-    def feed(self, generation: Generation) -> None:
-        """Take the model's reply: run its calls, or end the turn; close the episode on a cap or a model error."""
-        self.take_tokens(generation)
-        if generation.error:
-            self.messages.append({"role": "assistant", "content": ""})
-            self.terminated = "model_error"
-            self.model_error = generation.error
-            return
-        if self.terminated:  # the completion cap: the reply is kept in the ids and messages but not executed
-            self.messages.append({"role": "assistant", "content": generation.text})
-            return
-        try:
-            reply = toolcalls.parse_reply(self.tool_format, generation.text, generation.tool_calls)
-        except Exception as error:  # the parsers never raise; if one ever does, only this reply fails, not the batch
-            log.exception("task %s: the reply parser raised; the reply counts as one rejected call", self.task.id)
-            self.parser_failures += 1
-            reply = toolcalls.ParsedReply(errors=[f"the reply could not be parsed ({type(error).__name__})"])
-        self.messages.append(toolcalls.assistant_message(self.tool_format, generation.text, reply))
-        if reply.is_answer:
-            self._end_turn()
-            return
-        start = time.perf_counter()
-        observations = self.env.execute(reply.calls)
-        self.env_seconds += time.perf_counter() - start
-        self.messages.extend(toolcalls.tool_messages(reply, observations))
-        # As in BFCL's runner, `calls` are the decoded calls, a call to a function the environment lacks included
-        # (its observation is the error); `rejected` are attempts that did not decode to a literal-only call.
-        self.steps.append({"turn": self.turn, "step": self.steps_in_turn, "raw": generation.text,
-                           "calls": [c.to_source() for c in reply.calls], "observations": observations,
-                           "rejected": reply.errors})
-        self.steps_in_turn += 1
-        if self.steps_in_turn >= self.config.max_steps_per_turn:
-            self.terminated = "turn_step_cap"
-        elif len(self.steps) >= self.config.max_steps_per_episode:
-            self.terminated = "episode_step_cap"
-
-    def _end_turn(self) -> None:
-        start = time.perf_counter()
-        self.env.end_turn()
-        self.env_seconds += time.perf_counter() - start
-        self._start_next_turn()
-
-    def record(self, model_name: str) -> dict:
-        """Score the episode (caps and model errors fail it) and return its trajectory record."""
-        verdict = self.env.score()
-        self.env.close()
-        success = bool(verdict["success"]) and self.terminated == "completed"
-        return {
-            "schema": ROLLOUT_SCHEMA,
-            "task_id": self.task.id,
-            "task_source": f"bfcl:{self.task.data_version}:{self.task.category}",
-            "data_version": self.task.data_version,
-            "category": self.task.category,
-            "sample_index": self.sample_index,
-            "model": model_name,
-            "tool_format": self.tool_format,
-            "messages": self.messages,
-            "steps": self.steps,
-            "turn_valid": verdict["turn_valid"],
-            "score": 1.0 if success else 0.0,
-            "success": success,
-            "error_type": verdict["error_type"] if self.terminated == "completed" else f"agent:{self.terminated}",
-            "error_message": self.model_error or verdict["error_message"],
-            "terminated": self.terminated,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "model_seconds": round(self.model_seconds, 4),
-            "env_seconds": round(self.env_seconds, 4),
-            "parser_failures": self.parser_failures,
-            **self.token_fields(),
-        }
+def make_engine(name: str, model, generation: GenerationConfig, token_level: bool, trainer=None):
+    """The engine for one rollout phase (see the module docstring); `trainer`: the GRPO trainer (`vllm` only)."""
+    name = resolve_engine(name, model, token_level)
+    if name == "messages":
+        return MessagesEngine(model, generation)
+    if name == "generate":
+        return GenerateEngine(model, generation)
+    if name == "kv_cache":
+        return KVCacheEngine(model, generation)
+    if name == "continuous_batching":
+        return ContinuousBatchingEngine(model, generation)
+    if name == "vllm":
+        if trainer is None:
+            raise ValueError("the vllm engine generates through the GRPO trainer's vLLM; it runs in training only")
+        return VLLMEngine(model, generation, trainer)
+    raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(ENGINES)}")
 
 
 def run_rollouts(
     model: ChatModel,
-    tasks: Iterable[BFCLTask],
+    tasks: Iterable,
     config: RolloutConfig,
+    new_episode: Callable[..., Conversation],
     samples_per_task: int = 1,
     on_record: Callable[[dict], None] | None = None,
     progress: bool = True,
     trainer=None,
-    new_episode: Callable[..., Conversation] | None = None,
 ) -> list[dict]:
     """Roll out every task `samples_per_task` times; returns the records in input order (task by task, sample by
     sample).
 
     At most `config.max_batch_size` episodes are live at once; each waits for its reply from the rollout engine
-    (`config.engine`, see `rollout_engines`), runs it, and asks again, so an episode never waits for another's
+    (`config.engine`, see `rollout.engines`), runs it, and asks again, so an episode never waits for another's
     tool calls. `on_record` sees each record as soon as its episode ends (e.g. to append it to a JSONL file), so an
     interrupted run keeps every finished episode. `trainer`: the GRPO trainer, for the `vllm` engine.
-    `new_episode(task, sample_index, tool_format, config)` makes an episode of another environment (default: a BFCL
-    `Episode`); it has `Conversation`'s interface plus `feed(generation)` and `record(model_name)`.
+    `new_episode(task, sample_index, tool_format, config)` makes one episode of the tasks' environment
+    (`Environment.new_episode`); it has `Conversation`'s interface plus `feed(generation)` and `record(model_name)`.
     """
-    new_episode = new_episode or Episode
     tool_format = config.resolved_tool_format(model)
     if config.token_level and not hasattr(model, "generate_from_ids"):
         raise ValueError(f"token-level rollouts need a local model; {model.name} is {type(model).__name__}")

@@ -1,6 +1,6 @@
 """How rollouts get their replies: generation engines behind one small interface.
 
-The rollout loop (`agent.run_rollouts`) submits a `Request` for every live episode and collects replies as they
+The rollout loop (`rollout.agent.run_rollouts`) submits a `Request` for every live episode and collects replies as they
 come; between two requests of one episode it runs the reply's tool calls. An engine decides how the model
 computes the replies:
 
@@ -13,7 +13,7 @@ computes the replies:
 - `continuous_batching` (local models on CUDA): transformers' continuous-batching manager (paged attention, block
   sharing). A request joins the running batch as soon as its tool results are back; one manager per rollout
   phase, stopped at its end, so no cache outlives a policy update.
-- `vllm`: TRL's vLLM generation (`vllm_engine.VLLMEngine`, paper profiles).
+- `vllm`: TRL's vLLM generation (`rollout.vllm.VLLMEngine`, paper profiles).
 - `messages`: message-level rollouts (`ChatModel.generate` on the rendered conversation; OpenAI endpoints).
 
 Synchronous engines (`generate`, `kv_cache`, `messages`) answer every pending request in one `collect()` call,
@@ -364,36 +364,3 @@ class ContinuousBatchingEngine:
 
     def close(self) -> None:
         self.manager.stop(block=True)
-
-
-def resolve_engine(name: str, model, token_level: bool) -> str:
-    """The engine `auto` picks: `messages` for message-level rollouts, `generate` for a model without a local
-    transformers model behind it, `continuous_batching` on CUDA, else `kv_cache`."""
-    if not token_level:
-        return "messages"
-    if name != "auto":
-        return name
-    backend = getattr(model, "model", None)
-    if backend is None or not hasattr(backend, "forward"):
-        return "generate"
-    return "continuous_batching" if backend.device.type == "cuda" else "kv_cache"
-
-
-def make_engine(name: str, model, generation: GenerationConfig, token_level: bool, trainer=None):
-    """The engine for one rollout phase (see the module docstring); `trainer`: the GRPO trainer (`vllm` only)."""
-    name = resolve_engine(name, model, token_level)
-    if name == "messages":
-        return MessagesEngine(model, generation)
-    if name == "generate":
-        return GenerateEngine(model, generation)
-    if name == "kv_cache":
-        return KVCacheEngine(model, generation)
-    if name == "continuous_batching":
-        return ContinuousBatchingEngine(model, generation)
-    if name == "vllm":
-        if trainer is None:
-            raise ValueError("the vllm engine generates through the GRPO trainer's vLLM; it runs in training only")
-        from coevolve_lib.rollout.vllm import VLLMEngine
-
-        return VLLMEngine(model, generation, trainer)
-    raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(ENGINES)}")

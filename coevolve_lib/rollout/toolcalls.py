@@ -3,16 +3,16 @@
 - `native`: the chat template renders the tools and the model answers with Qwen3-style
   `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks (or an OpenAI endpoint returns structured
   `tool_calls`). Used for every model whose chat template supports tools.
-- `prompt`: BFCL's prompting protocol for models without a tool template: the function docs go into BFCL's own
-  system prompt and the model answers `[func(a=1), other(b='x')]`.
+- `prompt`: BFCL's prompting protocol for models without a tool template: the function docs go into the
+  environment's system prompt (BFCL's own: `envs.bfcl.episode.prompt_style_system_prompt`) and the model answers
+  `[func(a=1), other(b='x')]`.
 
-Parsing returns data only: `Call` objects built from literals by `envs.safe_calls`; nothing is evaluated.
+Parsing returns data only: `Call` objects built from literals by `core.safe_calls`; nothing is evaluated.
 Text that holds no call at all is the model's answer, and (as in BFCL's runner) ends the user turn.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -111,25 +111,6 @@ def compact_docs(func_docs: list[dict]) -> list[dict]:
         description = doc.get("description", "").split("Tool description: ")[-1].split(". ")[0]
         compact.append({"name": doc["name"], "description": description, "parameters": parameters})
     return compact
-
-
-def _bfcl_prompt(name: str) -> str:
-    """One of BFCL's own prompt strings, from the loaded bfcl-eval release."""
-    return getattr(importlib.import_module("bfcl_eval.constants.default_prompts"), name)
-
-
-def prompt_style_system_prompt(func_docs: list[dict]) -> str:
-    """BFCL's system prompt for prompting models, listing the function docs as JSON."""
-    functions = json.dumps(func_docs, ensure_ascii=False)
-    return _bfcl_prompt("DEFAULT_SYSTEM_PROMPT").format(functions=functions)
-
-
-def added_functions_message(tool_format: str, new_docs: list[dict]) -> str:
-    """BFCL's user message for a miss_func turn, when held-out functions become available."""
-    if tool_format == "native":
-        return _bfcl_prompt("DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC")
-    functions = json.dumps(new_docs, ensure_ascii=False)
-    return _bfcl_prompt("DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING").format(functions=functions)
 
 
 def assistant_message(tool_format: str, text: str, reply: ParsedReply) -> dict:

@@ -1,19 +1,15 @@
-"""`python -m coevolve_lib notebook NOTEBOOK OUTPUT [-p NAME VALUE ...]`: papermill, after checking the parameters.
+"""Notebooks run with papermill after checking their parameters, and cleaned before they are committed
+(`python -m coevolve_lib notebook`, coevolve_lib/cli/notebook.py; `python -m coevolve_lib reproduce`).
 
-papermill only warns about a parameter the notebook's `parameters` cell does not define (a misspelt `-p profil x`
-runs the notebook on its defaults). Here an unknown name is an error before anything runs: one line, exit status 2.
-Values are read as YAML (`-p seeds "[0, 1]"` is a list, `-p limit 5` an int); the notebook validates them. A notebook
-that stops on an error is one line too: exit status 2 for a bad parameter value (`ConfigError`), 1 otherwise.
+papermill only warns about a parameter the notebook's `parameters` cell does not define; `run_notebook` refuses an
+unknown name before anything runs (a ConfigError).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import yaml
-
-from coevolve_lib.core.profiles import ArgumentParser, ConfigError
+from coevolve_lib.core.config import ConfigError
 
 
 def notebook_parameters(notebook: str | Path) -> list[str]:
@@ -72,27 +68,3 @@ def _without_widget_view(output: dict) -> dict | None:
         return output
     rest = {k: v for k, v in data.items() if k != WIDGET_VIEW}
     return {**output, "data": rest} if rest else None
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser("python -m coevolve_lib notebook", __doc__)
-    parser.add_argument("notebook", help="the notebook to run, e.g. notebooks/06_coevolve_training.ipynb")
-    parser.add_argument("output", help="where the executed notebook goes")
-    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                        help="a parameter of the notebook's parameters cell (repeatable)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
-    try:
-        parameters = {name: yaml.safe_load(value) for name, value in args.parameter}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"a parameter value is not valid YAML: {' '.join(str(exc).split())}") from None
-    from papermill.exceptions import PapermillExecutionError
-
-    try:
-        run_notebook(args.notebook, args.output, parameters, progress=not args.quiet)
-    except PapermillExecutionError as exc:  # the notebook's own error, in one line (the cell is in `output`)
-        message = " ".join(str(exc.evalue).split())
-        print(f"python -m coevolve_lib notebook: error: {Path(args.notebook).name} stopped in cell "
-              f"{exc.exec_count}: {exc.ename}: {message} (executed notebook: {args.output})", file=sys.stderr)
-        return 2 if exc.ename == "ConfigError" else 1
-    return 0

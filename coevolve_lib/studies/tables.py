@@ -21,16 +21,24 @@ from pathlib import Path
 import pandas as pd
 
 from coevolve_lib.core import paper
-from coevolve_lib.studies.report import bootstrap_ci, study_table
-from coevolve_lib.core.results import HELDOUT_TITLES
 from coevolve_lib.core.paths import repo_relative
-from coevolve_lib.core.profiles import run_config
-from coevolve_lib.studies.run import (Study, Variant, default_runs_dir, results_file, run_folder, run_hash, settings_hash,
-                                variant_run)
+from coevolve_lib.core.results import HELDOUT_TITLES
+from coevolve_lib.profiles import run_config
 from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
 from coevolve_lib.studies.catalog import baselines as baselines_study
 from coevolve_lib.studies.catalog import explorers as explorers_study
 from coevolve_lib.studies.catalog import sensitivity as sensitivity_grid
+from coevolve_lib.studies.report import bootstrap_ci, study_table
+from coevolve_lib.studies.run import (
+    Study,
+    Variant,
+    default_runs_dir,
+    results_file,
+    run_folder,
+    run_hash,
+    settings_hash,
+    variant_run,
+)
 
 APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md); "
             "the studies' variants run on BFCL only")
@@ -87,7 +95,7 @@ class Results:
         self.missing: list[str] = []
 
     def _absent(self, what: str, notebook: str) -> None:
-        message = f"{what} not found in {self.dir}: run {notebook} (or python -m coevolve_lib.studies.reproduce)"
+        message = f"{what} not found in {self.dir}: run {notebook} (or python -m coevolve_lib reproduce)"
         if not self.allow_missing:
             raise MissingResults(message)
         self.missing.append(message)

@@ -4,12 +4,13 @@ round every F steps that grows the pool from the training rollouts' weakness sig
     D_0 (data engine) -> policy (the profile's model; tiny: + supervised warm start, a kit addition)
     for step = 1 .. max_steps:
         rollouts   K token-level multi-turn episodes per task drawn from D_t (TRL's `rollout_func`); the reward is
-                   the BFCL checker on the episode's own executions (1 = success, 0 = failure)
+                   the environment's checker on the episode's own executions (1 = success, 0 = failure)
         update     TRL's GRPO loss; tool results and later user turns are masked out (`env_mask`)
         signals    forgetting / boundary / rare on this step's rollouts
         every F    contexts -> re-exploration -> abstraction -> validation -> D_{t+1}; then a checkpoint
                    (`training.pool_updates`: `signals` is CoEvolve; `random`, `none` and the Table 10 baselines
-                   `curriculum`, `rest`, `reflexion` of `baselines.py` replace this round, same steps and rollouts)
+                   `curriculum`, `rest`, `reflexion` of `engine/pool_updates.py` replace this round, same steps and
+                   rollouts)
 
 Shortcuts, stated up front:
 - TRL builds its dataloader once but D_t grows, so the trainer's dataset holds placeholder "slots" only, and
@@ -36,21 +37,18 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from coevolve_lib.engine import pool_updates
-from coevolve_lib.core.config import RunConfig, TrainConfig
-from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
-from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
-from coevolve_lib.core.safe_calls import CallParseError, parse_call
-from coevolve_lib.envs.bfcl.evaluate import evaluate, task_outcomes
+from coevolve_lib.core.config import ConfigError, RunConfig, TrainConfig
 from coevolve_lib.core.models import HFChatModel, set_torch_threads
 from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import append_jsonl, config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
-from coevolve_lib.core.results import metric_row
+from coevolve_lib.core.safe_calls import CallParseError, parse_call
+from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
+from coevolve_lib.engine.pool_updates import POOL_UPDATES, RoundInputs
 from coevolve_lib.engine.signals import SignalExtractor
-from coevolve_lib.core.profiles import ConfigError
+from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.rollout.evaluation import task_outcomes
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs, lora_config
-
 
 STATE_FILE = "coevolve_state.json"
 
@@ -161,8 +159,8 @@ class PoolRollouts:
                                          ) as model:
             policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
             records = run_rollouts(policy, self.engine.rollout_tasks(tasks), self.rollout,
-                                   samples_per_task=self.cfg.group_size, progress=False, trainer=trainer,
-                                   new_episode=self.engine.episodes())
+                                   self.engine.environment.new_episode, samples_per_task=self.cfg.group_size,
+                                   progress=False, trainer=trainer)
         self.seconds += time.perf_counter() - start
         k = self.cfg.group_size
         # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read).
@@ -185,15 +183,6 @@ class PoolRollouts:
         return output
 
 
-def data_engine(run: RunConfig, out_dir: Path) -> DataEngine:
-    """The run's data engine: AppWorld's for `evaluation.benchmark: appworld`, else BFCL's."""
-    if run.evaluation.benchmark == "appworld":
-        from coevolve_lib.envs.appworld.environment import AppWorldDataEngine
-
-        return AppWorldDataEngine(run.data_engine, out_dir)
-    return DataEngine(run.data_engine, out_dir)
-
-
 def latest_checkpoint(trainer_dir: Path) -> Path | None:
     """The newest `checkpoint-N` folder that holds our state file (a checkpoint cut before it was written is skipped)."""
     done = [p for p in trainer_dir.glob("checkpoint-*") if (p / STATE_FILE).exists()]
@@ -208,6 +197,7 @@ class CoEvolveLoop:
         self.run, self.cfg, self.out_dir = run, run.training, out_dir
         self.start_evaluations = start_evaluations
         self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
+        self.pool_update = POOL_UPDATES[run.training.pool_updates]
         self.extractor = SignalExtractor(run.data_engine.signals)
         self.totals = {"train_s": 0.0, "feedback_s": 0.0, "eval_s": 0.0}
         self.mark = time.perf_counter()
@@ -236,8 +226,7 @@ class CoEvolveLoop:
         """Let training sample pool versions up to `version` (and, for `curriculum`, that round's admitted tasks,
         read from the round's file: every process sees the same)."""
         self.rollouts.allowed_version = version
-        if self.cfg.pool_updates == "curriculum":
-            self.rollouts.admitted = pool_updates.admitted_ids(self.out_dir, version)
+        self.rollouts.admitted = self.pool_update.admitted(self.out_dir, version)
 
     def drop_after(self, step: int) -> None:
         """Remove the records of steps after `step` (a killed run's, replayed now): metrics.jsonl is then appended
@@ -270,7 +259,8 @@ class CoEvolveLoop:
                                 max_completion_tokens=self.cfg.max_completion_tokens)
         result = {"step": step}
         if self.heldout:  # every set in one batch of episodes (the sets' environments differ: no id is in two)
-            outcomes = task_outcomes(policy, [t for _, tasks in self.heldout.values() for t in tasks], greedy)
+            outcomes = task_outcomes(policy, [t for _, tasks in self.heldout.values() for t in tasks], greedy,
+                                     self.engine.environment)
             result["heldout_outcomes"] = {}
             for name, (key, tasks) in self.heldout.items():
                 per_task = {t["task_id"]: outcomes[t["task_id"]] for t in tasks}
@@ -278,25 +268,18 @@ class CoEvolveLoop:
                                f"eval/{name}_set": key})
                 result["heldout_outcomes"][name] = per_task
         pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
-        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.eval_pool_ids], greedy, engine=self.engine)
+        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.eval_pool_ids], greedy, self.engine.environment)
         result.update({"eval/d0_greedy_success": percent(d0), "eval/d0_n": len(d0), "d0_outcomes": d0})
         limit = self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit
-        if val and limit != 0 and self.run.evaluation.benchmark == "appworld":
-            from coevolve_lib.envs.appworld.agent import evaluate_appworld
-
-            doc = evaluate_appworld(policy, self.run.evaluation.split, self.engine.root, greedy,
-                                    out=self.out_dir / "eval" / f"val_step_{step:05d}.json", limit=limit,
-                                    profile=self.run.profile, experiment="coevolve_train",
-                                    episodes=self.engine.episodes())
-            tgc, sgc = metric_row(doc, "tgc"), metric_row(doc, "sgc")
-            result.update({"eval/val_success": tgc["value"], "eval/val_n": tgc["n"], "eval/val_sgc": sgc["value"],
-                           "eval/val_sgc_n": sgc["n"]})
-        elif val and limit != 0:
-            eval_cfg = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
-            bfcl = evaluate(eval_cfg, self.out_dir / "eval" / f"val_step_{step:05d}.json", model=policy,
-                            progress=False, experiment="coevolve_train")
-            row = metric_row(bfcl)
-            result.update({"eval/val_success": row["value"], "eval/val_n": row["n"]})
+        if val and limit != 0:  # the benchmark's own metric: its first row is the headline, later rows by name
+            settings = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
+            doc = self.engine.environment.evaluate(policy, settings,
+                                                   self.out_dir / "eval" / f"val_step_{step:05d}.json",
+                                                   greedy, experiment="coevolve_train")
+            headline, *others = doc["metrics"]
+            result.update({"eval/val_success": headline["value"], "eval/val_n": headline["n"]})
+            for row in others:
+                result.update({f"eval/val_{row['metric']}": row["value"], f"eval/val_{row['metric']}_n": row["n"]})
         write_json_atomic(path, result)
         if shared is not None and not shared.exists():  # step 0: kept for the next run that starts alike
             staging = shared.with_name(f"{shared.name}.partial-{os.getpid()}")
@@ -341,7 +324,7 @@ class CoEvolveLoop:
         row = {"step": step, "time/train_s": round(train_s, 3), "time/rollout_s": round(rollout_s, 3)}
         if self.is_main and self.rollouts.generated_at == step:  # a step reusing earlier rollouts has none to record
             row.update(self._record_step(step, records))
-        if self.cfg.pool_updates != "none" and step % self.cfg.feedback_every == 0:
+        if self.pool_update.has_rounds and step % self.cfg.feedback_every == 0:
             row.update(self._feedback_round(step))
         last = step == self.cfg.max_steps
         every = self.cfg.evaluation_every
@@ -398,23 +381,12 @@ class CoEvolveLoop:
             window = range(step - self.cfg.feedback_every + 1, step + 1)
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
-            mode, settings = self.cfg.pool_updates, self.cfg.baselines
-            if mode == "signals":
-                report = self.engine.signal_feedback_round(round_index, signals, rollouts, progress=self.progress)
-            elif mode == "random":
-                report = self.engine.random_feedback_round(round_index, progress=self.progress, seed=self.cfg.seed)
-            elif mode == "curriculum":  # the success rates of every step so far, not only the window's
-                history = [r for k in range(1, step + 1)
-                           for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
-                report = pool_updates.curriculum_round(self.engine, round_index, step, history, self.cfg.max_steps,
-                                                    settings, minimum=self.cfg.tasks_per_step)
-            elif mode == "rest":
-                report = pool_updates.rest_round(self.engine, round_index, rollouts, settings, progress=self.progress)
-            elif mode == "reflexion":
-                report = pool_updates.reflexion_round(self.engine, round_index, rollouts, settings,
-                                                   self._reflector(step), progress=self.progress)
-            else:
-                raise ValueError(f"unknown pool_updates {mode!r}")
+            report = self.pool_update.round(RoundInputs(
+                self.engine, round_index, step, self.cfg.max_steps, signals, rollouts,
+                history=lambda: [r for k in range(1, step + 1)
+                                 for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")],
+                settings=self.cfg.baselines, reflector=lambda: self._reflector(step), seed=self.cfg.seed,
+                tasks_per_step=self.cfg.tasks_per_step, progress=self.progress))
             out = {"feedback/round": round_index, "feedback/targets": report["targets"],
                    "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
                    "feedback/tasks_added": report["added_to_pool"],
@@ -514,7 +486,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
                               "choose another --out")
     state = PartialState()
     owned = engine is None
-    engine = data_engine(run, out_dir) if owned else engine
+    engine = DataEngine(run.data_engine, out_dir, run.evaluation.benchmark) if owned else engine
     try:
         return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
     finally:
@@ -540,13 +512,12 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
         start = time.perf_counter()
         policy_path = engine.policy()
         timings["warm_start_s"] = round(time.perf_counter() - start, 2)
-        if cfg.pool_updates == "curriculum":  # the selection of the first F steps (by reference length)
-            pool_updates.curriculum_round(engine, 0, 0, [], cfg.max_steps, cfg.baselines, cfg.tasks_per_step)
+        POOL_UPDATES[cfg.pool_updates].start(engine, cfg.baselines, cfg.max_steps, cfg.tasks_per_step)
         if (out_dir / "run_config.json").exists():  # a resumed run: D_0 and the warm start came from the cache
             timings = json.loads((out_dir / "run_config.json").read_text())["timings_before_training"]
         write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
                                                         "training": asdict(cfg), "policy": policy_path,
-                                                        "environment": engine.environment(),
+                                                        "environment": engine.environment.describe(),
                                                         "timings_before_training": timings})
     state.wait_for_everyone()
     if not state.is_main_process:

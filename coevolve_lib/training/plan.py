@@ -1,5 +1,6 @@
-"""`python -m coevolve_lib train` and the notebooks' entry point around the CoEvolve loop of `train`: the run plan
-(`--dry-run`), launching in-process or with `accelerate launch`, and the command line."""
+"""Around the CoEvolve loop of `train`: the run plan (what `python -m coevolve_lib train --dry-run` prints,
+coevolve_lib/cli/train.py), the launch commands (in-process, `accelerate launch`, vLLM) and the notebooks' entry
+point, `run_training`."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import subprocess
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import coevolve_lib.training.loop as train_lib
-from coevolve_lib.core import profiles
+from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, TrainConfig
+from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, shown_path
 from coevolve_lib.training.loop import train, training_rollouts
 from coevolve_lib.training.summary import summarize
@@ -119,18 +120,8 @@ def plan(run: RunConfig, out_dir: str | Path) -> dict:
     if launch.num_processes > 1:
         notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
                      f"--profile {run.profile} --model {out}/final --all-tasks --out <results.json>")
-    evaluation = run.evaluation
-    if evaluation.benchmark == "appworld":
-        root = os.environ.get("APPWORLD_ROOT")
-        benchmark = {"name": "appworld", "split": evaluation.split,
-                     "data": f"APPWORLD_ROOT={root}" if root else "the synthetic world (APPWORLD_ROOT is not set)",
-                     "setup": "make appworld (AppWorld's venv); official data: docs/appworld.md"}
-        if not root and evaluation.split not in ("train", "dev"):
-            notes.append(f"APPWORLD_ROOT is not set and the synthetic world has no {evaluation.split!r} split: "
-                         "point APPWORLD_ROOT at AppWorld's official data (docs/appworld.md)")
-    else:
-        benchmark = {"name": "bfcl", "data_version": evaluation.data_version, "category": evaluation.category,
-                     "split": evaluation.split}
+    benchmark, benchmark_notes = environment_class(run.evaluation.benchmark).plan(run)
+    notes += benchmark_notes
     completions = cfg.tasks_per_step * cfg.group_size
     return {
         "profile": run.profile, "benchmark": benchmark, "policy_model": run.model, "explorer_model": explorer,
@@ -174,22 +165,3 @@ def flatten_overrides(mapping: dict, prefix: str = "") -> list[str]:
         else:
             out.append(f"{prefix}{key}={json.dumps(value)}")
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = profiles.profile_parser("python -m coevolve_lib train", train_lib.__doc__, "training.max_steps=20")
-    parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
-    parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
-    parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    run = profiles.run_config_from_args(args)
-    out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
-    if args.dry_run:
-        print(json.dumps(plan(run, out_dir), indent=2, default=str))
-        return 0
-    summary = train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
-    if summary:
-        print(json.dumps({k: summary[k] for k in ("profile", "steps", "signals_total", "pool_size_start",
-                                                  "pool_size_end", "time")}, default=str))
-    return 0

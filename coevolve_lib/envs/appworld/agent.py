@@ -24,18 +24,27 @@ from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig, run_rollouts
-from coevolve_lib.envs.appworld.calls import code_api_names
-from coevolve_lib.envs.appworld.benchmark import (
-    AppWorldEnv, AppWorldEnvConfig, AppWorldTask, data_root, extract_code, load_tasks, measured_records,
-    positive_reward, scenario_id, scenarios_completed)
-from coevolve_lib.envs.appworld.client import AppWorldServerError
-from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig, appworld_python
-from coevolve_lib.envs.bfcl.evaluate import EvaluationError
 from coevolve_lib.core.models import ChatModel, Generation
 from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import append_jsonl, config_hash
 from coevolve_lib.core.results import write_result
+from coevolve_lib.envs.appworld.benchmark import (
+    AppWorldEnv,
+    AppWorldEnvConfig,
+    AppWorldTask,
+    data_root,
+    extract_code,
+    load_tasks,
+    measured_records,
+    positive_reward,
+    scenario_id,
+    scenarios_completed,
+)
+from coevolve_lib.envs.appworld.calls import code_api_names
+from coevolve_lib.envs.appworld.client import AppWorldServerError
+from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig, appworld_python
+from coevolve_lib.envs.bfcl.evaluate import EvaluationError
+from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig, run_rollouts
 
 log = logging.getLogger(__name__)
 

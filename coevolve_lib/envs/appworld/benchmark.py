@@ -4,7 +4,7 @@ The agent's action is Python code calling `apis.<app>.<api>(...)`, sent as a fen
 reply. The kit only extracts that block (`extract_code`); the code runs inside AppWorld's server, in AppWorld's own
 sandbox (its safety guard refuses e.g. `os.system`), never in the kit. The same code path serves the official data
 (APPWORLD_ROOT = the folder with AppWorld's downloaded `data/`, docs/appworld.md) and the synthetic world the tests
-build (`appworld_synthetic.py`).
+build (`synthetic.py`).
 
 Errors of the server (down, hung, refusing) raise `AppWorldServerError` out of every call: count them as environment
 errors, never as policy failures; `AppWorldServer.ensure_running()` then restarts it and the episode is retried from
@@ -188,7 +188,7 @@ def positive_reward(score: Mapping) -> bool:
 
 def measured_records(records: Iterable[Mapping]) -> list[Mapping]:
     """The records that measured the policy: those without `environment_error` (an episode the AppWorld server
-    failed twice, `appworld_agent.AppWorldEpisode`). TGC and SGC leave the others out and callers report their count
+    failed twice, `agent.AppWorldEpisode`). TGC and SGC leave the others out and callers report their count
     apart: a server failure is neither a success nor a policy failure."""
     return [record for record in records if not record.get("environment_error")]
 

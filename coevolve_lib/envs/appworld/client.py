@@ -1,7 +1,7 @@
 """An HTTP client for AppWorld's environment server (`appworld.serve.environment`), standard library only.
 
 The kit never imports `appworld` (it pins pydantic<2, the kit pydantic 2); AppWorld runs in its own venv and process
-(`appworld_server.py`) and the kit speaks to it over loopback HTTP. The server's contract, measured on AppWorld
+(`server.py`) and the kit speaks to it over loopback HTTP. The server's contract, measured on AppWorld
 0.1.3.post1: every body is JSON, every answer is `{"output": ...}`, and it holds ONE task at a time (a request naming
 another task is refused).
 

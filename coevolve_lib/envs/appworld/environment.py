@@ -1,16 +1,16 @@
-"""The data engine on AppWorld: D_0, signal-guided rounds and the training pool, on AppWorld's own server.
+"""AppWorld behind the `Environment` seam: D_0, signal-guided rounds and the training pool, on AppWorld's own server.
 
-The same stages as BFCL's (`engine.DataEngine`, `feedback.feedback_round`), with AppWorld's steps swapped in:
+The data engine's stages (`engine.data_engine.DataEngine`, `engine.feedback.feedback_round`) with AppWorld's steps:
 
-    D_0        unguided exploration of the start states of the `train` split's tasks (`appworld_explore`)
+    D_0        unguided exploration of the start states of the `train` split's tasks (`explore`)
     round      signal trajectories -> context -> re-exploration -> abstraction (query + >= 3 API calls, and the answer
-               when every call only reads) -> validation by AppWorld's evaluator (`appworld_tasks`)
+               when every call only reads) -> validation by AppWorld's evaluator (`validation`)
     pool       each accepted task is a real AppWorld task written under the run's own data root, so GRPO rollouts,
                their reward (AppWorld's evaluator: success = every test passes) and signals run as on official tasks
 
 The data root: `APPWORLD_ROOT` (official data, docs/appworld.md) or, when it is unset, the synthetic world the kit
-builds with AppWorld's own code (`envs/appworld_synthetic.py`). The official data is never written into: the run's
-`appworld_root/` links its tasks and holds the synthesized ones (`appworld_tasks.overlay_root`).
+builds with AppWorld's own code (`synthetic.py`). The official data is never written into: the run's
+`appworld_root/` links its tasks and holds the synthesized ones (`validation.overlay_root`).
 
 Explorers: the offline one (`explore.explorer: schema`) or the paper's LLM explorer (`llm`, Figs. 9-10), with the
 heuristic or the LLM context (Fig. 11). The abstraction is the deterministic one: the LLM abstraction and the judge
@@ -22,17 +22,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from coevolve_lib.envs.appworld.agent import AppWorldEpisodes
-from coevolve_lib.envs.appworld.explore import abstract_appworld, explore_appworld, make_appworld_explorer
-from coevolve_lib.envs.appworld.validation import overlay_root, validate_appworld, write_tasks
-from coevolve_lib.core.config import DataEngineConfig
+from coevolve_lib.core.environment import Environment, RoundSteps
 from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.engine.explore import explore_target
+from coevolve_lib.envs.appworld.agent import AppWorldEpisodes, evaluate_appworld
 from coevolve_lib.envs.appworld.benchmark import AppWorldTask, load_task, load_tasks
+from coevolve_lib.envs.appworld.calls import DATA_VERSION, api_tool_docs, is_failed_output
 from coevolve_lib.envs.appworld.client import AppWorldServerError
+from coevolve_lib.envs.appworld.explore import abstract_appworld, make_appworld_explorer
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
-from coevolve_lib.engine.feedback import RoundSteps, synthesize_initial
+from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
+from coevolve_lib.envs.appworld.validation import overlay_root, validate_appworld, write_tasks
 
+APPWORLD_POOL_UPDATES = ("signals", "random", "none")
+"""The pool updates wired for AppWorld (the Table 10 baselines are BFCL-only so far)."""
 SOURCE_SPLIT = "train"
 """The AppWorld split whose tasks' start states D_0 explores (never their instructions or answers)."""
 APPS_CODE = 'print(",".join(p["account_name"] for p in apis.supervisor.show_account_passwords()))'
@@ -44,16 +47,17 @@ def appworld_source_root() -> Path:
     about 40 s)."""
     if os.environ.get("APPWORLD_ROOT"):
         return Path(os.environ["APPWORLD_ROOT"])
-    from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
-
     return build_synthetic_world().root
 
 
-class AppWorldDataEngine(DataEngine):
-    """One run folder of the data engine on AppWorld (see the module docstring). It owns one server for exploration
-    and validation and an `AppWorldEpisodes` (a server per live episode) for rollouts; `close()` stops them."""
+class AppWorldEnvironment(Environment):
+    """AppWorld for one run folder (see the module docstring). It owns one server for exploration and validation and
+    an `AppWorldEpisodes` (a server per live episode) for rollouts; `close()` stops them. `source_root`: the data
+    root (default: `appworld_source_root()`)."""
 
-    def __init__(self, config: DataEngineConfig, run_dir: str | Path, source_root: str | Path | None = None):
+    name = "appworld"
+
+    def __init__(self, config, run_dir: str | Path, source_root: str | Path | None = None):
         super().__init__(config, run_dir)
         self.source_root = Path(source_root) if source_root else appworld_source_root()
         self.root = overlay_root(self.source_root, self.run_dir)
@@ -61,9 +65,9 @@ class AppWorldDataEngine(DataEngine):
         self._api_docs: dict | None = None
         self._episodes: AppWorldEpisodes | None = None
 
-    # -- the environment ---------------------------------------------------------------------------------------
+    # -- the server ----------------------------------------------------------------------------------------------
     def server(self) -> AppWorldServer:
-        """The engine's server (started on first use, restarted if it died)."""
+        """The environment's server (started on first use, restarted if it died)."""
         if self._server is None:
             self._server = AppWorldServer(AppWorldServerConfig(root=self.root))
             self._server.start()
@@ -76,9 +80,9 @@ class AppWorldDataEngine(DataEngine):
             self._api_docs = self.server().client.api_docs()
         return self._api_docs
 
-    def environment(self) -> dict:
+    def describe(self) -> dict:
         synthetic = (self.source_root / "world.json").exists()  # the synthetic world's marker (appworld_synthetic)
-        return {"benchmark": "appworld", "data_root": str(self.source_root),
+        return {"benchmark": self.name, "data_root": str(self.source_root),
                 "data": "synthetic world" if synthetic else "official"}
 
     def close(self) -> None:
@@ -99,28 +103,32 @@ class AppWorldDataEngine(DataEngine):
             client.close(task_id)
         return [app for app in output.strip().split(",") if app]
 
-    def target(self, task: AppWorldTask) -> ExplorationTarget:
-        """An unguided exploration target: the task's start state and its apps (the instruction is only context)."""
-        return ExplorationTarget(task.task_id, "appworld", {"appworld_task": task.task_id},
-                                 self.task_apps(task.task_id), task.instruction)
-
-    # -- the data engine's stages ------------------------------------------------------------------------------
-    def environments(self, part: str) -> list:
-        """The `train` split's tasks (their start states) for the pool; the warm start is BFCL-only (none here)."""
+    # -- where tasks come from -----------------------------------------------------------------------------------
+    def sources(self, part: str) -> list[AppWorldTask]:
+        """The `train` split's tasks (their start states) for the pool; no unseen environments (no held-out set)."""
         return load_tasks(SOURCE_SPLIT, self.root) if part == "pool" else []
 
-    def initial_pool(self, progress: bool = True) -> dict:
-        return synthesize_initial(self.environments("pool"), self.pool, self.run_dir / "round_000",
-                                  self.feedback_config(), size=self.config.d0_size, model=self.explorer_model,
-                                  progress=progress, steps=self.round_steps(), target=self.target)
+    def target(self, source: AppWorldTask, signal: dict | None = None,
+               trajectory: dict | None = None) -> ExplorationTarget:
+        """An unguided exploration target: the task's start state and its apps (the instruction is only context)."""
+        return ExplorationTarget(source.task_id, self, DATA_VERSION, {"appworld_task": source.task_id},
+                                 self.task_apps(source.task_id), source.instruction, signal, trajectory)
 
+    # -- how a round runs ----------------------------------------------------------------------------------------
     def round_steps(self) -> RoundSteps:
         return RoundSteps(explore=self._explore, abstract=self._abstract, validate=self._validate,
                           prepare_validation=self._write)
 
+    def tool_docs(self, target) -> list[dict]:
+        """The involved apps' API docs, named `app.api`."""
+        return api_tool_docs(self.api_docs(), target.involved_classes)
+
+    def is_error(self, observation: str) -> bool:
+        return is_failed_output(observation)
+
     def _explore(self, target, config, model):
-        return explore_appworld(target, config, model,
-                                make_appworld_explorer(config, model, self.server, self.api_docs()))
+        return explore_target(target, config, model,
+                              make_appworld_explorer(config, model, self.server, self.api_docs()))
 
     def _abstract(self, group_key, triplets, source, config, model):
         return abstract_appworld(group_key, triplets, source, config, self.api_docs())
@@ -134,14 +142,63 @@ class AppWorldDataEngine(DataEngine):
         except AppWorldServerError:  # a server that died mid-validation: restart it and judge the spec again
             return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids)
 
-    # -- rollouts of pool tasks --------------------------------------------------------------------------------
-    def rollout_tasks(self, tasks: list[dict]) -> list[AppWorldTask]:
+    # -- rollouts of pool tasks ----------------------------------------------------------------------------------
+    def rollout_tasks(self, pool_tasks: list[dict]) -> list[AppWorldTask]:
         """Pool tasks as the AppWorld tasks written for them (the pool task id is the AppWorld task id)."""
-        return [load_task(task["task_id"], self.root) for task in tasks]
+        return [load_task(task["task_id"], self.root) for task in pool_tasks]
 
     def episodes(self) -> AppWorldEpisodes:
-        """`run_rollouts`' episode factory; its first server is the engine's own (idle while rollouts run: a server
-        costs ~12 s of CPU to start and load its first task)."""
+        """The episode factory; its first server is the environment's own (idle while rollouts run: a server costs
+        ~12 s of CPU to start and load its first task)."""
         if self._episodes is None:
             self._episodes = AppWorldEpisodes(self.root, split="pool", servers=[self.server()]).__enter__()
         return self._episodes
+
+    def new_episode(self, task, sample_index: int, tool_format: str, config):
+        return self.episodes()(task, sample_index, tool_format, config)
+
+    # -- the benchmark's metric ----------------------------------------------------------------------------------
+    def evaluate(self, model, settings, out, rollout, experiment: str, progress: bool = False) -> dict:
+        """TGC (the first row) and SGC on `settings.split` of the data root."""
+        return evaluate_appworld(model, settings.split, self.root, rollout, out=out, limit=settings.limit,
+                                 profile=settings.profile, experiment=experiment, episodes=self.episodes(),
+                                 progress=progress)
+
+    @classmethod
+    def plan(cls, run) -> tuple[dict, list[str]]:
+        root, split = os.environ.get("APPWORLD_ROOT"), run.evaluation.split
+        benchmark = {"name": cls.name, "split": split,
+                     "data": f"APPWORLD_ROOT={root}" if root else "the synthetic world (APPWORLD_ROOT is not set)",
+                     "setup": "make appworld (AppWorld's venv); official data: docs/appworld.md"}
+        notes = [] if root or split in ("train", "dev") else [
+            f"APPWORLD_ROOT is not set and the synthetic world has no {split!r} split: point APPWORLD_ROOT at "
+            "AppWorld's official data (docs/appworld.md)"]
+        return benchmark, notes
+
+    @classmethod
+    def check(cls, run) -> list[str]:
+        """What the AppWorld environment supports so far: both explorers and context builders, the deterministic
+        abstraction with validation, no held-out set or warm start, the binary reward and the pool updates of
+        APPWORLD_POOL_UPDATES."""
+        data, problems, needs = run.data_engine, [], []
+        if run.evaluation.split in ("val", "all"):
+            problems.append(f"evaluation.split {run.evaluation.split!r} is a BFCL split; AppWorld's are its dataset "
+                            "files: dev, test_normal, test_challenge (the synthetic world: train, dev)")
+        if data.synthesis.abstraction != "deterministic" or data.synthesis.judge or not data.synthesis.validate:
+            needs.append("data_engine.synthesis.abstraction=deterministic, judge=false and validate=true (the LLM "
+                         "abstraction, the judge and the unvalidated ablation are BFCL-only so far: an AppWorld "
+                         "task exists only once validation has written it)")
+        if data.heldout.sets():
+            needs.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
+                         "are measured on evaluation.split)")
+        if data.warm_start.enabled:
+            needs.append("data_engine.warm_start.enabled=false (the warm start is BFCL's)")
+        if data.d0_source_split != "train":
+            needs.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
+        if run.training.reward != "binary":
+            needs.append("training.reward=binary (the prefix reward reads BFCL calls)")
+        if run.training.pool_updates not in APPWORLD_POOL_UPDATES:
+            needs.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
+        if needs:
+            problems.append("evaluation.benchmark=appworld needs " + "; ".join(needs))
+        return problems

@@ -2,11 +2,11 @@
 
 `AppWorldExplorer` re-explores an AppWorld task's start state on AppWorld's own server: each run logs into the
 target's apps, then makes up to S calls drawn from their API docs, with argument values the run has already seen
-(a `note_id` from a search result), and records each as a triplet/v1 whose action is an `appworld_calls` call string.
+(a `note_id` from a search result), and records each as a triplet/v1 whose action is an `envs.appworld.calls` call string.
 `abstract_appworld` turns a run's successful calls into task specs (taskspec/v1) whose answer, if any, is read off
-the last call's result (`answer_from`), the form `appworld_calls.solution_code` renders.
+the last call's result (`answer_from`), the form `calls.solution_code` renders.
 
-The kit never runs the calls itself: it sends `appworld_calls.call_code` to the server, which executes it.
+The kit never runs the calls itself: it sends `calls.call_code` to the server, which executes it.
 """
 
 from __future__ import annotations
@@ -19,23 +19,40 @@ import time
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 
-from coevolve_lib.envs.bfcl.abstraction import task_spec
-from coevolve_lib.envs.appworld.calls import (
-    ANSWER_COUNT, ANSWER_FIELD, DATA_VERSION, NO_LOGIN_APPS, TOKEN_PARAMETER, AppWorldCall, call_code,
-    is_failed_output, login_preamble, parse_appworld_call)
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
-from coevolve_lib.engine.contexts import ExplorationTarget, build_context
 from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.models import ChatModel, GenerationConfig
+from coevolve_lib.core.safe_calls import CallParseError
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.explore import (
+    ACTION_TAG,
+    NO_VALID_ACTION,
+    WORDS,
+    Explorer,
+    guidance,
+    render_history,
+    run_ids,
+    split_runs,
+    stable_seed,
+    triplet_record,
+)
+from coevolve_lib.engine.tasks import task_spec
+from coevolve_lib.envs.appworld.calls import (
+    ANSWER_COUNT,
+    ANSWER_FIELD,
+    DATA_VERSION,
+    NO_LOGIN_APPS,
+    TOKEN_PARAMETER,
+    AppWorldCall,
+    call_code,
+    is_failed_output,
+    login_preamble,
+    parse_appworld_call,
+)
 from coevolve_lib.envs.appworld.client import AppWorldServerError
 from coevolve_lib.envs.appworld.server import AppWorldServer
-from coevolve_lib.core.safe_calls import CallParseError
-from coevolve_lib.envs.bfcl.explore_llm import ACTION_TAG, NO_VALID_ACTION, guidance, render_history
-from coevolve_lib.envs.bfcl.explore_schema import WORDS, stable_seed
-from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.prompts import clip, load_prompt
-from coevolve_lib.engine.triplets import Explorer, run_ids, split_runs, triplet_record
 
 EXCLUDED_APIS = re.compile(r"login|logout|signup|delete_account|update_account_\w+|\w*password\w*|\w*verif\w*")
 """API names (any app) the explorer never calls and no task holds: account management would lock the run out (or
@@ -291,13 +308,13 @@ LLM_ACTION_FORMAT = ("Exactly one AppWorld API call, written as Python with lite
 """The Fig. 9 prompt's action format on AppWorld (the explorer adds the token itself, as `call_code` does)."""
 
 
-def describe_apis(target: ExplorationTarget, apis: list[str]) -> str:
+def describe_apis(target: ExplorationTarget, apis: list[str], api_docs: dict) -> str:
     """The `{initial_obs}` of Fig. 9 on AppWorld: the apps, each allowed API's parameters and one-line description
     (from AppWorld's docs), and the task whose start state is explored."""
     lines = [f"AppWorld apps: {', '.join(target.involved_classes)} (and the supervisor's profile).", "APIs:"]
     for name in apis:
         app, api = name.split(".", 1)
-        doc = target.api_docs[app][api]
+        doc = api_docs[app][api]
         signature = ", ".join(f"{p['name']}: {p['type']}{'' if p['required'] else ' (optional)'}"
                               for p in doc["parameters"] if p["name"] != TOKEN_PARAMETER)
         lines.append(f"- {name}({signature}): {clip(doc['description'].split('. ')[0].rstrip('.'), 160)}.")
@@ -321,7 +338,7 @@ class AppWorldLLMExplorer(AppWorldRuns):
         apis = explorable_apis(self.api_docs, target.involved_classes)
         return {"apis": apis, "system": load_prompt("explore_system").format(action_format=LLM_ACTION_FORMAT),
                 "guidance": guidance(context),
-                "environment": describe_apis(replace(target, api_docs=self.api_docs), apis),
+                "environment": describe_apis(target, apis, self.api_docs),
                 "generation": GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)}
 
     def _steps(self, client, task_id, target, context, run_id, k, config, plan):
@@ -362,32 +379,12 @@ class AppWorldLLMExplorer(AppWorldRuns):
 
 def make_appworld_explorer(config: ExploreConfig, model: ChatModel | None,
                            server: AppWorldServer | Callable[[], AppWorldServer], api_docs: dict) -> Explorer:
-    """`explore.make_explorer` for AppWorld: the LLM explorer (`explorer: llm`, needs the model) or the offline one."""
+    """`envs.bfcl.explore.make_explorer` for AppWorld: the LLM explorer (`explorer: llm`, needs the model) or the offline one."""
     if config.explorer == "llm":
         if model is None:
             raise ValueError("explorer='llm' needs a model (data_engine.explorer_model)")
         return AppWorldLLMExplorer(model, server, api_docs)
     return AppWorldExplorer(server, api_docs)
-
-
-def explore_appworld(target: ExplorationTarget, config: ExploreConfig, model: ChatModel | None,
-                     explorer: Explorer) -> tuple[dict | None, list[dict], dict]:
-    """`explore.explore` for AppWorld: (context/v1 or None when unguided, triplet/v1 records, the stage's cost).
-    The explorer (`make_appworld_explorer`) holds the server, so it is passed in; its cost of this call alone is
-    reported (and kept in it)."""
-    if target.api_docs is None:
-        target = replace(target, api_docs=explorer.api_docs)
-    cost = Cost()
-    guided = config.guided and target.signal is not None
-    context = build_context(target, config, model, cost) if guided else None
-    earlier, explorer.cost = explorer.cost, Cost()
-    try:
-        triplets = explorer.explore(target, context, config)
-    finally:
-        cost.merge(explorer.cost)
-        earlier.merge(explorer.cost)
-        explorer.cost = earlier
-    return context, triplets, cost.as_dict()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -400,7 +397,7 @@ def abstract_appworld(group_key: tuple, triplets: list[dict], source: dict, conf
 
     Per run: its successful calls in order (exact repeats dropped), then for each length min_calls..max_calls the
     earliest window of that many consecutive calls that makes a task. `source` is `ExplorationTarget.source()`;
-    `group_key` is unused, as in `abstraction.abstract`."""
+    `group_key` is unused, as in `envs.bfcl.abstraction.abstract`."""
     start = time.perf_counter()
     cost = Cost()
     specs, seen = [], set()

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from coevolve_lib.envs.appworld.client import AppWorldClient, AppWorldServerError
 from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.envs.appworld.client import AppWorldClient, AppWorldServerError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class AppWorldServerConfig:
 
     root: Path
     """The data root: the folder that contains `data/` (what AppWorld calls APPWORLD_ROOT): the official download or
-    a synthetic world (`appworld_synthetic.build_synthetic_world`)."""
+    a synthetic world (`synthetic.build_synthetic_world`)."""
     venv: Path = APPWORLD_VENV
     """AppWorld's venv (`make appworld`)."""
     port: int | None = None

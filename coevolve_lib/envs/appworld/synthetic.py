@@ -18,8 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from coevolve_lib.envs.appworld.server import APPWORLD_VENV, appworld_python
 from coevolve_lib.core.paths import CACHE_DIR
+from coevolve_lib.envs.appworld.server import APPWORLD_VENV, appworld_python
 
 BUILDER = Path(__file__).with_name("world_builder.py")
 SYNTHETIC_SPLIT = "synthetic"

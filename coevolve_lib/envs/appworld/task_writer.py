@@ -3,12 +3,12 @@
     .venv-appworld/bin/python -I coevolve_lib/envs/appworld/task_writer.py INPUT.json OUTPUT.json
 
 (-I keeps this folder, which holds the kit's own `appworld.py`, off sys.path.) APPWORLD_ROOT must name a scratch root
-whose `data/` shows the writable root's data (`appworld_tasks.write_tasks` sets one up): AppWorld finds tasks only
+whose `data/` shows the writable root's data (`validation.write_tasks` sets one up): AppWorld finds tasks only
 under `APPWORLD_ROOT/data/tasks/<id>`, so each task is built there, then renamed into `INPUT["tasks_dir"]` when it is
 complete; the scratch root also takes AppWorld's experiment outputs.
 
 INPUT: `{"tasks_dir": ..., "tasks": [{"task_id", "source_task", "instruction", "answer_task": bool, "steps":
-[{"label", "code"}]}]}`, the steps rendered by the kit (`appworld_calls.solution_steps`): this script imports nothing
+[{"label", "code"}]}]}`, the steps rendered by the kit (`calls.solution_steps`): this script imports nothing
 of the kit. For each task it
 1. saves the start state: the source task's specs with the new id and instruction, and the source task's start
    databases with the supervisor's active `supervisor.Task` record given the new instruction (what

@@ -1,7 +1,7 @@
 """Synthesized AppWorld tasks: a task spec becomes a real AppWorld task on disk, validated by AppWorld's own evaluator.
 
 The paper validates an abstracted task by executing it in the environment; on AppWorld the judge is AppWorld's own
-evaluator (its tests on the apps' databases and the answer). So a spec (query + action sequence of call strings, `appworld_calls`, + where
+evaluator (its tests on the apps' databases and the answer). So a spec (query + action sequence of call strings, `envs.appworld.calls`, + where
 its answer comes from) is written as an AppWorld task (specs.json, dbs, ground_truth with evaluation.py) by
 `appworld_task_writer.py` in AppWorld's venv, which defines the expected outcome by running the reference solution;
 then AppWorld's server runs the reference again in a fresh initialize of the written task and evaluates it.
@@ -26,13 +26,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from coevolve_lib.envs.appworld.calls import parse_appworld_call, solution_steps
 from coevolve_lib.core.config import SynthesisConfig
-from coevolve_lib.core.cost import Cost
-from coevolve_lib.envs.appworld.benchmark import AppWorldEnv, AppWorldEnvConfig, load_task
-from coevolve_lib.envs.appworld.server import APPWORLD_VENV, AppWorldServer, appworld_python
 from coevolve_lib.core.safe_calls import CallParseError
-from coevolve_lib.envs.bfcl.validation import content_id
+from coevolve_lib.engine.tasks import content_id, verdict
+from coevolve_lib.envs.appworld.benchmark import AppWorldEnv, AppWorldEnvConfig, load_task
+from coevolve_lib.envs.appworld.calls import parse_appworld_call, solution_steps
+from coevolve_lib.envs.appworld.server import APPWORLD_VENV, AppWorldServer, appworld_python
 
 WRITER = Path(__file__).with_name("task_writer.py")
 OVERLAY = "appworld_root"
@@ -149,8 +148,8 @@ def _run_on_server(server: AppWorldServer, root: Path, task_id: str, steps: list
 
 def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServer, api_docs: dict, root: Path,
                       known_task_ids: set | None = None) -> dict:
-    """Validate an AppWorld task spec by AppWorld's own execution and evaluator (verdict/v1, `validation.validate`'s
-    keys). The spec is written first if it is not yet (`write_tasks`; call that with a round's specs to batch).
+    """Validate an AppWorld task spec by AppWorld's own execution and evaluator (verdict/v1, `engine.tasks.verdict`).
+    The spec is written first if it is not yet (`write_tasks`; call that with a round's specs to batch).
 
     Rejections (all that apply in `reasons`, `reason` the first; the cheap ones skip execution): "duplicate" (spec
     id or task id in `known_task_ids`), "too_short" (< min_calls calls), "invalid_call" (a call that does not parse
@@ -199,18 +198,4 @@ def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServe
             if not score["success"]:
                 reasons.append("nondeterministic")
                 details.append("the server's rerun of the reference does not reproduce the writer's run")
-    accepted = not reasons
-    return {
-        "schema": "verdict/v1",
-        "spec_id": spec["spec_id"],
-        "accepted": accepted,
-        "reason": "objective_met" if accepted else reasons[0],
-        "reasons": reasons,
-        "detail": "; ".join(details),
-        "observations": observations,
-        "judge": None,
-        "judge_error": None,
-        "task_id": task_id,
-        "reference_actions": actions,
-        "cost": Cost().as_dict(skipped=False),
-    }
+    return verdict(spec, task_id, actions, reasons, "objective_met", "; ".join(details), observations)

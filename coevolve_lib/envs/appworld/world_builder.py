@@ -165,11 +165,10 @@ def build_base_dbs(data: str, api_docs) -> str:
 
 def build_task(data: str, base_dbs: str, spec: dict) -> None:
     """One task: its start state (the base world plus the supervisor's active task record), specs and ground truth."""
-    from munch import munchify
-
     from appworld.apps import get_all_apps
     from appworld.collections.models import ModelCollection
     from appworld.task import Task
+    from munch import munchify
 
     models = ModelCollection.load(from_db_home_path=base_dbs, to_db_home_path=f":memory:{spec['id']}",
                                   load_apps=get_all_apps())

@@ -14,16 +14,16 @@ import re
 import time
 from collections import Counter
 
-from coevolve_lib.envs.bfcl.abstraction_deterministic import abstract_deterministic
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.envs.bfcl.benchmark import docs_by_name, is_error_observation
-from coevolve_lib.core.safe_calls import CallParseError, parse_call, parse_call_list
-from coevolve_lib.engine.judge import generation_config
 from coevolve_lib.core.models import ChatModel
+from coevolve_lib.core.safe_calls import CallParseError, parse_call, parse_call_list
+from coevolve_lib.engine.explore import split_runs
+from coevolve_lib.engine.judge import generation_config
+from coevolve_lib.engine.tasks import task_spec
+from coevolve_lib.envs.bfcl.abstraction_deterministic import abstract_deterministic
+from coevolve_lib.envs.bfcl.benchmark import docs_by_name, is_error_observation
 from coevolve_lib.prompts import OBSERVATION_CHARS, clip, load_prompt
-from coevolve_lib.engine.triplets import split_runs
-from coevolve_lib.envs.bfcl.validation import content_id
 
 OUTPUT_FORMAT = """<task>
 Description: <the user's intent, one sentence>
@@ -66,25 +66,6 @@ def abstract(group_key: tuple, triplets: list[dict], source: dict, config: Synth
         specs.append(spec)
     cost.seconds = time.perf_counter() - start  # the whole stage's wall time, replays included
     return specs, cost.as_dict()
-
-
-def task_spec(draft: dict, source: dict, abstraction: str) -> dict:
-    """The taskspec/v1 record of an abstraction draft (shared by the BFCL and AppWorld abstractions)."""
-    return {
-        "schema": "taskspec/v1",
-        "spec_id": content_id(source["initial_config"], draft["query"], draft["action_sequence"]),
-        "intent": draft["intent"],
-        "query": draft["query"],
-        "action_sequence": draft["action_sequence"],
-        "completion_criterion": draft["completion_criterion"],
-        "initial_config": source["initial_config"],
-        "involved_classes": list(source["involved_classes"]),
-        "data_version": source.get("data_version", "v3"),
-        "source": {"task_id": source["task_id"], "signal_id": source.get("signal_id"),
-                   "signal_type": source.get("signal_type"), "context_id": source.get("context_id"),
-                   "run_ids": draft["run_ids"]},
-        "abstraction": abstraction,
-    }
 
 
 def _render_triplets(triplets: list[dict]) -> str:

@@ -6,9 +6,9 @@ the canonical call strings of every executed step in `history` ([turn][step][cal
 graded as BFCL grades a call it cannot run: a call made in its turn, with its error as the result (a `print`
 call, which BFCL's `eval` does run, with print's result "None"). So the verdict is the verdict
 `multi_turn_checker` gives on the same calls: the per-turn rules are the official ones and the state and
-response comparisons are the official sub-checkers themselves (`bfcl_backend.checker_module`).
-`python -m coevolve_lib.envs.bfcl.replay` checks that agreement on ground truth and perturbed ground truth, and
-`benchmarks/bfcl_differential.py` on thousands of randomly mutated trajectories.
+response comparisons are the official sub-checkers themselves (`backend.checker_module`).
+`python -m coevolve_lib bfcl-replay` (`envs.bfcl.replay`) checks that agreement on ground truth and perturbed ground
+truth, and `benchmarks/bfcl_differential.py` on thousands of randomly mutated trajectories.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
-from coevolve_lib.envs.bfcl import backend as bfcl_backend, call_guards
 from coevolve_lib.core.safe_calls import Call, CallParseError, parse_call
+from coevolve_lib.envs.bfcl import backend as bfcl_backend
+from coevolve_lib.envs.bfcl import call_guards
 
 GORILLA_TO_OPENAPI = {
     "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
@@ -422,3 +423,10 @@ def _jsonable(value, depth: int = 0):
     if hasattr(value, "__dict__"):
         return {k: _jsonable(v, depth + 1) for k, v in vars(value).items() if not k.startswith("_")}
     return repr(value)
+
+
+def reference_queries(data_version: str = "v3", category: str = "multi_turn_base", split_seed: int = 42) -> list[str]:
+    """The benchmark's validation tasks as text (the reference set of the task-similarity study): each BFCL val-split
+    task's first user turn."""
+    tasks = split_tasks(load_tasks(data_version, category), "val", seed=split_seed)
+    return [next(m["content"] for m in task.turns[0] if m["role"] == "user") for task in tasks]

@@ -18,22 +18,36 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from coevolve_lib.core.environment import Environment, RoundSteps
-from coevolve_lib.core.paths import CACHE_DIR, MODELS_DIR
+from coevolve_lib.core.paths import CACHE_DIR
 from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.envs.bfcl.abstraction import abstract
 from coevolve_lib.envs.bfcl.backend import CLASSES, normalize_category
-from coevolve_lib.envs.bfcl.benchmark import (BFCL_SPLITS, docs_by_name, is_error_observation, load_tasks,
-                                              restrict_classes, split_tasks)
+from coevolve_lib.envs.bfcl.benchmark import (
+    docs_by_name,
+    is_error_observation,
+    load_tasks,
+    restrict_classes,
+    split_tasks,
+)
 from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
 from coevolve_lib.envs.bfcl.evaluate import evaluate
 from coevolve_lib.envs.bfcl.explore import explore
 from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
 from coevolve_lib.envs.bfcl.validation import validate
-from coevolve_lib.envs.bfcl.warm_start import (RECIPE_VERSION, WORLDS_VERSION, partition_environments,
-                                               shipped_warm_start, warm_start, worlds_stage)
+from coevolve_lib.envs.bfcl.warm_start import (
+    RECIPE_VERSION,
+    WORLDS_VERSION,
+    partition_environments,
+    shipped_warm_start,
+    warm_start,
+    worlds_stage,
+)
 
 log = logging.getLogger(__name__)
+
+BFCL_SPLITS = ("val", "train", "all")
+"""The splits `evaluation.split` may name (`benchmark.split_tasks`)."""
 
 
 class BFCLEnvironment(Environment):
@@ -91,17 +105,23 @@ class BFCLEnvironment(Environment):
         return {"benchmark": self.name, "data_version": self.config.data_version}
 
     @classmethod
+    def plan(cls, run) -> tuple[dict, list[str]]:
+        evaluation = run.evaluation
+        return {"name": cls.name, "data_version": evaluation.data_version, "category": evaluation.category,
+                "split": evaluation.split}, []
+
+    @classmethod
     def check(cls, run) -> list[str]:
         problems = []
         if run.evaluation.split not in BFCL_SPLITS:
-            problems.append(f"BFCL split {run.evaluation.split!r}: choose from {list(BFCL_SPLITS)}")
+            problems.append(f"evaluation.split: BFCL split {run.evaluation.split!r}: choose from {list(BFCL_SPLITS)}")
         try:
             normalize_category(run.evaluation.category)
         except ValueError as error:
-            problems.append(str(error))
+            problems.append(f"evaluation.category: {error}")
         unknown = [name for name in run.data_engine.classes or [] if name not in CLASSES]
         if unknown:
-            problems.append(f"unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
+            problems.append(f"data_engine.classes: unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
         return problems
 
     # -- the warm start (a kit addition: the tiny profile's policy starts from it) ----------------------------
@@ -132,7 +152,7 @@ class BFCLEnvironment(Environment):
             log.warning("building the %s warm start (no shipped copy matches its recipe): %d SFT steps, about %.0f min "
                         "on 2 CPU cores at the tiny model's measured 0.9 s/step", cfg.profile,
                         cfg.warm_start.max_steps, cfg.warm_start.max_steps * 0.9 / 60)
-            return warm_start(base, self.sources("warm_start"), out, cfg.warm_start, cfg.synthesis,
+            return warm_start(base, self.sources("warm_start"), out, cfg.warm_start, cfg.synthesis, self,
                               tool_docs=cfg.rollout.tool_docs, progress=progress)
 
         def first() -> str:
@@ -142,7 +162,7 @@ class BFCLEnvironment(Environment):
             return first()
         # the first stage is needed (found or built) only when the whole warm start is neither shipped nor cached
         return self._warm_start_stage(self.warm_start_recipe(), lambda out: worlds_stage(
-            first(), out, cfg.warm_start, cfg.synthesis, cfg.data_version, cfg.rollout.tool_docs, progress),
+            first(), out, cfg.warm_start, cfg.synthesis, self, cfg.data_version, cfg.rollout.tool_docs, progress),
             use_shipped)
 
     def _warm_start_stage(self, recipe: dict, build, use_shipped: bool) -> str:
@@ -161,8 +181,3 @@ class BFCLEnvironment(Environment):
             shutil.rmtree(out, ignore_errors=True)
             os.replace(partial, out)
         return str(out)
-
-
-def base_model(name: str) -> str:
-    """A model name as a path when the kit built it (`.cache/models/<name>`), else as given."""
-    return str(MODELS_DIR / name) if (MODELS_DIR / name).exists() else name

@@ -6,6 +6,8 @@ runner: 20 steps per turn) end the episode as a failure. `rollout.agent.run_roll
 
 from __future__ import annotations
 
+import importlib
+import json
 import logging
 import time
 
@@ -15,6 +17,25 @@ from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig
 
 log = logging.getLogger(__name__)
+
+
+def _bfcl_prompt(name: str) -> str:
+    """One of BFCL's own prompt strings, from the loaded bfcl-eval release."""
+    return getattr(importlib.import_module("bfcl_eval.constants.default_prompts"), name)
+
+
+def prompt_style_system_prompt(func_docs: list[dict]) -> str:
+    """BFCL's system prompt for prompting models, listing the function docs as JSON."""
+    functions = json.dumps(func_docs, ensure_ascii=False)
+    return _bfcl_prompt("DEFAULT_SYSTEM_PROMPT").format(functions=functions)
+
+
+def added_functions_message(tool_format: str, new_docs: list[dict]) -> str:
+    """BFCL's user message for a miss_func turn, when held-out functions become available."""
+    if tool_format == "native":
+        return _bfcl_prompt("DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC")
+    functions = json.dumps(new_docs, ensure_ascii=False)
+    return _bfcl_prompt("DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING").format(functions=functions)
 
 
 class Episode(Conversation):
@@ -32,7 +53,7 @@ class Episode(Conversation):
         self.env_seconds = 0.0
         if tool_format == "prompt":
             self.messages.append({"role": "system",
-                                  "content": toolcalls.prompt_style_system_prompt(self._docs_at_turn(0))})
+                                  "content": prompt_style_system_prompt(self._docs_at_turn(0))})
         self._start_next_turn()
 
     def _docs_at_turn(self, turn: int) -> list[dict]:
@@ -54,7 +75,7 @@ class Episode(Conversation):
         if self.turn in self.task.missed_functions:
             new_names = set(self.task.missed_functions[self.turn])
             new_docs = [d for d in docs if d["name"] in new_names]
-            user_messages = [{"role": "user", "content": toolcalls.added_functions_message(self.tool_format, new_docs)}]
+            user_messages = [{"role": "user", "content": added_functions_message(self.tool_format, new_docs)}]
         self.messages.extend(user_messages)
 
     def feed(self, generation: Generation) -> None:

@@ -1,6 +1,6 @@
 """Signal-guided re-exploration (paper section 3.2), the stage's entry point: a weakness-signal trajectory becomes a
 structured exploration context (Fig. 11, `contexts`), then R independent runs of up to S steps explore the real
-environment from it (Figs. 9-10), each step recorded as an (action, observation, run id) triplet (`triplets`).
+environment from it (Figs. 9-10), each step recorded as an (action, observation, run id) triplet (`engine.explore`).
 
 Explorers: `LLMExplorer` (the paper's, `explore_llm`) or `SchemaExplorer` (the offline stand-in, `explore_schema`).
 Unguided exploration (D_0, and the paper's "random exploration" baseline) has no context.
@@ -11,12 +11,11 @@ Records: context/v1 and triplet/v1 (docs/records.md).
 from __future__ import annotations
 
 from coevolve_lib.core.config import ExploreConfig
-from coevolve_lib.engine.contexts import ExplorationTarget, build_context
-from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.models import ChatModel
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.explore import Explorer, explore_target
 from coevolve_lib.envs.bfcl.explore_llm import LLMExplorer
 from coevolve_lib.envs.bfcl.explore_schema import SchemaExplorer
-from coevolve_lib.core.models import ChatModel
-from coevolve_lib.engine.triplets import Explorer
 
 
 def make_explorer(config: ExploreConfig, model: ChatModel | None = None) -> Explorer:
@@ -33,10 +32,4 @@ def explore(target: ExplorationTarget, config: ExploreConfig,
 
     cost = {calls, prompt_tokens, completion_tokens, seconds, skipped: {reason: count}}, over the context
     builder's and the explorer's LLM calls."""
-    cost = Cost()
-    guided = config.guided and target.signal is not None
-    context = build_context(target, config, model, cost) if guided else None
-    explorer = make_explorer(config, model)
-    triplets = explorer.explore(target, context, config)
-    cost.merge(explorer.cost)
-    return context, triplets, cost.as_dict()
+    return explore_target(target, config, model, make_explorer(config, model))

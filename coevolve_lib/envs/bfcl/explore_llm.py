@@ -6,24 +6,28 @@ never evaluated.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 
-from coevolve_lib.engine.contexts import CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget
-from coevolve_lib.envs.bfcl.benchmark import is_error_observation
-from coevolve_lib.core.safe_calls import Call, parse_call_list
 from coevolve_lib.core.models import ChatModel, GenerationConfig
-from coevolve_lib.prompts import available_prompts, clip, load_prompt
-from coevolve_lib.engine.triplets import Explorer, run_ids, triplet_record
+from coevolve_lib.core.safe_calls import Call, parse_call_list
+from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.explore import (
+    ACTION_TAG,
+    NO_VALID_ACTION,
+    Explorer,
+    guidance,
+    render_history,
+    run_ids,
+    triplet_record,
+)
+from coevolve_lib.envs.bfcl.benchmark import is_error_observation, start_env
+from coevolve_lib.prompts import clip, load_prompt
 
 log = logging.getLogger(__name__)
 
-NO_VALID_ACTION = "No valid action"
 ACTION_FORMAT = ("Exactly one function call of the environment, written as Python with literal arguments only, "
                  "inside <action>...</action> tags, e.g. <action>cd(folder='document')</action>. "
                  "Use only the functions listed in the environment description.")
-ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 
 
 def describe_environment(target: ExplorationTarget) -> str:
@@ -38,29 +42,6 @@ def describe_environment(target: ExplorationTarget) -> str:
         lines.append(f"- {doc['name']}({signature}): {clip(text.split('. ')[0].rstrip('.'), 160)}.")
     lines += ["", "The environment starts in the state of this task:", target.description]
     return "\n".join(lines)
-
-
-def render_history(steps: list[tuple[str, str]], observation_chars: int = 300, last: int = 10) -> str:
-    if not steps:
-        return "(no actions yet: this is the first step)"
-    start = max(0, len(steps) - last)
-    lines = [f"(first {start} steps omitted)"] if start else []
-    lines += [f"Step {i}: {action} -> {clip(observation, observation_chars)}"
-              for i, (action, observation) in enumerate(steps[start:], start)]
-    return "\n".join(lines)
-
-
-def guidance(context: dict | None) -> str:
-    """The Fig. 10 block of the context's signal type with the context JSON, or the unguided block."""
-    if context is None:
-        return load_prompt("guidance_unguided")
-    name = f"guidance_{context['signal_type']}"
-    if name not in available_prompts():
-        # A user-defined signal type without its own block gets the generic success-vs-failure probe.
-        log.warning("no prompt %s.txt; using guidance_boundary for signal type %r", name, context["signal_type"])
-        name = "guidance_boundary"
-    fields = {key: context[key] for key in CONTEXT_TEXT_FIELDS + CONTEXT_LIST_FIELDS}
-    return load_prompt(name).format(context=json.dumps(fields, indent=2, ensure_ascii=False))
 
 
 def parse_action(text: str, allowed_names) -> tuple[Call | None, str, str]:
@@ -88,7 +69,7 @@ class LLMExplorer(Explorer):
         system = load_prompt("explore_system").format(action_format=ACTION_FORMAT)
         block, initial_obs = guidance(context), describe_environment(target)
         generation = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
-        runs = [{"index": k, "run_id": run_id, "env": target.new_env(), "steps": []}
+        runs = [{"index": k, "run_id": run_id, "env": start_env(target.source()), "steps": []}
                 for k, run_id in enumerate(run_ids(target, context, config.runs))]
         triplets = []
         for step in range(config.calls_per_run):

@@ -7,14 +7,13 @@ do_not_repeat is made; unguided (D_0, the paper's "random exploration" baseline)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
 
-from coevolve_lib.envs.bfcl.benchmark import is_error_observation
 from coevolve_lib.core.safe_calls import Call, CallParseError, parse_call
-from coevolve_lib.engine.triplets import Explorer, run_ids, triplet_record
+from coevolve_lib.engine.explore import WORDS, Explorer, run_ids, stable_seed, triplet_record
+from coevolve_lib.envs.bfcl.benchmark import is_error_observation, start_env
 
 _STOPWORDS = {"get", "set", "to", "of", "the", "a", "an", "by", "for", "from", "is", "in", "on", "num", "current",
               "new", "all", "list", "and", "or", "with", "at", "this", "that", "be", "it"}
@@ -23,16 +22,6 @@ _SYNONYMS = {"folder": "dir", "directory": "dir", "stock": "symbol", "username":
              "source": "name"}
 _FILE_LIKE = re.compile(r"^[\w\-. ]{1,60}\.[A-Za-z][A-Za-z0-9]{0,4}$")
 _CREATORS = ("mkdir", "touch", "create", "register", "add", "post", "echo")
-WORDS = ("alpha", "annual", "archive", "audit", "backup", "beta", "budget", "build", "campaign", "chapter", "client",
-         "config", "contract", "course", "daily", "data", "design", "draft", "event", "expense", "experiment", "field",
-         "final", "garden", "grant", "guide", "harbor", "index", "invoice", "journal", "lab", "launch", "lecture",
-         "ledger", "lesson", "market", "meeting", "memo", "metrics", "model", "monthly", "notes", "orbit", "outline",
-         "paper", "plan", "poster", "project", "proposal", "quarter", "recipe", "release", "report", "research",
-         "review", "roadmap", "sales", "sample", "schedule", "script", "season", "sketch", "spring", "study",
-         "summary", "survey", "team", "test", "thesis", "travel", "trial", "update", "vendor", "weekly", "winter",
-         "workshop")
-"""Words that new file, folder and item names and new text are made of (a made-up value must be copied from the query:
-names the policy could guess from the environment would not test that)."""
 _EXTENSIONS = ("txt", "md", "csv", "json", "log", "pdf")
 
 
@@ -265,12 +254,6 @@ def _kind(schema: dict) -> str:
             "double": "float"}.get(kind, kind)
 
 
-def stable_seed(*parts) -> int:
-    """A seed from `parts` that is the same in every process."""
-    # Python's hash() of a str changes per process; sha256 keeps runs reproducible across processes.
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big")
-
-
 class SchemaExplorer(Explorer):
     """Valid calls drawn from the tool schemas, with arguments from what the run has observed.
 
@@ -297,7 +280,7 @@ class SchemaExplorer(Explorer):
             for quoted in re.findall(r"'([^'\n]{1,60})'", target.description):  # often names still to be made
                 pool.add(quoted, frozenset({"name"}), ValuePool.DEEP)
             sampler = ArgumentSampler(rng, pool, target.description)
-            env, made, observation = target.new_env(), set(), ""
+            env, made, observation = start_env(target.source()), set(), ""
             for step in range(config.calls_per_run):
                 # An error that asks for a login is answered by a login call: the state says what is missing.
                 prefer = login if is_error_observation(observation) and self.LOGIN_ERROR.search(observation) else []

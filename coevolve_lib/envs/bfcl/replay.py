@@ -1,4 +1,5 @@
-"""Replay BFCL ground truth, and perturbed ground truth, through the kit's BFCLEnv and the official checker.
+"""Replay BFCL ground truth, and perturbed ground truth, through the kit's BFCLEnv and the official checker
+(`python -m coevolve_lib bfcl-replay`, coevolve_lib/cli/bfcl_replay.py).
 
 For every task and variant the model output is graded twice: by a `BFCLEnv` stepped the way an agent steps
 it (one step per turn holding that turn's calls, `end_turn`, `score`) and by the release's own
@@ -9,7 +10,7 @@ perturbations of the first turn that has ground-truth calls:
   extra_call  one state-changing call appended (from EXTRA_CALLS; skipped, and counted, when no involved
               class has one)
   empty_turn  no calls at all in that turn
-The last stdout line is one JSON object:
+`replay` returns the summary
   {"data_version": ..., "categories": {cat: {"tasks", "gt_passed", "perturbed", "perturbed_rejected",
    "skipped", "agreement", "agreement_total"}}}
 where agreement counts (task, variant) cases on which the two verdicts agree, agreement_total is
@@ -19,8 +20,6 @@ Disagreements are listed on stderr.
 `mutated` builds the randomized trajectories of the checker differential (`benchmarks/bfcl_differential.py`,
 and a small seeded sample in the tests): ground truth with calls dropped, duplicated, swapped, moved and
 re-argued, calls the kit rejects (unknown functions, builtins, repeated keywords), and empty and split turns.
-
-    python -m coevolve_lib.envs.bfcl.replay --data-version v3 --category all [--limit N]
 """
 
 from __future__ import annotations
@@ -28,16 +27,15 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
-import json
 import random
 import sys
 import time
 
 from tqdm import tqdm
 
+from coevolve_lib.core.safe_calls import Call, CallParseError, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, grade, load_tasks
-from coevolve_lib.core.safe_calls import Call, CallParseError, parse_call
 
 EXTRA_CALLS = {
     "GorillaFileSystem": "mkdir(dir_name='coevolve_extra_dir')",
@@ -338,27 +336,3 @@ def replay(version: str, categories: list[str], limit: int | None = None, progre
         counts["agreement_total"] = counts["tasks"] + counts["perturbed"]
         summary["categories"][category] = counts
     return summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    from coevolve_lib.core.profiles import ArgumentParser
-
-    parser = ArgumentParser("python -m coevolve_lib bfcl-replay", __doc__.split("\n\n")[0])
-    parser.add_argument("--data-version", choices=sorted(bfcl_backend.BFCL_RELEASES), default="v3")
-    parser.add_argument("--category", choices=[*bfcl_backend.CATEGORY_ALIASES, "all"], default="all")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of each category")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    categories = list(bfcl_backend.CATEGORIES) if args.category == "all" else [args.category]
-    summary = replay(args.data_version, categories, args.limit, progress=not args.quiet)
-    print(json.dumps(summary))
-    perfect = all(c["gt_passed"] == c["tasks"] and c["agreement"] == c["agreement_total"]
-                  for c in summary["categories"].values())
-    return 0 if perfect else 1
-
-
-if __name__ == "__main__":
-    from coevolve_lib.core.runtime import configure_process
-
-    configure_process()
-    sys.exit(main())

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevolve_lib.core.paths import MODELS_DIR
+from coevolve_lib.envs.bfcl.backend import CLASSES, func_docs, read_entries
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 """Control tokens, in Qwen's order (ids 0, 1, 2 here); skipped when decoding."""
@@ -57,8 +58,6 @@ class TinyConfig:
 
 def bfcl_openai_tools(version: str, class_name: str) -> list[dict]:
     """One class's BFCL function docs as OpenAI function tools (schema copied as is: enough for a tokenizer corpus)."""
-    from coevolve_lib.envs.bfcl.backend import func_docs
-
     return [{"type": "function", "function": {k: doc[k] for k in ("name", "description", "parameters")}}
             for doc in func_docs(version, class_name)]
 
@@ -76,8 +75,6 @@ def _tokenizer_corpus(version: str) -> list[str]:
     """BFCL text plus the chat/tool-call scaffolding the tiny model will see, in a fixed order (determinism)."""
     from transformers.utils.chat_template_utils import render_jinja_template
     from trl.chat_template_utils import qwen3_chat_template
-
-    from coevolve_lib.envs.bfcl.backend import CLASSES, read_entries
 
     texts = []
     # Each class's tool docs, rendered the way the Qwen3 template shows them in the system prompt.
@@ -208,8 +205,8 @@ def build_all(force: bool = False) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    from coevolve_lib.core.profiles import ArgumentParser
     from coevolve_lib.core.runtime import configure_process
+    from coevolve_lib.profiles import ArgumentParser
 
     configure_process()
     parser = ArgumentParser("python -m coevolve_lib.envs.bfcl.tiny_model", __doc__)

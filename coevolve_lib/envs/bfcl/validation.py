@@ -7,26 +7,20 @@ optional LLM judge of Fig. 13 (`judge`) then checks that the execution answers t
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.envs.bfcl.benchmark import is_error_observation, start_env
+from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.safe_calls import CallParseError, parse_call
 from coevolve_lib.engine.judge import judge
-from coevolve_lib.core.models import ChatModel
+from coevolve_lib.engine.tasks import content_id, verdict
+from coevolve_lib.envs.bfcl.benchmark import is_error_observation, start_env
 
 COMPLETION_CRITERION = "the environment state and the outputs equal those of the reference actions"
 """The completion criterion validation checks: the checker compares state and outputs with the reference actions."""
 EMPTY_OUTPUTS = {"", "None", "null", "{}", "[]", "true", "false", "True", "False"}
 """Outputs that tell the user nothing (BFCL setters return None)."""
-
-
-def content_id(initial_config: dict, query: str, actions: list[str]) -> str:
-    """The content hash that names a spec and its pool task: equal content, equal id."""
-    blob = json.dumps([initial_config, query, list(actions)], sort_keys=True, ensure_ascii=False, default=str)
-    return "syn-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _informative(observation: str) -> bool:
@@ -118,62 +112,12 @@ def validate(spec: dict, config: SynthesisConfig, model: ChatModel | None = None
     if spec["spec_id"] in known or task_id in known:
         reasons.insert(0, "duplicate")
         details.insert(0, "already in the pool")
-    verdict, judge_error, cost = None, None, Cost()
+    judged, judge_error, cost = None, None, Cost()
     if config.judge and model is not None and not reasons:
         steps = [{"calls": [a], "observations": [o]} for a, o in zip(actions, observations)]
-        verdict, judge_error = judge(spec["intent"], spec["query"], actions, steps, model, config, cost)
-        if verdict is not None and not verdict["success"]:
+        judged, judge_error = judge(spec["intent"], spec["query"], actions, steps, model, config, cost)
+        if judged is not None and not judged["success"]:
             reasons.append("judge_rejected")
-            details.append(f"judge: {verdict['reason']}")
-    accepted = not reasons
-    return {
-        "schema": "verdict/v1",
-        "spec_id": spec["spec_id"],
-        "accepted": accepted,
-        "reason": ("positive_reward" if positive else "objective_met") if accepted else reasons[0],
-        "reasons": reasons,
-        "detail": "; ".join(details),
-        "observations": observations,
-        "judge": verdict,
-        "judge_error": judge_error,
-        "task_id": task_id,
-        "reference_actions": reference,
-        "cost": cost.as_dict(skipped=False),
-    }
-
-
-def accept_unvalidated(spec: dict, config: SynthesisConfig, known_task_ids: set | None = None) -> dict:
-    """The verdict of the "w/o validation" ablation (Table 11, `synthesis.validate: false`): nothing is executed; the
-    spec is kept as abstracted ("unvalidated") unless it is a duplicate or shorter than `min_calls`."""
-    actions = list(spec["action_sequence"])
-    task_id = content_id(spec["initial_config"], spec["query"], actions)
-    reasons = (["duplicate"] if spec["spec_id"] in (known_task_ids or ()) or task_id in (known_task_ids or ()) else [])
-    reasons += ["too_short"] if len(actions) < config.min_calls else []
-    return {"schema": "verdict/v1", "spec_id": spec["spec_id"], "accepted": not reasons,
-            "reason": reasons[0] if reasons else "unvalidated", "reasons": reasons,
-            "detail": "validation off (synthesis.validate: false): not executed", "observations": [], "judge": None,
-            "judge_error": None, "task_id": task_id, "reference_actions": actions, "cost": Cost().as_dict(skipped=False)}
-
-
-def to_pool_task(spec: dict, verdict: dict, pool_version: int, provenance_extra: dict | None = None) -> dict:
-    """The task/v1 record of an accepted spec (its reference actions are the verdict's, see `validate`)."""
-    if not verdict["accepted"] or verdict["spec_id"] != spec["spec_id"]:
-        raise ValueError(f"spec {spec['spec_id']} has no accepting verdict (got {verdict['reason']!r})")
-    source = spec["source"]
-    return {
-        "schema": "task/v1",
-        "task_id": verdict["task_id"],
-        "query": spec["query"],
-        "intent": spec["intent"],
-        "initial_config": spec["initial_config"],
-        "involved_classes": spec["involved_classes"],
-        "data_version": spec["data_version"],
-        "reference_actions": verdict["reference_actions"],
-        "completion_criterion": spec["completion_criterion"],
-        **({"answer_from": spec["answer_from"]} if "answer_from" in spec else {}),  # AppWorld: what the answer is
-        "pool_version": pool_version,
-        "provenance": {"signal": source.get("signal_id"), "context": source.get("context_id"),
-                       "runs": source.get("run_ids", []), "spec": spec["spec_id"], "verdict": verdict["reason"],
-                       "origin_task": source.get("task_id"), "signal_type": source.get("signal_type"),
-                       "abstraction": spec.get("abstraction"), **(provenance_extra or {})},
-    }
+            details.append(f"judge: {judged['reason']}")
+    return verdict(spec, task_id, reference, reasons, "positive_reward" if positive else "objective_met",
+                   "; ".join(details), observations, cost, judged, judge_error)

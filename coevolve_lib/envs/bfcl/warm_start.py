@@ -34,14 +34,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.rollout import toolcalls
 from coevolve_lib.core.config import ExploreConfig, WarmStartConfig
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, tools_to_openai
-from coevolve_lib.envs.bfcl.worlds import world_tasks
-from coevolve_lib.core.safe_calls import parse_call
-from coevolve_lib.engine.pool import pool_task_to_bfcl
 from coevolve_lib.core.paths import LIBRARY_DATA
-from coevolve_lib.core.records import config_hash
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, tools_to_openai
+from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+from coevolve_lib.envs.bfcl.worlds import world_tasks
+from coevolve_lib.rollout import toolcalls
 
 
 def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
@@ -80,13 +81,12 @@ def partition_environments(sources: list[BFCLTask], share: float, seed: int = 0)
     return [t for t in sources if t.id in chosen], [t for t in sources if t.id not in chosen]
 
 
-def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: WarmStartConfig, synthesis) -> list[dict]:
+def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: WarmStartConfig, synthesis,
+                     environment) -> list[dict]:
     """The warm start's validated synthetic tasks (task/v1 records): `config.data_seeds` unguided schema explorations
-    of the `sources` environments, abstracted with `synthesis` (query style) but `data_min_calls`..`data_max_calls`
-    calls long. Each seed's tasks are cached under `work_dir/seed_<n>/` (seconds per seed)."""
-    from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
-    from coevolve_lib.engine.pool import TaskPool
-
+    of the `sources` environments through `environment` (the `BFCLEnvironment`: its targets and round steps),
+    abstracted with `synthesis` (query style) but `data_min_calls`..`data_max_calls` calls long. Each seed's tasks are
+    cached under `work_dir/seed_<n>/` (seconds per seed)."""
     lengths = replace(synthesis, min_calls=config.data_min_calls, max_calls=config.data_max_calls)
     tasks = []
     for seed in range(config.first_data_seed, config.first_data_seed + config.data_seeds):
@@ -95,7 +95,7 @@ def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: Warm
         if not (seed_dir / "round" / "report.json").exists():
             explore = ExploreConfig(runs=config.data_runs, calls_per_run=config.data_calls_per_run, seed=seed)
             synthesize_initial(sources, pool, seed_dir / "round", FeedbackConfig(explore=explore, synthesis=lengths),
-                               size=10**9, progress=False)
+                               environment.target, environment.round_steps(), size=10**9, progress=False)
         tasks += pool.tasks
     return tasks
 
@@ -172,13 +172,13 @@ def train_sft(model_path: str | Path, conversations: list[dict], out_dir: str | 
 
 
 def _fine_tune_on(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, data: WarmStartConfig,
-                  schedule: WarmStartConfig, synthesis, tool_docs: str, progress: bool) -> dict:
+                  schedule: WarmStartConfig, synthesis, environment, tool_docs: str, progress: bool) -> dict:
     """Build tasks from the `sources` environments (`data`'s exploration settings) and fine-tune `model_path` on
     their reference solutions (`schedule`'s steps and learning rates) into `out_dir`. Returns the `train_sft` summary
     plus {"tasks", "skipped", "data_seconds"} (tasks whose reference uses positional arguments are skipped: native
     tool calls carry keyword arguments)."""
     start = time.perf_counter()
-    tasks = warm_start_tasks(sources, Path(out_dir) / "data", data, synthesis)
+    tasks = warm_start_tasks(sources, Path(out_dir) / "data", data, synthesis, environment)
     usable = [t for t in tasks if not any(parse_call(c).args for c in t["reference_actions"])]
     conversations = [sft_conversation(pool_task_to_bfcl(t), tool_docs) for t in usable]
     data_seconds = time.perf_counter() - start
@@ -188,13 +188,13 @@ def _fine_tune_on(model_path: str | Path, sources: list[BFCLTask], out_dir: str 
 
 
 def warm_start(model_path: str | Path, sources: list[BFCLTask], out_dir: str | Path, config: WarmStartConfig,
-               synthesis, tool_docs: str = "none", progress: bool = True) -> dict:
+               synthesis, environment, tool_docs: str = "none", progress: bool = True) -> dict:
     """The first stage: fine-tune `model_path` into `out_dir` on tasks from the `sources` benchmark environments
     (`config.data_seeds` explorations of each)."""
-    return _fine_tune_on(model_path, sources, out_dir, config, config, synthesis, tool_docs, progress)
+    return _fine_tune_on(model_path, sources, out_dir, config, config, synthesis, environment, tool_docs, progress)
 
 
-def worlds_stage(model_path: str | Path, out_dir: str | Path, config: WarmStartConfig, synthesis,
+def worlds_stage(model_path: str | Path, out_dir: str | Path, config: WarmStartConfig, synthesis, environment,
                  data_version: str = "v3", tool_docs: str = "none", progress: bool = True) -> dict:
     """The second stage: fine-tune the first stage's model at `model_path` into `out_dir` on tasks from
     `config.worlds.count` generated train-split worlds (one exploration of each, seed `worlds.data_seed`), on the
@@ -205,7 +205,7 @@ def worlds_stage(model_path: str | Path, out_dir: str | Path, config: WarmStartC
     schedule = replace(config, max_steps=stage.max_steps, batch_size=stage.batch_size,
                        learning_rate=stage.learning_rate, final_lr_ratio=stage.final_lr_ratio,
                        warmup_steps=stage.warmup_steps)
-    return {**_fine_tune_on(model_path, sources, out_dir, data, schedule, synthesis, tool_docs, progress),
+    return {**_fine_tune_on(model_path, sources, out_dir, data, schedule, synthesis, environment, tool_docs, progress),
             "worlds": stage.count}
 
 
@@ -217,7 +217,7 @@ sha256 of every file, the build summary and the command that regenerates it)."""
 RECIPE_VERSION = 1
 """Part of every recipe: bump it when a code change alters what a recipe builds (data or training loop)."""
 WORLDS_VERSION = 1
-"""Part of a recipe with a worlds stage: bump it when a change of `envs.bfcl_worlds` alters the worlds."""
+"""Part of a recipe with a worlds stage: bump it when a change of `envs.bfcl.worlds` alters the worlds."""
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                "chat_template.jinja")
 
@@ -266,108 +266,3 @@ def ship_warm_start(built: str | Path, profile: str, recipe: dict, recipe_key: s
     manifest = {"recipe_key": recipe_key, "recipe": recipe, "files": files, "summary": summary, "command": command}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return folder
-
-
-def token_entropy(model, records: list[dict], temperature: float) -> float | None:
-    """Mean entropy (nats) of the policy's next-token distribution at `temperature` over the tokens it generated in
-    token-level rollout `records`: the quantity TRL logs as `entropy` during GRPO. A warm start near 0 is
-    overconfident: its K samples of a task are nearly the same episode, so few groups carry an advantage."""
-    import torch
-
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for record in records:
-            prompt, completion = record["prompt_ids"], record["completion_ids"]
-            mask = torch.tensor(record["completion_mask"], dtype=torch.bool)
-            if not mask.any():
-                continue
-            ids = torch.tensor([prompt + completion], device=model.model.device)
-            logits = model.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / max(temperature, 1e-6)
-            log_probs = logits.log_softmax(-1)
-            entropy = -(log_probs.exp() * log_probs).sum(-1).cpu()[mask]
-            total, count = total + float(entropy.sum()), count + int(mask.sum())
-    return round(total / count, 4) if count else None
-
-
-RL_GATE = {"d0_tasks_mixed_%": (20.0, 100.0), "d0_sampled_success_%": (10.0, 60.0)}
-"""What a warm start should give GRPO on D_0 at K = 8 (issue: learning visible): at least a fifth of the groups with
-mixed outcomes (an advantage), and a mean success with room to rise and to fall."""
-
-
-def check_policy(engine, policy_path: str, samples: int = 8, temperature: float | None = None, seed: int = 0,
-                 max_completion_tokens: int | None = None, progress: bool = True) -> dict:
-    """What a starting policy gives GRPO on the run's pool: `samples` episodes per D_0 task at `temperature` (None:
-    the profile's rollout temperature): mean success, the share of tasks with mixed outcomes (the groups that carry an
-    advantage) and the policy's token entropy on those episodes; on each held-out set greedy success, pass@`samples`
-    and the greedy failures that some sample solves (`<set>_reached_%`, of the whole set: about what GRPO can add
-    there by sharpening what sampling already finds); and whether `RL_GATE` holds."""
-    from coevolve_lib.rollout.agent import rollout_config, run_rollouts
-    from coevolve_lib.envs.bfcl.evaluate import task_outcomes
-    from coevolve_lib.core.models import HFChatModel
-
-    settings = engine.config.rollout
-    temperature = settings.temperature if temperature is None else temperature
-    rollout = rollout_config(settings, temperature=temperature, seed=seed, token_level=True,
-                             max_completion_tokens=max_completion_tokens)
-    model = HFChatModel(policy_path)
-    d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
-    records = run_rollouts(model, engine.rollout_tasks(d0), rollout, samples_per_task=samples, progress=progress,
-                           new_episode=engine.episodes())
-    sampled: dict[str, list[int]] = {t["task_id"]: [] for t in d0}
-    for record in records:
-        sampled[record["task_id"]].append(int(record["success"]))
-    episodes = [o for per_task in sampled.values() for o in per_task]
-    check = {"d0_tasks": len(d0), "samples": samples, "temperature": temperature,
-             "d0_sampled_success_%": round(100 * sum(episodes) / len(episodes), 2),
-             "d0_tasks_mixed_%": round(100 * sum(0 < sum(o) < len(o) for o in sampled.values()) / len(sampled), 2),
-             "d0_tasks_all_failed_%": round(100 * sum(sum(o) == 0 for o in sampled.values()) / len(sampled), 2),
-             "token_entropy": token_entropy(model, records, temperature)}
-    greedy = rollout_config(settings, temperature=0.0, token_level=True, max_completion_tokens=max_completion_tokens)
-    for name, (key, tasks) in engine.heldout_sets().items():
-        greedy_outcomes = task_outcomes(model, tasks, greedy, progress=progress, engine=engine)
-        solved = {task_id: o[0] for task_id, o in greedy_outcomes.items()}
-        drawn = task_outcomes(model, tasks, rollout, samples=samples, progress=progress, engine=engine)
-        reached = sum(any(o) and not solved[task_id] for task_id, o in drawn.items())
-        check[f"{name}_set"] = key
-        check[f"{name}_greedy_success_%"] = round(100 * sum(solved.values()) / len(tasks), 2)
-        check[f"{name}_pass@{samples}_%"] = round(100 * sum(any(o) for o in drawn.values()) / len(tasks), 2)
-        check[f"{name}_reached_%"] = round(100 * reached / len(tasks), 2)
-    check["rl_gate"] = {name: low <= check[name] <= high for name, (low, high) in RL_GATE.items()}
-    return check
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m coevolve_lib warm-start`: build (or find) a profile's warm start and check what it gives GRPO."""
-    from coevolve_lib.core.profiles import ConfigError, profile_parser, run_config_from_args
-    from coevolve_lib.engine.data_engine import DataEngine
-    from coevolve_lib.core.models import set_torch_threads
-    from coevolve_lib.core.paths import RUNS_DIR
-
-    parser = profile_parser("python -m coevolve_lib warm-start", __doc__, "data_engine.warm_start.max_steps=600")
-    parser.add_argument("--ship", action="store_true",
-                        help="build it here (not from the shipped copy) and ship it: copy it to "
-                             "coevolve_lib/data/warm_start/<profile> with its manifest")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    run = run_config_from_args(args)
-    if not run.data_engine.warm_start.enabled:
-        raise ConfigError(f"profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)")
-    set_torch_threads(run.training.torch_threads)
-    engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{args.profile}")
-    engine.initial_pool(progress=not args.quiet)
-    path = engine.policy(progress=not args.quiet, use_shipped=not args.ship)
-    check = check_policy(engine, path, max_completion_tokens=run.training.max_completion_tokens,
-                         progress=not args.quiet)
-    built = json.loads((Path(path) / "warm_start.json").read_text()) if (Path(path) / "warm_start.json").exists() \
-        else json.loads((Path(path) / "manifest.json").read_text())["summary"]
-    print(json.dumps({"policy": path, "check": check, "build": {k: v for k, v in built.items() if k != "recipe"}},
-                     indent=1))
-    if args.ship:
-        command = " ".join(["python -m coevolve_lib warm-start", f"--profile {args.profile}",
-                            *[f"--set {s}" for s in args.set], "--ship"])
-        recipe = engine.warm_start_recipe()
-        folder = ship_warm_start(path, args.profile, recipe, config_hash(recipe),
-                                 {**{k: v for k, v in built.items() if k not in ("recipe", "recipe_key")},
-                                  "check": check}, command)
-        print(f"shipped to {folder}")
-    return 0

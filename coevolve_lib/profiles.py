@@ -17,17 +17,15 @@ import os
 import yaml
 from pydantic import ValidationError
 
-from coevolve_lib.core.config import DataEngineConfig, EvalConfig, RolloutSettings, RunConfig, TrainConfig
+from coevolve_lib.core.config import ConfigError, DataEngineConfig, EvalConfig, RolloutSettings, RunConfig, TrainConfig
+from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.engine.signals import SIGNALS
 
 CONFIGS_DIR = REPO_ROOT / "configs"
 SECTIONS = ("model", "rollout", "evaluation", "data_engine", "training")
 USAGE_ERROR = 2
 """Exit status of a command given bad input (argparse's own)."""
-
-
-class ConfigError(ValueError):
-    """A bad profile, override or parameter, in one line."""
 
 
 def profile_names() -> list[str]:
@@ -176,9 +174,27 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
                 "data_engine": _build("data_engine", DataEngineConfig, {**common, **(raw.get("data_engine") or {})}),
                 "training": _build("training", TrainConfig, raw.get("training") or {})}
     try:
-        return RunConfig(profile=profile, model=raw["model"], rollout=rollout, **sections)
+        run = RunConfig(profile=profile, model=raw["model"], rollout=rollout, **sections)
     except ValidationError as exc:  # a check across sections (RunConfig.__post_init__)
         raise ConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+    check_registered(run)
+    return run
+
+
+def check_registered(run: RunConfig) -> None:
+    """What the registries decide: the signal types and the benchmark exist, and the benchmark's environment can do
+    what the profile asks (`Environment.check`). ConfigError, one line, otherwise."""
+    unknown = [name for name in run.data_engine.signals.enabled if name not in SIGNALS]
+    if unknown:
+        raise ConfigError(f"data_engine.signals.enabled: unknown signal type(s) {unknown}; registered: "
+                          f"{sorted(SIGNALS)}")
+    try:
+        environment = environment_class(run.evaluation.benchmark)
+    except ValueError as error:
+        raise ConfigError(f"evaluation.benchmark: {error}") from None
+    problems = environment.check(run)
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def eval_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> EvalConfig:

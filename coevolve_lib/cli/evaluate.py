@@ -1,0 +1,75 @@
+"""`python -m coevolve_lib evaluate`: zero-shot (or checkpoint) evaluation of a chat model on a profile's benchmark,
+with the benchmark's own metric (`Environment.evaluate`: BFCL multi-turn success, AppWorld TGC and SGC).
+
+`python -m coevolve_lib evaluate --model tiny --data-version v3 --category base --split val --out results/x.json`
+
+Each finished episode is appended to `<out>.rollouts.jsonl` as it ends (BFCL: a killed run started again with the
+same arguments keeps those episodes and runs only the remaining tasks); the results JSON (schema `results/v2`,
+`core/results.py`) records the scale beside the value, plus per-task outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from coevolve_lib import profiles
+from coevolve_lib.core.environment import make_environment
+from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.rollout.agent import rollout_config
+from coevolve_lib.rollout.evaluation import EvaluationError, load_evaluated_model
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = profiles.ArgumentParser("python -m coevolve_lib evaluate", __doc__)
+    parser.add_argument("--profile", default="tiny", help="profile in configs/ giving the defaults (default: tiny)")
+    parser.add_argument("--model", help="tiny, smollm2-135m, a local path/hub id, or openai:<model>")
+    parser.add_argument("--benchmark", help="bfcl or appworld (APPWORLD_ROOT's data, else the synthetic world)")
+    parser.add_argument("--data-version", help="v3 or v4")
+    parser.add_argument("--category", help="base, miss_func, miss_param or long_context")
+    parser.add_argument("--split", help="BFCL: val, train or all; AppWorld: dev, test_normal, test_challenge")
+    parser.add_argument("--limit", help="first N tasks of the split")
+    parser.add_argument("--all-tasks", action="store_true", help="ignore the profile's limit: the whole split")
+    parser.add_argument("--seed", help="sampling seed")
+    parser.add_argument("--temperature", help="evaluation temperature (default: the profile's, 0)")
+    parser.add_argument("--max-new-tokens", help="tokens per reply (rollout section)")
+    parser.add_argument("--tool-format", help="auto, native or prompt (rollout section)")
+    parser.add_argument("--tool-docs", help="full, compact or none (rollout section)")
+    parser.add_argument("--batch-size", help="episodes batched per model call (rollout section)")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint for openai: models")
+    parser.add_argument("--out", required=True, help="results JSON path (episodes go to <out>.rollouts.jsonl)")
+    parser.add_argument("--no-resume", action="store_true", help="start afresh instead of keeping finished episodes")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    # Values stay strings here: the config validates and converts them, with one error line per bad value.
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "quiet"}
+    evaluation = {k: given[k] for k in ("model", "benchmark", "data_version", "category", "split", "limit", "seed",
+                                        "temperature", "base_url") if k in given}
+    rollout = {k: given[k] for k in ("max_new_tokens", "tool_format", "tool_docs", "batch_size") if k in given}
+    if args.all_tasks:
+        evaluation["limit"] = None
+    run = profiles.run_config(args.profile, {"evaluation": evaluation, "rollout": rollout})
+    cfg, out = run.evaluation, Path(args.out)
+    if args.no_resume:
+        out.with_suffix(".rollouts.jsonl").unlink(missing_ok=True)
+    environment = make_environment(cfg.benchmark, run.data_engine, RUNS_DIR / "evaluate" / cfg.benchmark)
+    try:
+        result = environment.evaluate(load_evaluated_model(cfg), cfg, out,
+                                      rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed),
+                                      experiment="zero_shot", progress=not args.quiet)
+    except EvaluationError as exc:
+        print(f"python -m coevolve_lib evaluate: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        environment.close()
+    headline, *others = result["metrics"]
+    for row in result["metrics"]:
+        print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={row['temperature']}): {row['metric']} "
+              f"{row['value'] if row['value'] is None else format(row['value'], '.2f')}% ({row['correct']}/{row['n']})")
+    print(f"model errors {result['details']['model_errors']}" + "".join(
+        f", {key.replace('_', ' ')} {result['details'][key]}" for key in ("environment_errors",)
+        if key in result["details"]))
+    print(json.dumps({"model": result["model"], **{k: headline[k] for k in ("eval_set", "n", "value")},
+                      **{row["metric"]: row["value"] for row in others}}))
+    return 0

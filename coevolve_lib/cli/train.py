@@ -1,0 +1,33 @@
+"""`python -m coevolve_lib train`: train a profile's policy with the CoEvolve loop (`training.loop`) into a run folder
+(default: runs/train_<profile>; a run folder that exists is resumed), or print the run plan with --dry-run
+(`training.plan.plan`: the resolved config and the launch commands; loads nothing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from coevolve_lib import profiles
+from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.training import loop
+from coevolve_lib.training.plan import plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = profiles.profile_parser("python -m coevolve_lib train", f"{__doc__}\n\n{loop.__doc__}",
+                                     "training.max_steps=20")
+    parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
+    parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
+    parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    run = profiles.run_config_from_args(args)
+    out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
+    if args.dry_run:
+        print(json.dumps(plan(run, out_dir), indent=2, default=str))
+        return 0
+    summary = loop.train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
+    if summary:
+        print(json.dumps({k: summary[k] for k in ("profile", "steps", "signals_total", "pool_size_start",
+                                                  "pool_size_end", "time")}, default=str))
+    return 0

@@ -1,0 +1,45 @@
+"""What every evaluation shares, whatever its environment: per-task outcomes of pool tasks (held-out sets, D_0
+samples), the pass@k estimate, loading the evaluated model, and the error of an evaluation that measured nothing.
+The benchmark's own metric is its environment's (`Environment.evaluate`)."""
+
+from __future__ import annotations
+
+import math
+
+from coevolve_lib.core.config import ConfigError, EvalConfig
+from coevolve_lib.core.environment import Environment
+from coevolve_lib.core.models import load_chat_model
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+
+
+class EvaluationError(RuntimeError):
+    """An evaluation that measured nothing (no task, or every episode ended in a model error): no result is written."""
+
+
+def load_evaluated_model(cfg: EvalConfig):
+    """The evaluated chat model; a name that resolves to nothing is a user error, in one line."""
+    try:
+        return load_chat_model(cfg.model, **({"base_url": cfg.base_url} if cfg.base_url else {}))
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot load model {cfg.model!r}: {first_line}") from None
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimate from n samples of which c succeeded (Chen et al., 2021): the chance that at least
+    one of k samples drawn without replacement from the n succeeds."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, environment: Environment, samples: int = 1,
+                  progress: bool = False) -> dict[str, list[int]]:
+    """Success (1/0) of each of `samples` episodes per pool task (task/v1 records), by task id, rolled out in
+    `environment` (`Environment.rollout_tasks`, `Environment.new_episode`)."""
+    records = run_rollouts(model, environment.rollout_tasks(tasks), rollout, environment.new_episode,
+                           samples_per_task=samples, progress=progress)
+    outcomes: dict[str, list[int]] = {t["task_id"]: [] for t in tasks}
+    for record in records:
+        outcomes[record["task_id"]].append(int(record["success"]))
+    return outcomes
