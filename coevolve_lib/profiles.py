@@ -177,13 +177,13 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
         run = RunConfig(profile=profile, model=raw["model"], rollout=rollout, **sections)
     except ValidationError as exc:  # a check across sections (RunConfig.__post_init__)
         raise ConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
-    check_registered(run)
-    return run
+    return check_registered(run)
 
 
-def check_registered(run: RunConfig) -> None:
+def check_registered(run: RunConfig) -> RunConfig:
     """What the registries decide: the signal types and the benchmark exist, and the benchmark's environment can do
-    what the profile asks (`Environment.check`). ConfigError, one line, otherwise."""
+    what the profile asks (`Environment.check`); ConfigError, one line, otherwise. Returns `run` in the
+    environment's canonical spellings (`Environment.normalized`)."""
     unknown = [name for name in run.data_engine.signals.enabled if name not in SIGNALS]
     if unknown:
         raise ConfigError(f"data_engine.signals.enabled: unknown signal type(s) {unknown}; registered: "
@@ -195,6 +195,7 @@ def check_registered(run: RunConfig) -> None:
     problems = environment.check(run)
     if problems:
         raise ConfigError("; ".join(problems))
+    return environment.normalized(run)
 
 
 def eval_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> EvalConfig:

@@ -10,13 +10,14 @@ from helpers import CodeModel, EveryFailure  # noqa: F401 (registers the every_f
 
 from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core.models import Generation
+from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.contexts import build_context
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.envs.appworld.calls import solution_code
-from coevolve_lib.envs.appworld.environment import AppWorldEnvironment
+from coevolve_lib.envs.appworld.environment import AppWorldEnvironment, appworld_source_root
 from coevolve_lib.profiles import run_config
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.training.loop import train
@@ -133,6 +134,10 @@ def test_the_evaluate_command_measures_tgc_and_sgc_on_appworld(tmp_path, monkeyp
     out = tmp_path / "dev.json"
     assert cli(["evaluate", "--profile", "tiny-appworld", "--limit", "1", "--quiet", "--out", str(out)]) == 0
     printed = capsys.readouterr().out  # one line per metric: TGC over tasks, SGC over scenarios
-    assert "tiny on appworld/dev (n=1, T=0.0): tgc 0.00% (0/1)\ntiny on appworld/dev (n=1, T=0.0): sgc 0.00% (0/1)" in printed
-    rows = {row["metric"]: row for row in json.loads(out.read_text())["metrics"]}
+    assert ("tiny on appworld/dev (n=1, T=0.0): tgc 0.00% (0/1)\n"
+            "tiny on appworld/dev (n=1, T=0.0): sgc 0.00% (0/1)") in printed
+    doc = json.loads(out.read_text())
+    rows = {row["metric"]: row for row in doc["metrics"]}
     assert rows["tgc"]["n"] == 1 and rows["sgc"]["n"] == 1 and rows["tgc"]["temperature"] == 0.0
+    # a zero-shot evaluation reads the data root itself (no run of its own synthesizes tasks into an overlay)
+    assert doc["config"]["root"] == repo_relative(appworld_source_root())

@@ -51,6 +51,13 @@ def test_no_generic_module_imports_a_concrete_environment():
     assert named == []
 
 
+def test_no_environment_imports_another():
+    """Each environment package stands alone on the layers below: what two share lives in engine/ or rollout/."""
+    crossing = [f"{module} -> {target}" for module, targets in GRAPH.items() if part(module) == "envs"
+                for target in targets if part(target) == "envs" and target.split(".")[2] != module.split(".")[2]]
+    assert crossing == []
+
+
 def test_no_import_circles():
     """Depth-first search for a module that reaches itself."""
     state, circles = {}, []

@@ -272,3 +272,11 @@ def test_vllm_settings_are_validated(capsys):
     assert code == 2 and "must divide the 8 training process(es)" in err
     code, _, err = dry_run(capsys, "--profile", "tiny", "--set", "rollout.engine=vllm")
     assert code == 2 and "set training.use_vllm=true and keep rollout.engine=auto" in err
+
+
+def test_an_environment_spells_its_settings_canonically_so_equal_settings_hash_alike():
+    """BFCL's `base` is `multi_turn_base` (`Environment.normalized`): the same run, the same run folder."""
+    from coevolve_lib.studies.run import run_hash
+
+    short = run_config("tiny", ["evaluation.category=base"])
+    assert short.evaluation.category == "multi_turn_base" and run_hash(short) == run_hash(run_config("tiny"))

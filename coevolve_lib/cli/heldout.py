@@ -9,13 +9,15 @@ from collections import Counter
 from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.paths import RUNS_DIR
 from coevolve_lib.core.results import HELDOUT_TITLES
+from coevolve_lib.engine import heldout
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.heldout import COMMITTED_SETS, commit_set
 from coevolve_lib.profiles import profile_parser, run_config_from_args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = profile_parser("python -m coevolve_lib heldout", __doc__, "data_engine.heldout.new_tasks.size=50")
+    parser = profile_parser("python -m coevolve_lib heldout", f"{__doc__}\n\n{heldout.__doc__}",
+                            "data_engine.heldout.new_tasks.size=50")
     parser.add_argument("--commit", action="store_true",
                         help=f"record the sets' task ids in coevolve_lib/data/{COMMITTED_SETS.name}")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

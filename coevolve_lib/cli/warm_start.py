@@ -11,13 +11,15 @@ from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.core.paths import RUNS_DIR
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.envs.bfcl import warm_start
 from coevolve_lib.envs.bfcl.warm_start import ship_warm_start
 from coevolve_lib.profiles import profile_parser, run_config_from_args
 from coevolve_lib.training.policy_check import check_policy
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = profile_parser("python -m coevolve_lib warm-start", __doc__, "data_engine.warm_start.max_steps=600")
+    parser = profile_parser("python -m coevolve_lib warm-start", f"{__doc__}\n\n{warm_start.__doc__}",
+                            "data_engine.warm_start.max_steps=600")
     parser.add_argument("--ship", action="store_true",
                         help="build it here (not from the shipped copy) and ship it: copy it to "
                              "coevolve_lib/data/warm_start/<profile> with its manifest")

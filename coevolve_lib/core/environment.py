@@ -110,8 +110,17 @@ class Environment(ABC):
 
     @classmethod
     def check(cls, run) -> list[str]:
-        """What a `RunConfig` asks that this environment cannot do, one line each ([]: nothing)."""
+        """What a `RunConfig` asks that this environment cannot do, one line each ([]: nothing). The base refuses a
+        warm start where `warm_start` is not implemented."""
+        if run.data_engine.warm_start.enabled and cls.warm_start is Environment.warm_start:
+            return [f"data_engine.warm_start.enabled=false ({cls.name} has no warm start)"]
         return []
+
+    @classmethod
+    def normalized(cls, run):
+        """`run` with this environment's spellings made canonical (BFCL: `base` -> `multi_turn_base`), so that equal
+        settings hash alike; called after `check` passed."""
+        return run
 
     @classmethod
     def plan(cls, run) -> tuple[dict, list[str]]:

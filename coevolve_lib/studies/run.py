@@ -140,6 +140,7 @@ def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> 
     first = DataEngine(todo[0]["run"].data_engine, todo[0]["folder"], todo[0]["run"].evaluation.benchmark)
     first.policy(progress=progress)
     first.heldout_sets()
+    first.close()
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state shared with this one
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = {pool.submit(_train_job, p["run"], p["folder"]): p for p in todo}
@@ -252,6 +253,7 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
         per_task = {t["task_id"]: float(t["success"]) for t in bfcl["per_task"]}
         out.append(_row(study, run, variant, seed, "greedy_success", bfcl["eval_set"], 1, 0.0, per_task, folder,
                         model_path))
+    engine.close()
     return out
 
 

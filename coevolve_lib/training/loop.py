@@ -304,7 +304,8 @@ class CoEvolveLoop:
                            "heldout": {name: key for name, (key, _) in self.heldout.items()},
                            "d0_sample": self.eval_pool_ids, "rollout": asdict(self.run.rollout),
                            "evaluation": asdict(self.run.evaluation), "eval_limit": self.cfg.eval_limit,
-                           "max_completion_tokens": self.cfg.max_completion_tokens})
+                           "max_completion_tokens": self.cfg.max_completion_tokens,
+                           "val_rollout": "token_level"})  # since the environment seam: evaluations made before differ
         return self.start_evaluations / key
 
     def on_train_begin(self, step: int) -> None:

@@ -43,8 +43,8 @@ from coevolve_lib.envs.appworld.benchmark import (
 from coevolve_lib.envs.appworld.calls import code_api_names
 from coevolve_lib.envs.appworld.client import AppWorldServerError
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig, appworld_python
-from coevolve_lib.envs.bfcl.evaluate import EvaluationError
 from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig, run_rollouts
+from coevolve_lib.rollout.evaluation import EvaluationError
 
 log = logging.getLogger(__name__)
 

@@ -80,6 +80,11 @@ class AppWorldTask:
     def scenario_id(self) -> str:
         return scenario_id(self.task_id)
 
+    @property
+    def id(self) -> str:
+        """The task id, as every environment's sources name theirs (`Environment.sources`)."""
+        return self.task_id
+
 
 def load_task(task_id: str, root: str | Path | None = None) -> AppWorldTask:
     path = data_root(root) / "data" / "tasks" / task_id / "specs.json"

@@ -60,10 +60,18 @@ class AppWorldEnvironment(Environment):
     def __init__(self, config, run_dir: str | Path, source_root: str | Path | None = None):
         super().__init__(config, run_dir)
         self.source_root = Path(source_root) if source_root else appworld_source_root()
-        self.root = overlay_root(self.source_root, self.run_dir)
+        self._root: Path | None = None
         self._server: AppWorldServer | None = None
         self._api_docs: dict | None = None
         self._episodes: AppWorldEpisodes | None = None
+
+    @property
+    def root(self) -> Path:
+        """The run's own data root (`validation.overlay_root`: the source's tasks linked, the synthesized ones
+        written), made on first use."""
+        if self._root is None:
+            self._root = overlay_root(self.source_root, self.run_dir)
+        return self._root
 
     # -- the server ----------------------------------------------------------------------------------------------
     def server(self) -> AppWorldServer:
@@ -159,7 +167,12 @@ class AppWorldEnvironment(Environment):
 
     # -- the benchmark's metric ----------------------------------------------------------------------------------
     def evaluate(self, model, settings, out, rollout, experiment: str, progress: bool = False) -> dict:
-        """TGC (the first row) and SGC on `settings.split` of the data root."""
+        """TGC (the first row) and SGC on `settings.split`: of the run's own root and with its servers once the run
+        has one (training), else of the source data root with servers of its own (`python -m coevolve_lib
+        evaluate`)."""
+        if self._root is None:
+            return evaluate_appworld(model, settings.split, self.source_root, rollout, out=out, limit=settings.limit,
+                                     profile=settings.profile, experiment=experiment, progress=progress)
         return evaluate_appworld(model, settings.split, self.root, rollout, out=out, limit=settings.limit,
                                  profile=settings.profile, experiment=experiment, episodes=self.episodes(),
                                  progress=progress)

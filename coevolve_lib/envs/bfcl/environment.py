@@ -95,8 +95,7 @@ class BFCLEnvironment(Environment):
         return Episode(task, sample_index, tool_format, config)
 
     def evaluate(self, model, settings, out, rollout, experiment: str, progress: bool = False) -> dict:
-        return evaluate(replace(settings, model=model.name), out, model=model, progress=progress,
-                        experiment=experiment, rollout=rollout)
+        return evaluate(settings, out, model=model, progress=progress, experiment=experiment, rollout=rollout)
 
     def heldout_identity(self) -> dict:
         return {"data_version": self.config.data_version, "classes": self.config.classes}
@@ -109,6 +108,10 @@ class BFCLEnvironment(Environment):
         evaluation = run.evaluation
         return {"name": cls.name, "data_version": evaluation.data_version, "category": evaluation.category,
                 "split": evaluation.split}, []
+
+    @classmethod
+    def normalized(cls, run):
+        return replace(run, evaluation=replace(run.evaluation, category=normalize_category(run.evaluation.category)))
 
     @classmethod
     def check(cls, run) -> list[str]:

@@ -47,7 +47,8 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
     rollouts_path = out.with_suffix(".rollouts.jsonl")
     if not resume:
         rollouts_path.unlink(missing_ok=True)
-    settings = asdict(cfg)
+    # A given rollout config (the training loop's) is part of what the episodes are: recorded and hashed with them.
+    settings = {**asdict(cfg), **({"rollout_config": asdict(rollout)} if rollout else {})}
     # Episodes are reusable across runs that differ only in how many tasks they take.
     episode_hash = config_hash({k: v for k, v in settings.items() if k != "limit"})
     tasks = evaluation_tasks(cfg)
