@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 import coevolve_lib.cli.train as train_cli
 import coevolve_lib.training.loop as train_lib
+from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core.models import MODELS_DIR
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.data_engine import DataEngine
@@ -191,6 +192,21 @@ def test_a_finished_run_is_not_overwritten_without_resume(tmp_path):
     train_lib.train(run, out, progress=False)
     with pytest.raises(FileExistsError, match="already holds a run"):
         train_lib.train(run, out, resume=False, progress=False)
+
+
+def test_a_run_folder_refuses_another_configuration_and_keeps_its_own(tmp_path, capsys):
+    """Another seed on a finished run's folder used to exit 0, train nothing and relabel the run (issue 22)."""
+    run, out = _run(tmp_path, "run", **{"training.max_steps": 2, "training.pool_updates": "none"})
+    train_lib.train(run, out, progress=False)
+    recorded = (out / "run_config.json").read_text()
+    other, _ = _run(tmp_path, "run", **{"training.max_steps": 2, "training.pool_updates": "none", "training.seed": 1})
+    with pytest.raises(ConfigError, match=r"another configuration \(training.seed 0 -> 1\)"):
+        train_lib.train(other, out, progress=False)
+    argv = ["train", "--out", str(out), "--set", "training.max_steps=2", "--set", "training.pool_updates=none",
+            "--set", "training.seed=1"]
+    assert cli(argv) == 2 and "holds a run of another configuration" in capsys.readouterr().err
+    assert (out / "run_config.json").read_text() == recorded
+    assert train_lib.train(run, out, progress=False)["steps"] == 2  # its own configuration resumes (nothing to do)
 
 
 def test_run_config_rejects_unknown_fields_and_bad_batches():

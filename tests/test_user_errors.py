@@ -132,3 +132,9 @@ def test_a_broken_sweep_file_is_one_line(capsys, tmp_path):
     assert "a non-empty `cells` mapping" in one_line_error(capsys, ["sweep", "--sweep", str(path)])
     path.write_text("cells: {a: [x\n")
     assert "not valid YAML" in one_line_error(capsys, ["sweep", "--sweep", str(path)])
+
+
+@pytest.mark.parametrize("limit", ["-5", "0"])
+def test_bfcl_replay_refuses_a_limit_below_one(capsys, limit):
+    """`--limit -5` used to replay 195 tasks and `--limit 0` to report 0/0 agreement, both with exit status 0."""
+    assert f"--limit must be >= 1 (got {limit})" in one_line_error(capsys, ["bfcl-replay", "--limit", limit])

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of each category")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be >= 1 (got {args.limit})")
     categories = list(bfcl_backend.CATEGORIES) if args.category == "all" else [args.category]
     summary = replay(args.data_version, categories, args.limit, progress=not args.quiet)
     print(json.dumps(summary))

@@ -468,6 +468,38 @@ def announce(progress: bool, message: str) -> None:
         print(f"[coevolve] {message}", file=sys.stderr, flush=True)
 
 
+def as_json(value):
+    """`value` as JSON reads it back (tuples as lists): how a recorded config compares with a live one."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def flat(mapping: dict, prefix: str = "") -> dict:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`."""
+    out = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        out.update(flat(value, name + ".") if isinstance(value, dict) else {name: value})
+    return out
+
+
+def check_run_folder(run: RunConfig, out_dir: Path) -> None:
+    """A run folder belongs to one configuration: resuming it with another (another seed included) would train
+    nothing new and relabel the old run's results, so it is refused, in one line, before anything is written."""
+    path = out_dir / "run_config.json"
+    if not path.exists():
+        return
+    recorded = json.loads(path.read_text()).get("config")
+    if recorded is None:  # written before runs recorded their whole config: nothing to compare with
+        return
+    before, now = flat(recorded), flat(as_json(asdict(run)))
+    differing = sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
+    if differing:
+        shown = ", ".join(f"{key} {before.get(key)!r} -> {now.get(key)!r}" for key in differing[:4])
+        more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+        raise ConfigError(f"{out_dir} holds a run of another configuration ({shown}{more}): resume it with its own "
+                          "settings, or give another --out")
+
+
 def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True,
           start_evaluations: str | Path | None = None, engine: DataEngine | None = None) -> dict:
     """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json).
@@ -480,6 +512,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     set_torch_threads(run.training.torch_threads)
     out_dir = Path(out_dir)
+    check_run_folder(run, out_dir)
     trainer_dir = out_dir / "trainer"
     checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
     if checkpoint is not None and not resume:
@@ -519,7 +552,8 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
         write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
                                                         "training": asdict(cfg), "policy": policy_path,
                                                         "environment": engine.environment.describe(),
-                                                        "timings_before_training": timings})
+                                                        "timings_before_training": timings,
+                                                        "config": as_json(asdict(run))})
     state.wait_for_everyone()
     if not state.is_main_process:
         engine.pool.__init__(engine.pool.path)
