@@ -8,6 +8,8 @@ import sys
 
 PROG = "python -m coevolve_lib"
 USAGE_ERROR = 2
+INTERRUPTED = 130
+"""The shell's status for a process stopped by SIGINT (128 + 2)."""
 COMMANDS = {
     "setup": ("coevolve_lib.cli.setup_offline",
               "install the BFCL data wheels, build the offline models, install the kernel"),
@@ -62,6 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except SystemExit as exc:  # argparse: --help, or a bad option (one line, status 2)
         return exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:  # every command resumes from what it wrote: say so, not where Python was
+        print(f"{PROG} {argv[0]}: interrupted; the same command again resumes where it stopped", file=sys.stderr)
+        return INTERRUPTED
+    except OSError as exc:
+        if exc.filename is None:  # not about a file (a socket, a subprocess): the traceback says more
+            raise
+        print(f"{PROG} {argv[0]}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -28,9 +28,14 @@ USAGE_ERROR = 2
 """Exit status of a command given bad input (argparse's own)."""
 
 
+NOT_PROFILES = ("reproduce",)
+"""YAML files of configs/ that are no profile (`reproduce.yaml`: the batch driver's per-profile parameters)."""
+
+
 def profile_names() -> list[str]:
-    """The profiles in configs/ (bases, whose names start with `_`, excluded)."""
-    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+    """The profiles in configs/ (bases, whose names start with `_`, and `NOT_PROFILES` excluded)."""
+    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml")
+                  if not p.stem.startswith("_") and p.stem not in NOT_PROFILES)
 
 
 def deep_merge(base: dict, overrides: dict) -> dict:
@@ -44,7 +49,7 @@ def deep_merge(base: dict, overrides: dict) -> dict:
 
 def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
     path = CONFIGS_DIR / f"{name}.yaml"
-    if not path.exists():
+    if not path.exists() or name in NOT_PROFILES:
         raise ConfigError(f"unknown profile {name!r}; choose from {profile_names()}")
     if name in chain:
         raise ConfigError(f"profile {chain[0]!r} inherits from itself through {' -> '.join(chain + (name,))}")

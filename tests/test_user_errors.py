@@ -138,3 +138,54 @@ def test_a_broken_sweep_file_is_one_line(capsys, tmp_path):
 def test_bfcl_replay_refuses_a_limit_below_one(capsys, limit):
     """`--limit -5` used to replay 195 tasks and `--limit 0` to report 0/0 agreement, both with exit status 0."""
     assert f"--limit must be >= 1 (got {limit})" in one_line_error(capsys, ["bfcl-replay", "--limit", limit])
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("training.seed=-1", "training.seed: Input should be greater than or equal to 0"),
+    ("data_engine.explore.seed=-3", "data_engine.explore.seed: Input should be greater than or equal to 0"),
+    ("training.learning_rate=inf", "training.learning_rate: Input should be a finite number"),
+    ("training.learning_rate=nan", "training.learning_rate: Input should be greater than 0"),
+    ("training.report_to=nosuch", "training.report_to: Input should be 'none', 'tensorboard' or 'wandb'"),
+    ("training.max_steps=true", "training.max_steps: Input should be a number, not a boolean"),
+    ("training.max_steps=100000000000000000000000000000", "training.max_steps: Input should be less than or equal"),
+])
+def test_values_that_used_to_pass_validation_are_refused_at_load(capsys, tmp_path, override, expected):
+    """Each of these passed the profile check before (issue 22) and failed later, or trained nothing."""
+    err = one_line_error(capsys, ["train", "--dry-run", "--out", str(tmp_path / "run"), "--set", override])
+    assert expected in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_file_of_configs_that_is_no_profile_is_not_one(capsys):
+    assert "unknown profile 'reproduce'" in one_line_error(capsys, ["train", "--profile", "reproduce", "--dry-run"])
+
+
+def test_evaluate_refuses_a_directory_as_its_output_before_evaluating(capsys, tmp_path):
+    err = one_line_error(capsys, ["evaluate", "--limit", "1", "--out", str(tmp_path)])
+    assert f"--out {tmp_path} is a directory" in err and not any(tmp_path.iterdir())
+
+
+def test_an_output_path_that_cannot_be_made_is_one_line_naming_it(capsys, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    out = tmp_path / "a_file" / "run"
+    err = one_line_error(capsys, ["train", "--out", str(out), "--set", "training.max_steps=1"], status=1)
+    assert "Not a directory" in err and str(tmp_path / "a_file") in err
+
+
+def test_ctrl_c_is_one_line_saying_how_to_resume_and_exit_status_130(tmp_path):
+    """SIGINT during a training run (its D_0 is being built): no traceback, the shell's 130, and the rerun resumes."""
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "coevolve_lib", "train", "--out", str(tmp_path / "run"),
+                                "--set", "training.max_steps=1"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "run").exists() and time.time() < deadline:  # the run has started
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "python -m coevolve_lib train: interrupted; the same command again resumes where it stopped")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from coevolve_lib import profiles
+from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.environment import make_environment
 from coevolve_lib.core.paths import RUNS_DIR
 from coevolve_lib.rollout.agent import rollout_config
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         evaluation["limit"] = None
     run = profiles.run_config(args.profile, {"evaluation": evaluation, "rollout": rollout})
     cfg, out = run.evaluation, Path(args.out)
+    if out.is_dir():  # found now, not after the whole evaluation ran
+        raise ConfigError(f"--out {out} is a directory; give the results file's path (e.g. {out / 'result.json'})")
     if args.no_resume:
         out.with_suffix(".rollouts.jsonl").unlink(missing_ok=True)
     environment = make_environment(cfg.benchmark, run.data_engine, RUNS_DIR / "evaluate" / cfg.benchmark)

@@ -23,12 +23,29 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, NonNegativeFloat, field_validator
 from pydantic.dataclasses import dataclass
 
 STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 """Unknown fields are errors; a field's docstring is its description."""
 
+
+
+def _no_bool(value):
+    """YAML's `true` is not a count: pydantic would read it as 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"Input should be a number, not a boolean ({value})")
+    return value
+
+
+MAX_COUNT = 10**9
+"""Above any count, step or size the kit uses: a 30-digit `max_steps` is a typo, not a plan."""
+PositiveInt = Annotated[int, BeforeValidator(_no_bool), Field(gt=0, le=MAX_COUNT)]
+NonNegativeInt = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=MAX_COUNT)]
+Seed = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=2**32 - 1)]
+"""A sampling seed: numpy and torch take 0 .. 2**32 - 1."""
+PositiveFloat = Annotated[float, BeforeValidator(_no_bool), Field(gt=0.0, allow_inf_nan=False)]
+"""A finite positive number (`inf` and `nan` are refused: a learning rate of inf trains nothing)."""
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 Temperature = Annotated[float, Field(ge=0.0, le=10.0)]
 ToolDocs = Literal["full", "compact", "none"]
@@ -103,11 +120,11 @@ class EvalConfig:
     split: str = "val"
     """BFCL: `val` (the kit's evaluation split), `train`, or `all` (see envs.bfcl.split_tasks). AppWorld: a dataset
     file of the data root: `dev`, `test_normal`, `test_challenge` (official), `dev` (the synthetic world)."""
-    split_seed: int = 42
+    split_seed: Seed = 42
     """Seed of the train/val split (fixed so every run evaluates the same tasks)."""
     limit: PositiveInt | None = None
     """Evaluate only the first `limit` tasks of the split (None = all)."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of model sampling (irrelevant at temperature 0)."""
     temperature: Temperature = 0.0
     """Evaluation sampling temperature; the paper evaluates at 0 (greedy)."""
@@ -138,7 +155,7 @@ class ProbeConfig:
     """Pool tasks per batch (the paper's batch is 32 tasks)."""
     samples_per_task: PositiveInt = 4
     """K, the group size (the paper: 8)."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of task sampling and generation."""
 
 
@@ -210,7 +227,7 @@ class ExploreConfig:
     A target without a signal is always explored unguided."""
     focus_ratio: Fraction = 0.7
     """Guided schema explorer: share of steps whose tool is drawn from the context's focus_pattern tools."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the schema explorer's draws, combined with the target and the run index."""
 
 
@@ -256,7 +273,7 @@ class WorldsStageConfig:
     """Generated worlds the stage's tasks come from (~10 tasks per world); 0: no second stage."""
     first_world: NonNegativeInt = 0
     """Index of the first train-split world (`bfcl_worlds.world_seeds`)."""
-    data_seed: int = 100
+    data_seed: Seed = 100
     """Exploration seed of the worlds' tasks (other environments than the first stage's, so the same default)."""
     max_steps: PositiveInt = 400
     """Optimizer steps of the stage; its cosine schedule ends exactly here."""
@@ -292,12 +309,12 @@ class WarmStartConfig:
     """Gradient clipping norm."""
     max_length: PositiveInt = 512
     """Tokens per conversation (longer ones are cut)."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the data order."""
     data_seeds: PositiveInt = 12
     """Unguided schema explorations of every source environment, one per seed (`first_data_seed` + i), each
     giving ~10 tasks per environment. More seeds: more distinct call sequences and argument values."""
-    first_data_seed: int = 100
+    first_data_seed: Seed = 100
     """Seed of the first exploration (D_0 uses the profile's exploration seed; keep them apart)."""
     data_runs: PositiveInt = 10
     """Exploration runs R per environment and seed."""
@@ -323,7 +340,7 @@ class HeldoutSetConfig:
     """Tasks in the set (capped round-robin over its source environments, as D_0 is); 0: no such set."""
     runs: PositiveInt = 10
     """Exploration runs R per source environment (enough runs to fill `size`)."""
-    seed: int = 1000
+    seed: Seed = 1000
     """Exploration seed (apart from D_0's, the rounds' and the warm start's)."""
 
 
@@ -527,9 +544,9 @@ class TrainConfig:
     vllm_tensor_parallel_size: PositiveInt = 1
     """vLLM's tensor parallel size (the paper's rollout TP: 1 for 4B/7B, 2 for 30B-A3B): GPUs per colocated engine
     (must divide the processes), or the server's `--tensor-parallel-size`."""
-    report_to: str = "none"
+    report_to: Literal["none", "tensorboard", "wandb"] = "none"
     """Extra metric sinks for TRL's logs: `none`, `tensorboard`, `wandb` (metrics.jsonl is always written)."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of task sampling, generation and TRL."""
     torch_threads: PositiveInt | None = None
     """CPU threads for torch (None: $COEVOLVE_TORCH_THREADS or 1; more is often slower on a shared machine)."""
