@@ -280,3 +280,24 @@ def test_an_environment_spells_its_settings_canonically_so_equal_settings_hash_a
 
     short = run_config("tiny", ["evaluation.category=base"])
     assert short.evaluation.category == "multi_turn_base" and run_hash(short) == run_hash(run_config("tiny"))
+
+
+def test_a_multi_process_cpu_command_runs_as_printed(capsys, tmp_path):
+    """The printed `accelerate launch` keeps the user's overrides and names no config file that does not exist
+    (`--config_file default` was refused by accelerate); without a GPU it asks for `--cpu` (issue 22)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    overrides = ["training.launch.num_processes=2", 'data_engine.signals.enabled=["boundary"]']
+    code, plan, err = dry_run(capsys, "--profile", "tiny", "--out", str(tmp_path), *[p for o in overrides
+                                                                                    for p in ("--set", o)])
+    assert code == 0, err
+    command = shlex.split(plan["commands"]["train"])
+    from coevolve_lib.training.plan import gpu_visible
+
+    assert command[:2] == ["accelerate", "launch"] and "--config_file" not in command
+    assert ("--cpu" in command) == (not gpu_visible())
+    assert command[-4:] == ["--set", overrides[0], "--set", overrides[1]]
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(command[2:]))
+    assert args.cpu == (not gpu_visible()) and args.num_processes == 2 and args.module and args.training_script == "coevolve_lib"
+    # the command's own arguments load the same config as the dry run did
+    assert run_config("tiny", overrides).training.launch.num_processes == 2

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     run = profiles.run_config_from_args(args)
     out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
     if args.dry_run:
-        print(json.dumps(plan(run, out_dir), indent=2, default=str))
+        print(json.dumps(plan(run, out_dir, args.set), indent=2, default=str))
         return 0
     summary = loop.train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
     if summary:

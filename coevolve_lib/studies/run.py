@@ -20,7 +20,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -115,7 +114,7 @@ def planned_runs(study: Study, profile: str, seeds: list[int], overrides: list[s
             run = variant_run(profile, list(overrides), variant, seed)
             folder = run_folder(runs_dir, run)
             settings = [*overrides, *variant.overrides, f"training.seed={seed}"]
-            command = " ".join([plan(run, folder)["commands"]["train"], *(f"--set {shlex.quote(o)}" for o in settings)])
+            command = plan(run, folder, settings)["commands"]["train"]
             planned.append({"study": study.name, "variant": variant.name, "seed": seed, "run": run, "folder": folder,
                             "finished": finished(folder, run.training.max_steps), "command": command})
     return planned

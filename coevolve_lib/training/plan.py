@@ -20,18 +20,32 @@ from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs
 
 
-def train_command(run: RunConfig, out: str) -> list[str]:
-    """The command that trains `run` into `out`: in-process, or `accelerate launch` for multi-GPU profiles."""
+def train_command(run: RunConfig, out: str, overrides: list[str] = ()) -> list[str]:
+    """The command that trains `run` into `out`, as shell words (the `--set overrides` quoted): in-process, or
+    `accelerate launch` for multi-process profiles: with the profile's accelerate config file, else with accelerate's
+    own defaults (`--cpu` where no GPU is visible)."""
     launch = run.training.launch
-    command = ["python", "-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
-    if launch.num_processes > 1 or launch.accelerate_config:
-        accelerate = ["accelerate", "launch", "--config_file", launch.accelerate_config or "default",
-                      "--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
-        if launch.num_machines > 1:
-            accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR",
-                           "--main_process_port", "29500"]
-        command = accelerate + ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out]
-    return command
+    train = ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out,
+             *[part for override in overrides for part in ("--set", shlex.quote(override))]]
+    if launch.num_processes == 1 and not launch.accelerate_config:
+        return ["python", *train]
+    accelerate = ["accelerate", "launch"]
+    if launch.accelerate_config:
+        accelerate += ["--config_file", launch.accelerate_config]
+    elif not gpu_visible():
+        accelerate += ["--cpu"]
+    accelerate += ["--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
+    if launch.num_machines > 1:
+        accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR", "--main_process_port",
+                       "29500"]
+    return accelerate + train
+
+
+def gpu_visible() -> bool:
+    """Whether torch sees a CUDA device here (imported only to plan a multi-process run without a config file)."""
+    import torch  # heavy: only for this question
+
+    return torch.cuda.is_available()
 
 
 def server_split(cfg: TrainConfig) -> TrainConfig | None:
@@ -52,14 +66,15 @@ def server_split(cfg: TrainConfig) -> TrainConfig | None:
     return None
 
 
-def vllm_commands(run: RunConfig, out: str) -> tuple[dict, list[str]]:
+def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[dict, list[str]]:
     """The vLLM launch recipes of a multi-GPU profile (docs/training.md, vLLM rollouts), and their notes: colocate
     (the train command with vLLM on the training GPUs) and server (`trl vllm-serve` on GPUs of its own, started
     first, and the train command on the others)."""
     cfg, launch = run.training, run.training.launch
     if launch.num_processes == 1 and not launch.accelerate_config:  # in-process (CPU) profiles
         return {}, []
-    commands = {"train_vllm_colocate": " ".join(train_command(run, out) + _sets(["training.vllm_mode=colocate"]))}
+    commands = {"train_vllm_colocate": " ".join(train_command(run, out, overrides)
+                                                + _sets(["training.vllm_mode=colocate"]))}
     split = server_split(cfg)
     if split is None:
         return commands, [f"no vLLM server recipe: {launch.num_processes} GPU(s) leave none for a server of "
@@ -85,7 +100,7 @@ def vllm_commands(run: RunConfig, out: str) -> tuple[dict, list[str]]:
     commands["vllm_server"] = f"CUDA_VISIBLE_DEVICES={gpus(server_gpu, tp)} " + " ".join(serve)
     commands["train_vllm_server"] = " ".join(
         [f"CUDA_VISIBLE_DEVICES={gpus(0, min(split.launch.num_processes, gpus_per_node))}",
-         *train_command(server_run, out), *_sets(settings)])
+         *train_command(server_run, out, overrides), *_sets(settings)])
     notes = [f"vLLM server mode: start vllm_server on node {server_node} first ({tp} GPU(s)); train_vllm_server "
              f"then trains on {split.launch.num_processes} GPU(s) with gradient_accumulation_steps "
              f"{split.gradient_accumulation_steps} (same micro-batch)"
@@ -98,12 +113,13 @@ def _sets(settings: list[str]) -> list[str]:
     return [part for setting in ["training.use_vllm=true", *settings] for part in ("--set", setting)]
 
 
-def plan(run: RunConfig, out_dir: str | Path) -> dict:
-    """What a run would do, resolved from its config, without loading a model (the `--dry-run` output)."""
+def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict:
+    """What a run would do, resolved from its config, without loading a model (the `--dry-run` output); its
+    commands carry the `--set` `overrides` the config was made with, so they run as printed."""
     cfg, launch = run.training, run.training.launch
     out = shown_path(out_dir)  # commands run from the repository root
-    commands = {"train": " ".join(train_command(run, out))}
-    extra, notes = vllm_commands(run, out)
+    commands = {"train": " ".join(train_command(run, out, overrides))}
+    extra, notes = vllm_commands(run, out, overrides)
     commands.update(extra)
     explorer = run.data_engine.explorer_model
     if explorer and explorer.startswith("openai:"):
@@ -150,10 +166,8 @@ def run_training(profile: str = "tiny", overrides: dict | list[str] | None = Non
     out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
     if run.training.launch.num_processes == 1:
         return train(run, out_dir, resume=resume, progress=progress, engine=engine)
-    command = plan(run, out_dir)["commands"]["train"]
-    extra = [f"--set={k}" for k in flatten_overrides(overrides)] if isinstance(overrides, dict) else \
-        [f"--set={o}" for o in overrides or []]
-    subprocess.run(shlex.split(command) + extra, check=True, cwd=REPO_ROOT)
+    settings = flatten_overrides(overrides) if isinstance(overrides, dict) else list(overrides or [])
+    subprocess.run(shlex.split(plan(run, out_dir, settings)["commands"]["train"]), check=True, cwd=REPO_ROOT)
     return summarize(out_dir)
 
 
