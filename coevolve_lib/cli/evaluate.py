@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     for row in result["metrics"]:
         print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={row['temperature']}): {row['metric']} "
               f"{row['value'] if row['value'] is None else format(row['value'], '.2f')}% ({row['correct']}/{row['n']})")
-    print(f"model errors {result['details']['model_errors']}" + "".join(
-        f", {key.replace('_', ' ')} {result['details'][key]}" for key in ("environment_errors",)
-        if key in result["details"]))
+    details = result["details"]
+    print(f"model errors {details['model_errors']}"
+          + (f", environment errors {details['environment_errors']}" if "environment_errors" in details else ""))
     print(json.dumps({"model": result["model"], **{k: headline[k] for k in ("eval_set", "n", "value")},
                       **{row["metric"]: row["value"] for row in others}}))
     return 0

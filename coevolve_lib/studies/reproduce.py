@@ -23,7 +23,7 @@ from coevolve_lib.core.records import write_json_atomic
 from coevolve_lib.studies.catalog import STUDIES, baselines, explorers, sensitivity
 from coevolve_lib.studies.notebook_runner import run_notebook
 from coevolve_lib.studies.run import planned_runs as study_runs
-from coevolve_lib.training.plan import plan
+from coevolve_lib.training.plan import gpu_visible, plan
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 SETTINGS_FILE = REPO_ROOT / "configs" / "reproduce.yaml"
@@ -123,11 +123,7 @@ def select(only: list[str] | None) -> list[Experiment]:
 
 def trains_here(profile: str) -> bool:
     """Whether this machine can train the profile's policy: a GPU, or one of the small models built for CPU."""
-    if profiles.run_config(profile).model in BUILT_MODELS:
-        return True
-    import torch
-
-    return torch.cuda.is_available()
+    return profiles.run_config(profile).model in BUILT_MODELS or gpu_visible()
 
 
 def _stamp_key(experiment: Experiment, values: dict) -> str:

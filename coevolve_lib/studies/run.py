@@ -163,7 +163,7 @@ def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: li
     """Train (or reuse) every variant for every seed and measure it; returns the metric rows, also written to
     `results_path` (default `results_file(RESULTS_DIR, ...)`). `jobs` > 1 trains that many runs at once
     (`train_in_parallel`; single-process CPU profiles)."""
-    overrides = flatten_overrides(overrides) if isinstance(overrides, dict) else list(overrides)
+    overrides = flatten_overrides(overrides)
     rows = []
     plans = planned_runs(study, profile, seeds, overrides, runs_dir)
     if jobs > 1:

@@ -15,7 +15,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, TrainConfig
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, shown_path
-from coevolve_lib.training.loop import train, training_rollouts
+from coevolve_lib.training.loop import flat, train, training_rollouts
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs
 
@@ -166,16 +166,14 @@ def run_training(profile: str = "tiny", overrides: dict | list[str] | None = Non
     out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
     if run.training.launch.num_processes == 1:
         return train(run, out_dir, resume=resume, progress=progress, engine=engine)
-    settings = flatten_overrides(overrides) if isinstance(overrides, dict) else list(overrides or [])
+    settings = flatten_overrides(overrides)
     subprocess.run(shlex.split(plan(run, out_dir, settings)["commands"]["train"]), check=True, cwd=REPO_ROOT)
     return summarize(out_dir)
 
 
-def flatten_overrides(mapping: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            out += flatten_overrides(value, f"{prefix}{key}.")
-        else:
-            out.append(f"{prefix}{key}={json.dumps(value)}")
-    return out
+def flatten_overrides(overrides: dict | list[str] | None) -> list[str]:
+    """Overrides as `--set` strings: `{"training": {"max_steps": 20}}` -> `["training.max_steps=20"]` (values as
+    JSON, which `--set` reads); strings as they are."""
+    if not isinstance(overrides, dict):
+        return list(overrides or [])
+    return [f"{key}={json.dumps(value)}" for key, value in flat(overrides).items()]

@@ -170,12 +170,10 @@ class AppWorldEnvironment(Environment):
         """TGC (the first row) and SGC on `settings.split`: of the run's own root and with its servers once the run
         has one (training), else of the source data root with servers of its own (`python -m coevolve_lib
         evaluate`)."""
-        if self._root is None:
-            return evaluate_appworld(model, settings.split, self.source_root, rollout, out=out, limit=settings.limit,
-                                     profile=settings.profile, experiment=experiment, progress=progress)
-        return evaluate_appworld(model, settings.split, self.root, rollout, out=out, limit=settings.limit,
-                                 profile=settings.profile, experiment=experiment, episodes=self.episodes(),
-                                 progress=progress)
+        own = self._root is not None
+        return evaluate_appworld(model, settings.split, self.root if own else self.source_root, rollout, out=out,
+                                 limit=settings.limit, profile=settings.profile, experiment=experiment,
+                                 episodes=self.episodes() if own else None, progress=progress)
 
     @classmethod
     def plan(cls, run) -> tuple[dict, list[str]]:
