@@ -58,8 +58,9 @@ class Environment(ABC):
         `unseen` (environments nothing trains on or explores, for the held-out set `new_envs`; [] if none)."""
 
     @abstractmethod
-    def target(self, source):
-        """The unguided `engine.contexts.ExplorationTarget` of one source (D_0, held-out sets)."""
+    def target(self, source, signal: dict | None = None, trajectory: dict | None = None):
+        """The `engine.contexts.ExplorationTarget` of one source: unguided (D_0, held-out sets), or with the signal
+        and trajectory that chose it."""
 
     # -- how a round runs --------------------------------------------------------------------------------------
     @abstractmethod

@@ -17,7 +17,6 @@ TRL's `rollout_func` returns.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -38,7 +37,6 @@ from coevolve_lib.rollout.engines import (
 from coevolve_lib.rollout.vllm import VLLMEngine
 
 ROLLOUT_SCHEMA = "rollout/v1"
-log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -6,7 +6,6 @@ never evaluated.
 
 from __future__ import annotations
 
-import logging
 
 from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.safe_calls import Call, parse_call_list
@@ -23,7 +22,6 @@ from coevolve_lib.engine.explore import (
 from coevolve_lib.envs.bfcl.benchmark import is_error_observation, start_env
 from coevolve_lib.prompts import clip, load_prompt
 
-log = logging.getLogger(__name__)
 
 ACTION_FORMAT = ("Exactly one function call of the environment, written as Python with literal arguments only, "
                  "inside <action>...</action> tags, e.g. <action>cd(folder='document')</action>. "
