@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from coevolve_lib.core.safe_calls import Call
+from coevolve_lib.core.safe_calls import Call, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.benchmark import (
     EMPTY_TURN,
@@ -151,6 +151,47 @@ def test_print_counts_with_the_result_bfcl_gives_it(base_tasks):
         turns = [task.ground_truth[0], [call if c == touch else c for c in task.ground_truth[1]]]
         assert official_verdict(task, turns) is passes, call
         assert play(BFCLEnv(task), turns)["success"] is passes, call
+
+
+@pytest.mark.parametrize("call, passes", [
+    ("ｐｒｉｎｔ('x')", True), ("print(*['x'])", True), ("print(ls())", True),  # issue 22: once errors in the kit
+    ("ｐｒｉｎｔ(*'ab', sep='')", True), ("print(ls(), **{'end': ''})", True), ("print(*1)", False),
+    ("print(ls(), sep=1)", False), ("print(ｌｓ())", False), ("print(nope())", False), ("print(**{1: 2})", False),
+    ("print(sep='a', **{'sep': 'b'})", False), ("print(ls(), end='', end='')", False), ("ｌｓ()", False)])
+def test_print_spellings_are_graded_as_bfcl_grades_them(base_tasks, capsys, call, passes):
+    """Python reads `ｐｒｉｎｔ` as `print` and BFCL's `eval` runs it, with unpacked arguments and the calls in its
+    arguments: the kit's verdict is the official one, and Python's print never runs (nothing on stdout)."""
+    task = next(t for t in base_tasks if t.id == "multi_turn_base_34")
+    touch = "touch(file_name='statistics.txt')"  # only its "None" result is needed (echo creates the file)
+    turns = [task.ground_truth[0], [call if c == touch else c for c in task.ground_truth[1]]]
+    assert official_verdict(task, turns) is passes
+    capsys.readouterr()
+    env = BFCLEnv(task)
+    env.execute(turns[0])
+    env.end_turn()
+    [observation] = env.execute([call])  # print is no function of the env: the model is told so
+    assert observation.startswith("Error during execution: ")
+    assert play(env, [turns[1]])["success"] is passes
+    assert capsys.readouterr().out == ""
+
+
+def test_calls_in_print_arguments_run_as_in_bfcl(base_tasks):
+    """`print(mkdir(...))` makes the directory in BFCL (the argument is evaluated), so the state matches the ground
+    truth's; a literal print does not. The argument call is recorded as executed."""
+    for task in base_tasks:
+        turn, index = next(((t, i) for t, calls in enumerate(task.ground_truth) for i, c in enumerate(calls)
+                            if c.startswith("mkdir(")), (None, None))
+        if turn is not None:
+            break
+    gt = task.ground_truth
+    mkdir = gt[turn][index]
+    for wrapped, passes in [(f"print({mkdir})", True), ("print('x')", False), (f"print({mkdir}, sep=1)", False)]:
+        turns = [[wrapped if i == index else c for i, c in enumerate(calls)] if t == turn else calls
+                 for t, calls in enumerate(gt)]
+        assert official_verdict(task, turns) is passes, wrapped
+        env = BFCLEnv(task)
+        assert play(env, turns)["success"] is passes, wrapped
+        assert (parse_call(mkdir).to_source() in env.history[turn][0]) is wrapped.startswith("print(mkdir"), wrapped
 
 
 def test_dropped_state_changing_call_is_a_state_mismatch(base_tasks):

@@ -104,6 +104,9 @@ def test_tool_call_parsing_helpers():
     assert parse_tool_calls("no calls") == ("no calls", [])
     assert parse_tool_calls('<tool_call>["cd"]</tool_call>') == ('<tool_call>["cd"]</tool_call>', [])
     assert parse_tool_calls('<tool_call>{"name": "ls"}</tool_call>') == (None, [{"name": "ls"}])
+    # JSON that json.loads refuses with a RecursionError or a ValueError other than JSONDecodeError: text, not a 500
+    for body in ["[" * 1000 + "]" * 1000, '{"name": "ls", "arguments": {"a": ' + "9" * 4301 + "}}"]:
+        assert parse_tool_calls(f"<tool_call>{body}</tool_call>") == (f"<tool_call>{body}</tool_call>", [])
     assert _parse_arguments('{"folder": "x"}') == {"folder": "x"}
     assert _parse_arguments("{folder: x") == "{folder: x"  # invalid JSON is left for the caller to judge
     assert _parse_arguments('"x"') == '"x"'

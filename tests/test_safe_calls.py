@@ -120,3 +120,23 @@ def test_call_from_json():
     ]:
         with pytest.raises(CallParseError, match=reason):
             call_from_json(name, arguments, allowed_names={"ls"})
+
+
+def test_math_guard_reads_a_string_precision_as_mpmath_does():
+    """BFCL's `logarithm` sets `mpmath.mp.dps = precision`, which takes int(precision): the string '1000000' ran past
+    120 s. The guard refuses it as it refuses 1000000; a small one still runs, and one int() rejects fails at once,
+    as in BFCL. (`square_root`'s `decimal` precision takes integers only: a string is BFCL's own error.)"""
+    from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
+
+    env = BFCLEnv.from_config({}, ["MathAPI"])
+    refused = ["logarithm(value=2, base=3, precision='1000000')", "logarithm(2, 3, ' 1_000_000 ')",
+               "logarithm(value=2, base=3, precision='１０００００００')", "logarithm(value=2, base=3, precision=1000000)"]
+    for call in refused:
+        [observation] = env.execute([call])
+        assert observation.startswith("Error during execution: precision") and "over the limit" in observation, call
+    [small] = env.execute(["logarithm(value=2, base=3, precision='20')"])
+    assert small.startswith("{'result': mpf('0.6309297535714574370")
+    [not_int] = env.execute(["logarithm(value=2, base=3, precision='1e6')"])
+    assert "invalid literal for int()" in not_int
+    [root] = env.execute(["square_root(number=2, precision='1000000')"])
+    assert root == '{"error": "Input must be a number or computation resulted in an invalid operation"}'

@@ -14,7 +14,9 @@ reply with a scripted text instead of the model's.
 from __future__ import annotations
 
 import json
+import math
 import re
+import socket
 import threading
 import time
 import uuid
@@ -22,10 +24,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from coevolve_lib.core.models import ChatModel, GenerationConfig
+from coevolve_lib.core.text_blocks import iter_blocks, without_blocks
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 FAULT_KINDS = ("500", "timeout", "malformed")
-TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# Blocks are found by `core.text_blocks`: as one regex, `<tool_call>\s*(.*?)\s*</tool_call>` retried every split of
+# the blanks around an unclosed body (cubic: over 120 s on 8k characters).
+_TOOL_CALL_OPEN, _TOOL_CALL_CLOSE = re.compile("<tool_call>"), re.compile("</tool_call>")
 
 
 @dataclass
@@ -45,19 +50,19 @@ class FaultConfig:
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict]]:
     """Split `text` into (content, tool calls). Calls are returned only if every <tool_call> block is a JSON object
     with a "name"; a malformed block leaves the whole text as content and no calls (the caller sees what came out)."""
-    blocks = TOOL_CALL_RE.findall(text)
+    blocks = list(iter_blocks(text, _TOOL_CALL_OPEN, _TOOL_CALL_CLOSE))
     calls = []
-    for block in blocks:
+    for start, end in blocks:
         try:
-            call = json.loads(block)
-        except json.JSONDecodeError:
+            call = json.loads(text[start.end():end.start()].strip())
+        except (ValueError, RecursionError):  # JSONDecodeError, an int over Python's digit limit, too-deep nesting
             return text, []
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return text, []
         calls.append(call)
     if not calls:
         return text, []
-    content = TOOL_CALL_RE.sub("", text).strip()
+    content = without_blocks(text, blocks).strip()
     return content or None, calls
 
 
@@ -196,7 +201,7 @@ class ChatServer:
         return Handler
 
 
-def main():
+def main(argv: list[str] | None = None):
     from coevolve_lib.core.runtime import configure_process
 
     configure_process()  # the offline hub and torch's threads: before the model stack loads
@@ -212,10 +217,29 @@ def main():
     parser.add_argument("--always-fault", default=None, choices=FAULT_KINDS, help="fault for every later request")
     parser.add_argument("--delay-s", type=float, default=3.0, help="sleep of a 'timeout' fault")
     parser.add_argument("--scripted-reply", default=None, help="reply with this text instead of the model's")
-    args = parser.parse_args()
-    faults = FaultConfig(faults=[f for f in args.faults.split(",") if f], always=args.always_fault,
-                         delay_s=args.delay_s, scripted_reply=args.scripted_reply)
-    server = ChatServer(load_chat_model(args.model), args.host, args.port, faults, args.served_name or args.model)
+    args = parser.parse_args(argv)
+    # Each bad value is one line and status 2 (argparse's), found before the model loads where it can be.
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be 0..65535 (got {args.port})")
+    kinds = [f for f in args.faults.split(",") if f]
+    unknown = [kind for kind in kinds if kind not in FAULT_KINDS]
+    if unknown:
+        parser.error(f"--faults: unknown fault(s) {unknown}; choose from {', '.join(FAULT_KINDS)}")
+    if not (math.isfinite(args.delay_s) and args.delay_s >= 0):
+        parser.error(f"--delay-s must be a finite number >= 0 (got {args.delay_s})")
+    with socket.socket() as probe:  # a port in use is found before the model loads, as the server will bind
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((args.host, args.port))
+        except OSError as exc:
+            parser.error(f"--port {args.port}: {exc.strerror or exc}; give another port, or 0 for a free one")
+    try:
+        model = load_chat_model(args.model)
+    except (OSError, ValueError) as exc:  # a spec that names no model
+        parser.error(f"--model {args.model!r}: {(str(exc).strip() or type(exc).__name__).splitlines()[0]}")
+    faults = FaultConfig(faults=kinds, always=args.always_fault, delay_s=args.delay_s,
+                         scripted_reply=args.scripted_reply)
+    server = ChatServer(model, args.host, args.port, faults, args.served_name or args.model)
     print(f"serving {server.served_name} at {server.base_url}", flush=True)
     try:
         server.httpd.serve_forever()

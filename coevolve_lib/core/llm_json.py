@@ -11,13 +11,21 @@ from __future__ import annotations
 import json
 import re
 
+from coevolve_lib.core.text_blocks import iter_blocks
+
 MAX_CHARS = 200_000
 """Longest reply inspected (longer ones are cut; a context JSON is a few kB)."""
 MAX_STARTS = 200
 """Most `{` positions tried, so a reply full of braces costs bounded time."""
+MAX_READ = 2 * MAX_CHARS
+"""Most characters the failed tries may read together: 200 starts before one long unclosed value would read it 200
+times (0.5 s at 200k characters)."""
 
-_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
-_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)  # linear: an unclosed block runs to the end, once
+# Fences are found by `core.text_blocks`: as one regex, a lazy body after this opening retried every shorter opening
+# when no fence closed (quadratic in a run of blanks or letters).
+_FENCE_OPEN = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?")
+_FENCE_CLOSE = re.compile("```")
 
 
 class LLMOutputError(ValueError):
@@ -38,8 +46,8 @@ def extract_json_object(text) -> dict:
     text = _THINK.sub("", text[:MAX_CHARS])
     if not text.strip():
         raise LLMOutputError("empty output")
-    for block in _FENCE.findall(text):
-        found = _first_object(block)
+    for start, end in iter_blocks(text, _FENCE_OPEN, _FENCE_CLOSE):
+        found = _first_object(text[start.end():end.start()])
         if found is not None:
             return found
     found = _first_object(text)
@@ -49,14 +57,16 @@ def extract_json_object(text) -> dict:
 
 
 def _first_object(text: str) -> dict | None:
-    start = text.find("{")
+    start, read = text.find("{"), 0
     for _ in range(MAX_STARTS):
-        if start < 0:
+        if start < 0 or read > MAX_READ:
             return None
         try:
             value, _end = _DECODER.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            value = None
+        except json.JSONDecodeError as error:
+            value, read = None, read + error.pos - start
+        except (ValueError, RecursionError):  # a non-finite constant, a huge integer, deep nesting: no position
+            value, read = None, read + len(text) - start
         if isinstance(value, dict):
             return value
         start = text.find("{", start + 1)

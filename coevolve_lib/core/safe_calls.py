@@ -5,7 +5,8 @@ The official BFCL executor `eval`s model text behind a small denylist, so `__imp
 plain name (optionally restricted to `allowed_names`) and every argument is a literal (str, int, float,
 bool, None and list/tuple/set/dict of literals). Anything else becomes a `CallParseError` with a reason.
 An accepted call is rebuilt as canonical source (`Call.to_source`), which is what the kit records and what
-the official checker would re-execute.
+the official checker would re-execute. `parse_builtin_call` reads a call of a Python builtin (BFCL's `eval` runs
+`print`) for grading it without running Python's builtin: literal arguments and accepted calls only.
 """
 
 from __future__ import annotations
@@ -103,6 +104,46 @@ def call_from_json(name: str, arguments: dict | str | None, allowed_names: Colle
     if size > MAX_SOURCE_CHARS:  # an already-decoded dict skipped the length check on the JSON text
         raise CallParseError(f"arguments longer than {MAX_SOURCE_CHARS} characters")
     return Call(name, (), tuple(arguments.items()))
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One argument of `parse_builtin_call`: a literal `value`, or a literal-only `call` whose result is the value;
+    `keyword` is its name when written `key=...`, and `unpack` is "*" or "**" when written `*...` or `**...`."""
+    value: object = None
+    call: Call | None = None
+    keyword: str | None = None
+    unpack: str = ""
+
+
+def parse_builtin_call(text: str, allowed_names: Collection[str]) -> tuple[str, list[Argument]]:
+    """Read a call of a Python builtin, such as `print(*['x'], ls(), sep='/')`, as `eval` reads it; nothing runs.
+
+    Returns the callee's name as Python's parser reads it (NFKC-normalized: `ｐｒｉｎｔ` is `print`) and the arguments
+    in the order Python evaluates them (positional, then keyword). Each argument is a literal or a call that
+    `parse_call` accepts with `allowed_names`, optionally unpacked (`*` / `**`); anything else, and a repeated
+    keyword (a SyntaxError in Python, so nothing of the call runs), is a CallParseError."""
+    node, lines = _parse_expression(text)
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise CallParseError("not a call of a plain name")
+    name = node.func.id
+    arguments = []
+    for arg in node.args:
+        starred = isinstance(arg, ast.Starred)
+        arguments.append(_argument(arg.value if starred else arg, name, lines, allowed_names,
+                                   None, "*" if starred else ""))
+    for keyword in node.keywords:
+        if keyword.arg is not None and any(keyword.arg == a.keyword for a in arguments):
+            raise CallParseError(f"{name}: keyword argument {keyword.arg!r} repeated")
+        arguments.append(_argument(keyword.value, name, lines, allowed_names, keyword.arg,
+                                   "" if keyword.arg else "**"))
+    return name, arguments
+
+
+def _argument(node: ast.expr, name: str, lines, allowed_names, keyword: str | None, unpack: str) -> Argument:
+    if isinstance(node, ast.Call):
+        return Argument(call=_call_from_node(node, lines, allowed_names), keyword=keyword, unpack=unpack)
+    return Argument(value=_literal(node, name, depth=0), keyword=keyword, unpack=unpack)
 
 
 def _parse_expression(text) -> tuple[ast.expr, list[bytes] | None]:

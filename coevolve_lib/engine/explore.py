@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from coevolve_lib.core.config import ExploreConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.models import ChatModel
+from coevolve_lib.core.text_blocks import iter_blocks
 from coevolve_lib.engine.contexts import CONTEXT_LIST_FIELDS, CONTEXT_TEXT_FIELDS, ExplorationTarget, build_context
 from coevolve_lib.prompts import available_prompts, clip, load_prompt
 
@@ -94,9 +95,13 @@ def explore_target(target: ExplorationTarget, config: ExploreConfig, model: Chat
 
 
 NO_VALID_ACTION = "No valid action"
-ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+_ACTION_OPEN, _ACTION_CLOSE = re.compile("<action>"), re.compile("</action>")
 
-"""The LLM explorers' action tag (Fig. 9): the last `<action>...</action>` of a reply is its action."""
+
+def action_tags(text: str) -> list[str]:
+    """The bodies of the `<action>...</action>` tags of an LLM explorer's reply (Fig. 9), in order (the last one is
+    its action); in linear time, since a reply is untrusted text."""
+    return [text[start.end():end.start()] for start, end in iter_blocks(text, _ACTION_OPEN, _ACTION_CLOSE)]
 
 
 def render_history(steps: list[tuple[str, str]], observation_chars: int = 300, last: int = 10) -> str:

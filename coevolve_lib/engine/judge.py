@@ -54,7 +54,9 @@ def judge(description: str, query: str, reference: list[str], steps: list[dict],
     return verdict, None
 
 
-JUDGE_SUCCESS_RE = re.compile(r"success\W*\[?\s*(true|false)\b", re.IGNORECASE)
+# `\W*` alone matches what `\W*\[?\s*` did (`[` and whitespace are `\W`) without retrying every split of a
+# whitespace run (16 s on 32k characters); each pattern backtracks only over the run after its keyword: linear.
+JUDGE_SUCCESS_RE = re.compile(r"success\W*(true|false)\b", re.IGNORECASE)
 JUDGE_REASON_RE = re.compile(r"reason\W*:\s*\[?(.*)", re.IGNORECASE | re.DOTALL)
 
 

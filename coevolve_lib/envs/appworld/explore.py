@@ -26,10 +26,10 @@ from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.safe_calls import CallParseError
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import (
-    ACTION_TAG,
     NO_VALID_ACTION,
     WORDS,
     Explorer,
+    action_tags,
     guidance,
     render_history,
     run_ids,
@@ -84,10 +84,14 @@ def _allowed(name: str) -> bool:
     return name not in EXCLUDED_CALLS and not EXCLUDED_APIS.fullmatch(name.split(".", 1)[1])
 
 
+# `a.b` names in LLM text, tried only where a run of word characters starts (its head of digits or non-ASCII letters
+# skipped): `[A-Za-z_]\w*\.[A-Za-z_]\w*` alone finds the same names, but rescans a long word from each letter.
+_DOTTED_NAME = re.compile(r"(?<!\w)[^\W_A-Za-z]*([A-Za-z_]\w*\.[A-Za-z_]\w*)")
+
+
 def focus_apis(context: dict | None, allowed: list[str]) -> list[str]:
     """The allowed `app.api` names a context's focus_pattern entries name (plain names or "a.b>c.d" patterns)."""
-    named = {name for entry in (context or {}).get("focus_pattern", [])
-             for name in re.findall(r"[A-Za-z_]\w*\.[A-Za-z_]\w*", entry)}
+    named = {name for entry in (context or {}).get("focus_pattern", []) for name in _DOTTED_NAME.findall(entry)}
     return [name for name in allowed if name in named]
 
 
@@ -364,7 +368,7 @@ class AppWorldLLMExplorer(AppWorldRuns):
 
     def _parse(self, text: str, apis: list[str]) -> tuple[AppWorldCall | None, str, str]:
         """(call or None, the action text, the rejection reason); the last <action> tag wins, as on BFCL."""
-        tags = ACTION_TAG.findall(text or "")
+        tags = action_tags(text or "")
         if not tags:
             return None, clip((text or "").strip(), 500), "no <action>...</action> tag in the reply"
         action = tags[-1].strip().strip("`").strip()

@@ -18,6 +18,7 @@ from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.safe_calls import CallParseError, parse_call, parse_call_list
+from coevolve_lib.core.text_blocks import iter_blocks, without_blocks
 from coevolve_lib.engine.explore import split_runs
 from coevolve_lib.engine.judge import generation_config
 from coevolve_lib.engine.tasks import task_spec
@@ -119,7 +120,7 @@ def _abstract_llm(triplets, source, config, model, cost) -> list[dict]:
     return drafts
 
 
-TASK_BLOCK_RE = re.compile(r"<task>(.*?)</task>", re.DOTALL | re.IGNORECASE)
+_TASK_OPEN, _TASK_CLOSE = re.compile("<task>", re.IGNORECASE), re.compile("</task>", re.IGNORECASE)
 FIELD_RE = re.compile(r"^[\s*#>_-]*(description|query|action\s*sequence|completion\s*criterion|criterion|confidence)"
                       r"[\s*_]*:[\s*_]*(.*)$", re.IGNORECASE)
 FIELD_NAMES = {"description": "description", "query": "query", "actionsequence": "action_sequence",
@@ -129,8 +130,9 @@ STEP_PREFIX_RE = re.compile(r"^\s*(?:[-*•]\s*)?(?:#?\s*step\s*\d+\s*[:.)-]?|\d
 
 def parse_task_blocks(text: str, skipped: Counter) -> list[dict]:
     """The `<task>` blocks of a reply as {field: text}; an unclosed last block or no block at all is counted."""
-    blocks = []
-    for body in TASK_BLOCK_RE.findall(text):
+    blocks, spans = [], list(iter_blocks(text, _TASK_OPEN, _TASK_CLOSE))  # linear time on untrusted text
+    for start, end in spans:
+        body = text[start.end():end.start()]
         fields: dict[str, list[str]] = {}
         current = None
         for line in body.splitlines():
@@ -141,10 +143,10 @@ def parse_task_blocks(text: str, skipped: Counter) -> list[dict]:
             elif current:
                 fields[current].append(line)
         blocks.append({k: "\n".join(v).strip() for k, v in fields.items()})
-    tail = TASK_BLOCK_RE.sub("", text)
-    if re.search(r"<task>", tail, re.IGNORECASE):
+    tail = without_blocks(text, spans)
+    if _TASK_OPEN.search(tail):
         skipped["unclosed_block"] += 1
-    if not blocks and not re.search(r"<task>", tail, re.IGNORECASE):
+    if not blocks and not _TASK_OPEN.search(tail):
         skipped["no_task_block"] += 1
     return blocks
 

@@ -4,8 +4,8 @@
 shares state between rollouts of one task), executes only calls that `safe_calls` accepted, and records
 the canonical call strings of every executed step in `history` ([turn][step][call]). A call it rejects is
 graded as BFCL grades a call it cannot run: a call made in its turn, with its error as the result (a `print`
-call, which BFCL's `eval` does run, with print's result "None"). So the verdict is the verdict
-`multi_turn_checker` gives on the same calls: the per-turn rules are the official ones and the state and
+call, which BFCL's `eval` does run, with print's result "None", after the calls in its arguments). So the verdict
+is the verdict `multi_turn_checker` gives on the same calls: the per-turn rules are the official ones and the state and
 response comparisons are the official sub-checkers themselves (`backend.checker_module`).
 `python -m coevolve_lib bfcl-replay` (`envs.bfcl.replay`) checks that agreement on ground truth and perturbed ground
 truth, and `benchmarks/bfcl_differential.py` on thousands of randomly mutated trajectories.
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
-from coevolve_lib.core.safe_calls import Call, CallParseError, parse_call
+from coevolve_lib.core.safe_calls import Call, CallParseError, parse_builtin_call, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl import call_guards
 
@@ -233,8 +233,10 @@ class BFCLEnv:
         Observations are formatted as the official executor formats results. A call that is not accepted
         (unparsable, not literal-only, unknown function) yields an `Error during execution: ...` observation
         and is neither executed nor written to `history`. Like a call BFCL's executor fails on, it still
-        counts as a call of its turn (so the turn is not empty) and its error joins the results. Items that
-        are neither a call string nor a Call (None, numbers) are no call at all and count for nothing.
+        counts as a call of its turn (so the turn is not empty) and its error joins the results; a `print`
+        call joins them with the result BFCL's `eval` gives it, after the calls in its arguments ran (and were
+        written to `history`), as there (`_rejected_result`). Items that are neither a call string nor a Call
+        (None, numbers) are no call at all and count for nothing.
         """
         if isinstance(calls, (str, Call)):
             calls = [calls]
@@ -250,7 +252,9 @@ class BFCLEnv:
                 observations.append(f"Error during execution: {e}")
                 if isinstance(call, (str, Call)):
                     self._calls_in_turn += 1
-                    self._model_results.append(_rejected_result(call, observations[-1]))
+                    result, ran = self._rejected_result(call, observations[-1])
+                    accepted += ran
+                    self._model_results.append(result)
                 continue
             result = _run(self._methods, call)
             accepted.append(call.to_source())
@@ -272,6 +276,47 @@ class BFCLEnv:
         except Exception as e:
             raise CallParseError(f"malformed Call: {e}") from None
         return parse_call(source, self.method_names)
+
+    def _rejected_result(self, call: Call | str, error: str) -> tuple[str, list[str]]:
+        """The result BFCL's executor records for a call the kit rejected, and the calls that ran for it.
+
+        The error, except for the builtin `print`, which BFCL's `eval` runs under the name Python reads (`ｐｒｉｎｔ`
+        is `print`). Its argument calls (known functions, literal arguments: `print(ls())`) run first, in Python's
+        order, as they do there; print discards their results. Then the result is print's own: "None" when print
+        accepts the arguments (unpacked ones included: `print(*['x'])`), else the error. Python's print never runs.
+        """
+        try:
+            name, arguments = parse_builtin_call(call if isinstance(call, str) else call.to_source(), self.method_names)
+        except Exception:  # not literals and accepted calls, or a hand-built Call whose source cannot be written
+            return error, []
+        if name != "print":
+            return error, []
+        args, kwargs, ran = [], {}, []
+        for argument in arguments:
+            value = argument.value
+            if argument.call is not None:
+                ran.append(argument.call.to_source())
+                try:
+                    with call_guards.restored_precision():
+                        value = _invoke(self._methods, argument.call)
+                except Exception as e:  # eval stops at the first exception: the rest never runs
+                    return f"Error during execution: {e}", ran
+            if argument.unpack == "*":
+                try:
+                    args.extend(value)
+                except TypeError:  # not iterable
+                    return error, ran
+            elif argument.unpack == "**":
+                if not isinstance(value, dict) or not all(type(key) is str for key in value) or kwargs.keys() & value:
+                    return error, ran
+                kwargs.update(value)
+            elif argument.keyword is None:
+                args.append(value)
+            elif argument.keyword in kwargs:  # also given by an earlier `**`
+                return error, ran
+            else:
+                kwargs[argument.keyword] = value
+        return ("None" if _print_accepts(kwargs) else error), ran
 
     def end_turn(self) -> dict | None:
         """Close the turn in progress; with ground truth, return its verdict under the official rules."""
@@ -360,34 +405,33 @@ def _public_method_names(cls: type) -> tuple[str, ...]:
 _PRINT_KEYWORDS = frozenset({"sep", "end", "file", "flush"})
 
 
-def _rejected_result(call: Call | str, error: str) -> str:
-    """The result BFCL's executor records for a call the kit rejected (the kit runs none of them): its error,
-    except for the builtin `print`, which BFCL's `eval` runs: "None" when print accepts the literal arguments."""
-    try:
-        call = parse_call(call if isinstance(call, str) else call.to_source())
-    except Exception:  # not a literal-only call, or a hand-built Call whose source cannot be written
-        return error
-    kwargs = call.kwargs_dict
-    if (call.name == "print" and set(kwargs) <= _PRINT_KEYWORDS and kwargs.get("file") is None
-            and all(kwargs.get(key) is None or type(kwargs[key]) is str for key in ("sep", "end"))):
-        return "None"
-    return error
+def _print_accepts(kwargs: dict) -> bool:
+    """Python's print(*objects, **kwargs) returns (None) with the keywords: any objects, no other keyword, no file
+    (None is stdout), sep and end None or a string."""
+    return (set(kwargs) <= _PRINT_KEYWORDS and kwargs.get("file") is None
+            and all(kwargs.get(key) is None or type(kwargs[key]) is str for key in ("sep", "end")))
+
+
+def _invoke(methods: dict, call: Call):
+    """Execute one accepted call, guarded (`call_guards`), and return its result; raises what the call raises.
+
+    A call whose arguments would compute for seconds raises ValueError (the reason) before it runs. Call it inside
+    `call_guards.restored_precision()`, so that no call changes the numeric precision of later calls."""
+    # Fresh argument objects per execution, as `eval` of the call text would give: a backend may store
+    # an argument list in its state, and the same Call object may run in several envs.
+    args, kwargs = copy.deepcopy((call.args, dict(call.kwargs)))
+    refusal = call_guards.refusal(call.name, methods[call.name], args, kwargs)
+    if refusal:
+        raise ValueError(refusal)
+    return methods[call.name](*args, **kwargs)
 
 
 def _run(methods: dict, call: Call) -> str:
-    """Execute one accepted call and format its result exactly as the official executor does.
-
-    Guarded (`call_guards`): a call whose arguments would compute for seconds is refused with an error observation,
-    and the call cannot change the numeric precision of later calls."""
+    """Execute one accepted call (`_invoke`) and format its result exactly as the official executor does; an error
+    or a refusal is an error observation."""
     try:
-        # Fresh argument objects per execution, as `eval` of the call text would give: a backend may store
-        # an argument list in its state, and the same Call object may run in several envs.
-        args, kwargs = copy.deepcopy((call.args, dict(call.kwargs)))
-        refusal = call_guards.refusal(call.name, methods[call.name], args, kwargs)
-        if refusal:
-            return f"Error during execution: {refusal}"
         with call_guards.restored_precision():  # the result is formatted at the precision the call set, as in BFCL
-            result = methods[call.name](*args, **kwargs)
+            result = _invoke(methods, call)
             if type(result) is str:
                 return result
             if type(result) is dict:

@@ -35,6 +35,11 @@ def refusal(name: str, method, args: tuple, kwargs: dict) -> str | None:
         return None  # the call itself raises and reports the bad arguments
     if name in ("square_root", "logarithm"):
         precision = arguments.get("precision")
+        if name == "logarithm" and isinstance(precision, str):
+            # `mpmath.mp.dps = precision` takes int(precision): '1000000' is a million digits too. (`decimal`'s
+            # precision, in square_root, takes integers only.)
+            with contextlib.suppress(ValueError):  # not an integer string: the call itself fails at once
+                precision = int(precision)
         if _is_number(precision) and abs(precision) > MAX_DIGITS:
             return f"precision {precision} is over the limit of {MAX_DIGITS} digits"
     elif name == "power":

@@ -6,14 +6,13 @@ never evaluated.
 
 from __future__ import annotations
 
-
 from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.safe_calls import Call, parse_call_list
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import (
-    ACTION_TAG,
     NO_VALID_ACTION,
     Explorer,
+    action_tags,
     guidance,
     render_history,
     run_ids,
@@ -21,7 +20,6 @@ from coevolve_lib.engine.explore import (
 )
 from coevolve_lib.envs.bfcl.benchmark import is_error_observation, start_env
 from coevolve_lib.prompts import clip, load_prompt
-
 
 ACTION_FORMAT = ("Exactly one function call of the environment, written as Python with literal arguments only, "
                  "inside <action>...</action> tags, e.g. <action>cd(folder='document')</action>. "
@@ -44,7 +42,7 @@ def describe_environment(target: ExplorationTarget) -> str:
 
 def parse_action(text: str, allowed_names) -> tuple[Call | None, str, str]:
     """(call or None, the action text, the rejection reason) of one explorer reply; the last <action> tag wins."""
-    tags = ACTION_TAG.findall(text or "")
+    tags = action_tags(text or "")
     if not tags:
         return None, clip((text or "").strip(), 500), "no <action>...</action> tag in the reply"
     action = tags[-1].strip().strip("`").strip()

@@ -251,9 +251,14 @@ def _unknown_call(turns, rng) -> str:
 
 
 def _builtin_call(turns, rng) -> str:
-    # The first three run under BFCL's `eval` (result "None"), the last two raise there (TypeError).
-    return rng.choice(["print('done')", "print()", "print('cd', 'folder', sep='/')", "print(value='x')",
-                       "print('x', sep=1)"])
+    # The first five run under BFCL's `eval` (result "None"; Python reads `ｐｒｉｎｔ` as `print`), the next two raise
+    # there (TypeError). A ground-truth call as print's argument runs first there (and changes the state).
+    positions = _positions(turns)
+    if positions and rng.random() < 0.25:
+        turn, index = rng.choice(positions)
+        return f"print({turns[turn][index]})"
+    return rng.choice(["print('done')", "print()", "print('cd', 'folder', sep='/')", "ｐｒｉｎｔ('done')",
+                       "print(*['cd', 'folder'])", "print(value='x')", "print('x', sep=1)"])
 
 
 def _repeat_keyword_call(turns, rng) -> str:
