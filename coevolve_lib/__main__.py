@@ -1,6 +1,7 @@
 """`python -m coevolve_lib <command> [options]`: the kit's command line. Each command is a module with `main(argv)`.
 
-A user error (a bad profile, override or option value) is one line on stderr and exit status 2, never a traceback.
+A user error (a bad profile, override or option value) is one line on stderr and exit status 2, never a traceback; a
+run that cannot go on (`RunError`: an endpoint that never answers; a corrupt file) is one line and status 1.
 """
 
 import importlib
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from coevolve_lib.core.runtime import configure_process
 
     configure_process()
-    from coevolve_lib.core.config import ConfigError
+    from coevolve_lib.core.config import ConfigError, RunError
     from coevolve_lib.core.records import CorruptFileError
 
     try:
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"{PROG} {argv[0]}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    except CorruptFileError as exc:
+    except (CorruptFileError, RunError) as exc:
         print(f"{PROG} {argv[0]}: error: {exc}", file=sys.stderr)
         return 1
     except SystemExit as exc:  # argparse: --help, or a bad option (one line, status 2)

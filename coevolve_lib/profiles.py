@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Annotated
 
 import yaml
-from pydantic import ValidationError
+from pydantic import AfterValidator, TypeAdapter, ValidationError
+from pydantic_core import ArgsKwargs
 
 from coevolve_lib.core.config import ConfigError, DataEngineConfig, EvalConfig, RolloutSettings, RunConfig, TrainConfig
 from coevolve_lib.core.environment import environment_class
-from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.core.paths import REPO_ROOT, shown_path
 from coevolve_lib.engine.signals import SIGNALS
 
 CONFIGS_DIR = REPO_ROOT / "configs"
@@ -48,24 +50,31 @@ def deep_merge(base: dict, overrides: dict) -> dict:
 
 
 def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
-    path = CONFIGS_DIR / f"{name}.yaml"
-    if not path.exists() or name in NOT_PROFILES:
+    path = CONFIGS_DIR / f"{_profile_name(name)}.yaml"
+    if not path.exists() or name in NOT_PROFILES or (name.startswith("_") and not chain):  # a base is inherited only
         raise ConfigError(f"unknown profile {name!r}; choose from {profile_names()}")
     if name in chain:
         raise ConfigError(f"profile {chain[0]!r} inherits from itself through {' -> '.join(chain + (name,))}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path.relative_to(REPO_ROOT)} is not valid YAML: {' '.join(str(exc).split())}") from None
+        raise ConfigError(f"{shown_path(path)} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path.relative_to(REPO_ROOT)} must be a mapping of sections")
+        raise ConfigError(f"{shown_path(path)} must be a mapping of sections ({', '.join(SECTIONS)}), not a "
+                          f"{type(raw).__name__}")
     base = raw.pop("inherits", None)
+    unknown = sorted(map(str, set(raw) - set(SECTIONS)))
+    if unknown:  # named here, where the file is known (an override's unknown section is refused in `_sections`)
+        raise ConfigError(f"{shown_path(path)}: unknown section(s) {unknown}; valid: {list(SECTIONS)}")
     return deep_merge(_read(base, chain + (name,)), raw) if base else raw
 
 
 def _profile_name(name) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"profile must be a profile name, not {name!r}; choose from {profile_names()}")
+    if "/" in name or os.sep in name or name.endswith((".yaml", ".yml")):  # `CONFIGS_DIR / name` would leave configs/
+        raise ConfigError(f"profile {name!r} is a path: a profile is a name of configs/ (configs/<name>.yaml; copy "
+                          f"the file there and give its name); choose from {profile_names()}")
     return name
 
 
@@ -138,15 +147,25 @@ def _validation_message(exc: ValidationError, section: str, cls) -> str:
     """pydantic's errors as one line: `training.max_steps: Input should be a valid integer (got 'abc')`."""
     problems = []
     for error in exc.errors():
-        where = ".".join([section, *map(str, error["loc"])]) if error["loc"] else section
+        where = section + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "unexpected_keyword_argument":
             message = f"unknown field; valid: {', '.join(_valid_fields(cls, error['loc'][:-1]))}"
-        elif error["loc"] and "input" in error and not isinstance(error["input"], dict):  # a field's value, not
-            # the whole section's (a cross-field check has no `loc`)
+        elif "input" in error and not isinstance(error["input"], (dict, ArgsKwargs)):  # a value, not a whole
+            # section's fields (a cross-field check's)
             message += f" (got {error['input']!r})"
         problems.append(f"{where}: {message}")
     return "; ".join(problems)
+
+
+def checked(name: str, value, annotation):
+    """`value` validated and converted as `annotation`, one of the config's types (e.g. `config.Seeds`): a value that
+    is no profile field (a notebook parameter, a sweep file's seeds) checked as a field would be, with a ConfigError
+    in one line naming `name` otherwise."""
+    try:
+        return TypeAdapter(annotation).validate_python(value)
+    except ValidationError as exc:
+        raise ConfigError(_validation_message(exc, name, None)) from None
 
 
 def _build(section: str, cls, values):
@@ -161,12 +180,17 @@ def _build(section: str, cls, values):
 
 
 def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
-    raw = at_scale(deep_merge(_read(_profile_name(profile)), _as_mapping(overrides)))
-    unknown = sorted(set(raw) - set(SECTIONS))
+    raw = deep_merge(_read(profile), _as_mapping(overrides))
+    unknown = sorted(map(str, set(raw) - set(SECTIONS)))
     if unknown:
         raise ConfigError(f"unknown profile section(s) {unknown}; valid: {list(SECTIONS)}")
+    for section in SECTIONS[1:]:  # before `at_scale` reads them (`--set training=1`)
+        if not isinstance(raw.get(section) or {}, dict):
+            raise ConfigError(f"{section} must be a mapping of fields, not {raw[section]!r}")
+    raw = at_scale(raw)
     if not isinstance(raw.get("model"), str) or not raw["model"].strip():
-        raise ConfigError(f"profile {profile!r} names no model (model: <name, hub id, path or openai:<model>>)")
+        raise ConfigError(f"model must be a model name (tiny, a hub id, a local path or openai:<model>), not "
+                          f"{raw.get('model')!r}")
     return raw
 
 
@@ -220,7 +244,20 @@ def _section_config(section: str, profile: str, overrides, fields: dict):
     return getattr(run_config(profile, deep_merge(_as_mapping(overrides), {section: given})), section)
 
 
+def _overrides(value):
+    if value is not None and not isinstance(value, (dict, list, tuple)):
+        raise ValueError("Input should be a mapping ({section: {field: value}}) or a list of section.field=value "
+                         "strings")
+    return value
+
+
+Overrides = Annotated[object, AfterValidator(_overrides)]
+"""Overrides as a caller gives them (a notebook's `overrides`): a nested mapping, a list of `section.field=value`
+strings, or None."""
+
+
 def _as_mapping(overrides: dict | list[str] | None) -> dict:
+    overrides = checked("overrides", overrides, Overrides)
     return parse_overrides(list(overrides)) if isinstance(overrides, (list, tuple)) else dict(overrides or {})
 
 

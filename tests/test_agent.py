@@ -11,7 +11,8 @@ from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, Op
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.envs.bfcl.benchmark import load_tasks
 from coevolve_lib.envs.bfcl.episode import Episode
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.profiles import parse_overrides, run_config
+from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
 
 
 class ScriptedModel(ChatModel):
@@ -197,3 +198,38 @@ def test_token_level_caps_the_completion_length_and_fails_the_episode():
     [record] = run_rollouts(model, tasks, cfg, progress=False, new_episode=Episode)
     assert len(record["completion_ids"]) <= 20 and not record["success"]
     assert record["terminated"] in ("completion_cap", "completed")
+
+
+class RepeatModel(ChatModel):
+    """Replies `text` to every request. Unit tests only."""
+
+    def __init__(self, text):
+        self.name, self.native_tools, self.text = "repeat", False, text
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        return [Generation(self.text, None, 5, 5, 0.0, "stop") for _ in conversations]
+
+
+@pytest.mark.parametrize("budget, reply, end, steps_run", [
+    ({"max_reply_chars": 20}, "[ls(), ls(), ls(), ls()]", "reply_cap", 0),
+    ({"max_calls_per_step": 3}, "[ls(), ls(), ls(), ls()]", "step_call_cap", 0),
+    ({"max_calls_per_episode": 10}, "[ls(), ls(), ls(), ls()]", "episode_call_cap", 2),
+    ({"max_observation_chars": 20}, "[ls()]", "observation_cap", 1),
+    ({"max_episode_observation_chars": 150}, "[ls(), ls()]", "episode_observation_cap", 2),
+    ({"max_record_chars": 500}, "[ls(), ls()]", "record_cap", 2),
+])
+def test_an_episode_budget_ends_the_episode_as_a_failure_that_names_it(budget, reply, end, steps_run):
+    """Each budget of `rollout.budget`, set by a profile override: the episode ends as a failure with the budget's
+    name, without running the reply that passed a call budget, and the text it keeps is within the budget."""
+    [(field, value)] = budget.items()
+    config = rollout_config(run_config("tiny", parse_overrides([f"rollout.budget.{field}={value}"])).rollout)
+    assert getattr(config.budget, field) == value
+    task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
+    [record] = run_rollouts(RepeatModel(reply), [task], config, progress=False, new_episode=Episode)
+    assert record["terminated"] == end and record["error_type"] == f"agent:{end}" and not record["success"]
+    assert len(record["steps"]) == steps_run
+    observations = [o for s in record["steps"] for o in s["observations"]]
+    assert all(len(o) <= config.budget.max_observation_chars for o in observations)
+    assert sum(map(len, observations)) <= config.budget.max_episode_observation_chars
+    kept = 2 * (sum(len(s["raw"]) for s in record["steps"]) + sum(map(len, observations)))  # messages and steps
+    assert kept <= config.budget.max_record_chars

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import CodeModel
 
+from coevolve_lib.core.config import EpisodeBudget
 from coevolve_lib.core.models import GenerationConfig, load_chat_model
 from coevolve_lib.core.records import config_hash, read_jsonl
 from coevolve_lib.envs.appworld.agent import AppWorldEpisodes, evaluate_appworld
@@ -364,6 +365,22 @@ def test_wrong_and_codeless_replies_fail_and_count_format_errors(world, episodes
     assert by_task["synask_2"]["error_type"] == "appworld:tests_failed"
     # the no-op completion passes AppWorld's no_op_pass test: a positive reward without success
     assert by_task["synnote_1"]["positive_reward"] and 0 < by_task["synnote_1"]["pass_fraction"] < 1
+
+
+def test_appworld_episodes_keep_to_the_episode_budget(world, episodes):
+    """A reply over `max_reply_chars` never reaches the server, an output over `max_observation_chars` is cut and
+    ends the episode, and the code blocks of an episode count against `max_calls_per_episode`."""
+    tasks = load_tasks(SYNTHETIC_SPLIT, world.root)[:3]
+    replies = {tasks[0].task_id: [_block("print('x')" + " " * 500)], tasks[1].task_id: [_block("print('y' * 5000)")],
+               tasks[2].task_id: [_block("print(1)")]}
+    budget = EpisodeBudget(max_reply_chars=400, max_observation_chars=1000, max_calls_per_episode=2)
+    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutConfig(max_batch_size=2, budget=budget),
+                           progress=False, new_episode=episodes)
+    ends = {r["task_id"]: (r["terminated"], len(r["steps"])) for r in records}
+    assert ends == {tasks[0].task_id: ("reply_cap", 0), tasks[1].task_id: ("observation_cap", 1),
+                    tasks[2].task_id: ("episode_call_cap", 2)}
+    assert all(r["error_type"] == f"agent:{r['terminated']}" and not r["success"] for r in records)
+    assert len(records[1]["steps"][0]["output"]) == 1000 and records[1]["steps"][0]["output"] == "y" * 1000
 
 
 @pytest.mark.parametrize("token_level", [False, True])

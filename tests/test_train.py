@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 import coevolve_lib.cli.train as train_cli
 import coevolve_lib.training.loop as train_lib
 from coevolve_lib.__main__ import main as cli
+from coevolve_lib.core.config import BUDGET_REASONS
 from coevolve_lib.core.models import MODELS_DIR
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.data_engine import DataEngine
@@ -53,6 +54,18 @@ def test_grpo_steps_change_the_parameters(tmp_path, monkeypatch):
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["train/episodes"] == 4 and "trl/loss" in r for r in rows)
+
+
+def test_episode_budget_hits_are_counted_in_the_metrics(tmp_path):
+    """A one-character reply budget ends every episode of the step at `reply_cap`; the metrics count them."""
+    run, out = _run(tmp_path, "run", **{"training.pool_updates": "none", "training.max_steps": 1,
+                                        "rollout.budget.max_reply_chars": 1})
+    train_lib.train(run, out, progress=False)
+    [row] = read_jsonl(out / "metrics.jsonl")
+    assert row["budget/reply_cap"] == row["train/episodes"] == 4
+    assert all(row[f"budget/{reason}"] == 0 for reason in BUDGET_REASONS if reason != "reply_cap")
+    records = read_jsonl(out / "rollouts" / "step_00001.jsonl")
+    assert {(r["terminated"], r["success"], len(r["steps"])) for r in records} == {("reply_cap", False, 0)}
 
 
 def test_select_groups_puts_groups_with_an_advantage_first_and_keeps_draw_order():
@@ -190,8 +203,34 @@ def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monk
 def test_a_finished_run_is_not_overwritten_without_resume(tmp_path):
     run, out = _run(tmp_path, "run", **{"training.max_steps": 2, "training.pool_updates": "none"})
     train_lib.train(run, out, progress=False)
-    with pytest.raises(FileExistsError, match="already holds a run"):
+    with pytest.raises(ConfigError, match="already holds a run"):
         train_lib.train(run, out, resume=False, progress=False)
+
+
+def test_a_damaged_last_checkpoint_is_passed_over_for_the_one_before(tmp_path, capsys, caplog):
+    """An emptied trainer_state.json or a file cut short in the last checkpoint used to stop the resume with a
+    traceback in TRL; it now resumes from the checkpoint before it (issue 22), or says in one line what to do."""
+    extra = {"training.max_steps": 2, "training.pool_updates": "none", "training.save_every": 1}
+    run, out = _run(tmp_path, "run", **extra)
+    train_lib.train(run, out, progress=False)
+    (out / "trainer" / "checkpoint-2" / "trainer_state.json").write_text("")
+    with caplog.at_level("WARNING"):
+        assert train_lib.train(run, out, progress=False)["steps"] == 2
+    assert "checkpoint-2: trainer_state.json is not JSON; resuming from checkpoint-1 instead" in caplog.text
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    assert train_lib.checkpoint_damage(out / "trainer" / "checkpoint-2") is None  # step 2 trained and saved again
+
+    for name in ("checkpoint-1/model.safetensors", "checkpoint-2/optimizer.pt"):  # every checkpoint cut short
+        path = out / "trainer" / name
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+    settings = {**train_lib.flat(SMALL), **extra}
+    argv = ["train", "--out", str(out), *[part for key, value in settings.items()
+                                          for part in ("--set", f"{key}={json.dumps(value)}")]]
+    capsys.readouterr()  # what the training runs printed
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoint-2: optimizer.pt is cut short (no zip directory), and no earlier " \
+        "checkpoint is whole: delete " in err and "to train the run again from its first step" in err
 
 
 def test_a_run_folder_refuses_another_configuration_and_keeps_its_own(tmp_path, capsys):

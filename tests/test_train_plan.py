@@ -284,7 +284,8 @@ def test_an_environment_spells_its_settings_canonically_so_equal_settings_hash_a
 
 def test_a_multi_process_cpu_command_runs_as_printed(capsys, tmp_path):
     """The printed `accelerate launch` keeps the user's overrides and names no config file that does not exist
-    (`--config_file default` was refused by accelerate); without a GPU it asks for `--cpu` (issue 22)."""
+    (`--config_file default` was refused by accelerate); it asks for `--multi_gpu`, accelerate's launcher of several
+    processes, on CPU too (`--cpu` started one process). tests/test_multiprocess.py runs it (issue 22)."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 
     overrides = ["training.launch.num_processes=2", 'data_engine.signals.enabled=["boundary"]']
@@ -292,12 +293,10 @@ def test_a_multi_process_cpu_command_runs_as_printed(capsys, tmp_path):
                                                                                     for p in ("--set", o)])
     assert code == 0, err
     command = shlex.split(plan["commands"]["train"])
-    from coevolve_lib.training.plan import gpu_visible
-
-    assert command[:2] == ["accelerate", "launch"] and "--config_file" not in command
-    assert ("--cpu" in command) == (not gpu_visible())
+    assert command[:3] == ["accelerate", "launch", "--multi_gpu"] and "--config_file" not in command
+    assert "--cpu" not in command
     assert command[-4:] == ["--set", overrides[0], "--set", overrides[1]]
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args(command[2:]))
-    assert args.cpu == (not gpu_visible()) and args.num_processes == 2 and args.module and args.training_script == "coevolve_lib"
+    assert args.multi_gpu and args.num_processes == 2 and args.module and args.training_script == "coevolve_lib"
     # the command's own arguments load the same config as the dry run did
     assert run_config("tiny", overrides).training.launch.num_processes == 2

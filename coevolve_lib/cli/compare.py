@@ -12,7 +12,10 @@ bootstrap 95% confidence intervals over seeds and tasks, and on the BFCL val spl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from coevolve_lib import profiles
+from coevolve_lib.core.config import Seeds
 from coevolve_lib.core.paths import FIGURES_DIR
 from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, STUDIES
 from coevolve_lib.studies.compare import PAPER_COLUMN, figure_file
@@ -37,10 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     run = profiles.run_config_from_args(args)  # every value checked before anything runs
-    if any(seed < 0 for seed in args.seeds):
-        raise profiles.ConfigError(f"--seeds must be >= 0 (got {args.seeds})")
+    args.seeds = profiles.checked("--seeds", args.seeds, Seeds)
     if args.jobs < 1:
         raise profiles.ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
+    if args.results and Path(args.results).is_dir():  # found now, not after every run of the study trained
+        raise profiles.ConfigError(f"--results {args.results} is a directory; give the results file's path")
     study = STUDIES[args.study]
     results = run_study(study, args.profile, args.seeds, args.set, args.out, args.results, not args.quiet,
                         jobs=args.jobs)

@@ -27,6 +27,7 @@ import sys
 from papermill.exceptions import PapermillExecutionError
 
 from coevolve_lib import profiles
+from coevolve_lib.core.config import Seeds
 from coevolve_lib.core.paths import shown_path
 from coevolve_lib.studies.reproduce import Driver
 
@@ -40,9 +41,7 @@ def _seeds_argument(text: str) -> list[int]:
         seeds = [int(item) for item in _list_argument(text)]
     except ValueError:
         raise profiles.ConfigError(f"--seeds: {text!r} is not a comma-separated list of integers") from None
-    if not seeds or min(seeds) < 0:
-        raise profiles.ConfigError(f"--seeds: {text!r}: give one or more seeds >= 0")
-    return seeds
+    return profiles.checked("--seeds", seeds, Seeds)
 
 
 def main(argv: list[str] | None = None) -> int:

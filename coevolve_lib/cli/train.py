@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = profiles.run_config_from_args(args)
     out_dir = Path(args.out or RUNS_DIR / f"train_{args.profile}")
+    if out_dir.exists() and not out_dir.is_dir():  # found now, not after D_0 is built
+        raise profiles.ConfigError(f"--out {out_dir} is a file; give a run folder (a new one, or a run to resume)")
     if args.dry_run:
         print(json.dumps(plan(run, out_dir, args.set), indent=2, default=str))
         return 0

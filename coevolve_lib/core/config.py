@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, NonNegativeFloat, field_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass
 
 STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -34,7 +34,7 @@ STRICT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 def _no_bool(value):
     """YAML's `true` is not a count: pydantic would read it as 1."""
     if isinstance(value, bool):
-        raise ValueError(f"Input should be a number, not a boolean ({value})")
+        raise ValueError("Input should be a number, not a boolean")
     return value
 
 
@@ -44,8 +44,23 @@ PositiveInt = Annotated[int, BeforeValidator(_no_bool), Field(gt=0, le=MAX_COUNT
 NonNegativeInt = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=MAX_COUNT)]
 Seed = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=2**32 - 1)]
 """A sampling seed: numpy and torch take 0 .. 2**32 - 1."""
+
+
+def _distinct(seeds: list[int]) -> list[int]:
+    """A seed given twice would train one run and count it twice."""
+    if len(set(seeds)) < len(seeds):
+        raise ValueError("List should name each seed once")
+    return seeds
+
+
+Seeds = Annotated[list[Seed], Field(min_length=1), AfterValidator(_distinct)]
+"""The training seeds of a study (`compare --seeds`, `reproduce --seeds`, a notebook's `seeds`, a sweep file's)."""
+Port = Annotated[int, BeforeValidator(_no_bool), Field(ge=1, le=65535)]
+"""A TCP port."""
 PositiveFloat = Annotated[float, BeforeValidator(_no_bool), Field(gt=0.0, allow_inf_nan=False)]
 """A finite positive number (`inf` and `nan` are refused: a learning rate of inf trains nothing)."""
+NonNegativeFloat = Annotated[float, BeforeValidator(_no_bool), Field(ge=0.0, allow_inf_nan=False)]
+"""A finite number >= 0 (pydantic's own `NonNegativeFloat` takes `inf`: a KL coefficient of inf)."""
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 Temperature = Annotated[float, Field(ge=0.0, le=10.0)]
 ToolDocs = Literal["full", "compact", "none"]
@@ -64,10 +79,48 @@ class ConfigError(ValueError):
     """A bad profile, override or parameter, in one line."""
 
 
+class RunError(RuntimeError):
+    """A run that cannot go on for a reason outside the kit (an endpoint that does not answer, a D_0 without a task),
+    in one line that says why: the CLI prints it and exits with status 1."""
+
+
 # ------------------------------------------------------------------------------------------------ rollout
 
 RolloutEngine = Literal["auto", "generate", "kv_cache", "continuous_batching", "vllm"]
 """The rollout engines of `coevolve_lib.rollout.engines`."""
+
+
+@dataclass(config=STRICT)
+class EpisodeBudget:
+    """What model replies may make one episode do: each budget hit ends the episode as a failure, without running
+    the reply that hit it, its `terminated` (and `agent:<reason>` error type) naming the budget (`BUDGET_REASONS`);
+    training counts the hits per step as `budget/<reason>`. Against replies built to multiply work: one of ~96 kB
+    made ~3,700 `cat` calls of a large file, six of them 10 GiB of memory and a 4 GB record. The defaults are far
+    above what any profile's episodes use (the largest of 23,269 recorded episodes: 8 calls, 367-character replies,
+    630 observation characters, docs/log.md, 2026-12-01)."""
+
+    max_reply_chars: PositiveInt = 65_536
+    """Longest reply looked at (before any parsing or execution): longer ends the episode (`reply_cap`); the record
+    keeps its first `max_reply_chars` characters."""
+    max_calls_per_step: PositiveInt = 32
+    """Most calls one reply may ask for (an AppWorld code block is one call); more ends the episode (`step_call_cap`)
+    before any of them runs."""
+    max_calls_per_episode: PositiveInt = 256
+    """Most calls in one episode; a reply that would pass it ends the episode (`episode_call_cap`) before it runs."""
+    max_observation_chars: PositiveInt = 65_536
+    """Longest observation (one call's result); longer ends the episode (`observation_cap`) after that reply, and the
+    record keeps its first `max_observation_chars` characters."""
+    max_episode_observation_chars: PositiveInt = 1_048_576
+    """Most observation characters in one episode; passing it ends the episode (`episode_observation_cap`)."""
+    max_record_chars: PositiveInt = 2_097_152
+    """Most characters of replies and observations one episode's record holds, counted wherever the record stores
+    them (each is kept in the messages and in the steps); passing it ends the episode (`record_cap`). The JSONL line
+    is this plus its token ids, keys and JSON escapes."""
+
+
+BUDGET_REASONS = ("reply_cap", "step_call_cap", "episode_call_cap", "observation_cap", "episode_observation_cap",
+                  "record_cap")
+"""The `terminated` values of an episode that hit an `EpisodeBudget`."""
 
 
 @dataclass(config=STRICT)
@@ -96,6 +149,8 @@ class RolloutSettings:
     """How token-level rollouts (training, evaluation of local models) compute replies (`rollout.engines`): `auto`
     (`continuous_batching` on CUDA, `kv_cache` on CPU), or one of them by name; `generate` re-feeds whole
     conversations (the reference). `vllm` is not chosen here: `training.use_vllm` sends the GRPO rollouts to it."""
+    budget: EpisodeBudget = field(default_factory=EpisodeBudget)
+    """What model replies may make one episode do (calls, observation and record sizes): `EpisodeBudget`."""
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -139,6 +194,18 @@ class EvalConfig:
         if not value.strip():
             raise ValueError("a model name, hub id, local path or openai:<model> is required")
         return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("an http:// or https:// URL is required, e.g. http://127.0.0.1:8000/v1")
+        return value
+
+    def __post_init__(self):
+        if self.base_url and not self.model.startswith("openai:"):  # a local model has no endpoint to point at
+            raise ValueError(f"base_url {self.base_url} is for openai:<model> models; model {self.model!r} runs "
+                             "locally")
 
 
 
@@ -533,7 +600,7 @@ class TrainConfig:
     `colocate`: a vLLM engine inside each training process, sharing its GPU (`vllm_gpu_memory_utilization`)."""
     vllm_server_host: str = "0.0.0.0"
     """Server mode: the host the vLLM server runs on (TRL's default `0.0.0.0`: this machine)."""
-    vllm_server_port: PositiveInt = 8000
+    vllm_server_port: Port = 8000
     """Server mode: the vLLM server's port (`trl vllm-serve --port`)."""
     vllm_gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
     """Colocate mode: share of each GPU's memory vLLM reserves for weights and KV cache (TRL's default 0.3); the
@@ -602,6 +669,15 @@ class RunConfig:
     training: TrainConfig
 
     def __post_init__(self):
+        data = self.data_engine
+        llm_stages = [name for name, on in (("explore.explorer=llm", data.explore.explorer == "llm"),
+                                            ("explore.context_builder=llm", data.explore.context_builder == "llm"),
+                                            ("synthesis.abstraction=llm", data.synthesis.abstraction == "llm"),
+                                            ("synthesis.judge=true", data.synthesis.judge)) if on]
+        if llm_stages and not data.explorer_model:  # found here, not when the first round needs the model
+            raise ValueError(f"data_engine.explorer_model is needed by data_engine.{', data_engine.'.join(llm_stages)}"
+                             " (set it, e.g. to openai:<name>, or run those stages offline: explorer=schema, "
+                             "context_builder=heuristic, abstraction=deterministic, judge=false)")
         cfg = self.training
         if cfg.pool_updates == "reflexion" and cfg.baselines.reflexion_reflector == "explorer" \
                 and not self.data_engine.explorer_model:

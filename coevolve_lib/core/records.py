@@ -66,6 +66,16 @@ def read_jsonl(path: str | Path, atomic: bool = False) -> list[dict]:
     return records
 
 
+def read_json(path: str | Path):
+    """A JSON file written whole (`write_json_atomic`); a `CorruptFileError` naming it when it does not parse (it
+    cannot be an interrupted write: emptied or damaged afterwards)."""
+    try:
+        return json.loads(Path(path).read_bytes())
+    except ValueError:
+        raise CorruptFileError(f"{path}: not JSON; the file is written atomically, so this is corruption: restore "
+                               "it or remove it") from None
+
+
 def _write_atomically(path: str | Path, text: str) -> None:
     """Write `text` to a temporary file in the same folder, fsync it, then rename it over `path` (atomic on
     POSIX): a killed process leaves the old file or the new one, never a half-written one."""

@@ -20,10 +20,10 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from coevolve_lib.core.config import DataEngineConfig
+from coevolve_lib.core.config import DataEngineConfig, RunError
 from coevolve_lib.core.environment import Environment, RoundSteps, make_environment
 from coevolve_lib.core.models import load_chat_model
-from coevolve_lib.core.paths import MODELS_DIR
+from coevolve_lib.core.paths import MODELS_DIR, shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
@@ -95,10 +95,20 @@ class DataEngine:
                               excluded=self._excluded)
 
     def initial_pool(self, progress: bool = True) -> dict:
-        """D_0: the round-0 report (the pool then holds `d0_size` validated tasks)."""
-        return synthesize_initial(self.environment.sources("pool"), self.pool, self.run_dir / "round_000",
-                                  self.feedback_config(), self.environment.target, self.round_steps(),
-                                  size=self.config.d0_size, model=self.explorer_model, progress=progress)
+        """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). A RunError when it holds none:
+        nothing after it could run (most likely an LLM explorer whose endpoint never answered)."""
+        round_dir = self.run_dir / "round_000"
+        report = synthesize_initial(self.environment.sources("pool"), self.pool, round_dir, self.feedback_config(),
+                                    self.environment.target, self.round_steps(), size=self.config.d0_size,
+                                    model=self.explorer_model, progress=progress)
+        if not self.pool.tasks:
+            failed = report["cost"]["explore"]["skipped"].get("model_error", 0)
+            why = (f"{failed} explorer calls failed: does {self.config.explorer_model}'s endpoint answer "
+                   "(OPENAI_BASE_URL)?" if failed else f"{report['valid_triplets']} exploration calls ran, "
+                   f"{report['accepted']} tasks were accepted")
+            raise RunError(f"D_0 has no task ({report['targets']} environments explored; {why}); once that is "
+                           f"fixed, delete {shown_path(round_dir)} to build D_0 again")
+        return report
 
     def policy(self, progress: bool = True, use_shipped: bool = True) -> str:
         """The policy's model path: the profile's model (`.cache/models/<name>` when the kit built it), or the

@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.core.config import RolloutSettings
+from coevolve_lib.core.config import EpisodeBudget, RolloutSettings
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.engines import (
@@ -65,6 +65,8 @@ class RolloutConfig:
     engine: str = "auto"
     """Token-level mode: how replies are computed (`rollout.engines`): `auto` (kv_cache on CPU, continuous_batching
     on CUDA, generate for other models), `generate`, `kv_cache`, `continuous_batching` or `vllm`."""
+    budget: EpisodeBudget = field(default_factory=EpisodeBudget)
+    """What model replies may make one episode do (`core.config.EpisodeBudget`); `Conversation` enforces it."""
 
     def resolved_tool_format(self, model: ChatModel) -> str:
         if self.tool_format == "auto":
@@ -84,13 +86,15 @@ def rollout_config(settings: RolloutSettings, temperature: float | None = None, 
         max_steps_per_episode=settings.max_steps_per_episode, max_batch_size=settings.batch_size,
         generation=GenerationConfig(max_new_tokens=settings.max_new_tokens, temperature=temperature,
                                     top_p=settings.top_p, seed=seed),
-        token_level=token_level, max_completion_tokens=max_completion_tokens, engine=settings.engine)
+        token_level=token_level, max_completion_tokens=max_completion_tokens, engine=settings.engine,
+        budget=settings.budget)
 
 
 class Conversation:
     """What every episode shares, whatever its environment: the messages, the token-level bookkeeping (the first
-    prompt's ids, everything after it, which of it the model generated) and the completion budget. An environment's
-    episode class adds `feed` (take a reply, act, append observations) and `record`."""
+    prompt's ids, everything after it, which of it the model generated), the completion budget and the episode budget
+    (`EpisodeBudget`: `kept_reply`, `admit_calls`, `kept_observations`). An environment's episode class adds `feed`
+    (take a reply, act, append observations) and `record`."""
 
     def __init__(self, config: RolloutConfig):
         self.config = config
@@ -103,6 +107,7 @@ class Conversation:
         self.completion_ids: list[int] = []  # ... everything after it ...
         self.completion_mask: list[int] = []  # ... and which of those tokens the model generated
         self.rendered = 0  # messages that the ids cover
+        self.calls = self.observation_chars = self.record_chars = 0  # what the episode budget counts
 
     @property
     def done(self) -> bool:
@@ -139,6 +144,57 @@ class Conversation:
         self.prompt_tokens += generation.prompt_tokens
         self.completion_tokens += generation.completion_tokens
         self.model_seconds += generation.seconds
+
+    def kept_reply(self, text: str) -> str:
+        """The reply as the episode keeps it: cut at `max_reply_chars` (`reply_cap`) or at what the record has left
+        (`record_cap`); a cut one ends the episode, and the caller then appends it without parsing or running it."""
+        [text] = self._fit([text], self.config.budget.max_reply_chars, "reply_cap")
+        return self._recorded([text])[0]
+
+    def admit_calls(self, count: int) -> bool:
+        """Whether the `count` calls (rejected attempts included) of one reply may run; if not, the episode ends
+        (`step_call_cap` or `episode_call_cap`) and none of them runs."""
+        budget = self.config.budget
+        if count > budget.max_calls_per_step:
+            self._end("step_call_cap")
+        elif self.calls + count > budget.max_calls_per_episode:
+            self._end("episode_call_cap")
+        else:
+            self.calls += count
+            return True
+        return False
+
+    def kept_observations(self, observations: list[str]) -> list[str]:
+        """The observations as the episode keeps them: each cut at `max_observation_chars` (`observation_cap`), all
+        of them at what the episode's `max_episode_observation_chars` (`episode_observation_cap`) and its record
+        have left; a cut one ends the episode after this reply."""
+        budget = self.config.budget
+        kept = [self._fit([text], budget.max_observation_chars, "observation_cap")[0] for text in observations]
+        kept = self._fit(kept, budget.max_episode_observation_chars - self.observation_chars,
+                         "episode_observation_cap")
+        self.observation_chars += sum(len(text) for text in kept)
+        return self._recorded(kept)
+
+    def _recorded(self, texts: list[str]) -> list[str]:
+        """`texts` cut to what `max_record_chars` has left, and counted: the record keeps each text twice (in its
+        messages and its steps)."""
+        texts = self._fit(texts, (self.config.budget.max_record_chars - self.record_chars) // 2, "record_cap")
+        self.record_chars += 2 * sum(len(text) for text in texts)
+        return texts
+
+    def _fit(self, texts: list[str], room: int, reason: str) -> list[str]:
+        """`texts` cut so that together they hold at most `room` characters; a cut ends the episode at `reason`."""
+        kept = []
+        for text in texts:
+            if len(text) > room:
+                text = text[:max(room, 0)]
+                self._end(reason)
+            room -= len(text)
+            kept.append(text)
+        return kept
+
+    def _end(self, reason: str) -> None:
+        self.terminated = self.terminated or reason  # the first cap hit names the end
 
     def token_fields(self) -> dict:
         """The record's token-level fields (none in message-level mode)."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 
-from coevolve_lib.core.config import ConfigError, EvalConfig
+from coevolve_lib.core.config import ConfigError, EvalConfig, RunError
 from coevolve_lib.core.environment import Environment
 from coevolve_lib.core.models import load_chat_model
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
 
-class EvaluationError(RuntimeError):
+class EvaluationError(RunError):
     """An evaluation that measured nothing (no task, or every episode ended in a model error): no result is written."""
 
 

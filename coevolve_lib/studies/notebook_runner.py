@@ -2,21 +2,60 @@
 (`python -m coevolve_lib notebook`, coevolve_lib/cli/notebook.py; `python -m coevolve_lib reproduce`).
 
 papermill only warns about a parameter the notebook's `parameters` cell does not define; `run_notebook` refuses an
-unknown name before anything runs (a ConfigError).
+unknown name before anything runs (a ConfigError). Each notebook checks its parameters' values in the cell after
+them, before anything runs: the profile's own values through `profiles` (`run_config`, `eval_config`, ...), the
+others with `parameter` (a ConfigError in one line, which `python -m coevolve_lib notebook` shows with status 2).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
-from coevolve_lib.core.config import ConfigError
+from pydantic import Field
+
+from coevolve_lib import profiles
+from coevolve_lib.core.config import ConfigError, NonNegativeInt, PositiveInt, Seeds
+
+PARAMETER_TYPES = {
+    # in several notebooks, with the same meaning in each
+    "seeds": Seeds, "jobs": PositiveInt, "overrides": profiles.Overrides, "resume": bool,
+    "run_dir": str | None, "out_dir": str | None,
+    # one notebook's
+    "task_index": NonNegativeInt, "replay_limit": PositiveInt,  # 00
+    "show_targets": NonNegativeInt,  # 04
+    "round_index": PositiveInt,  # 05: the pool version the round creates (D_0 is 0)
+    "pass_k": NonNegativeInt,  # 07
+    "d0_sizes": list[PositiveInt], "feedback_every": list[PositiveInt],  # 09
+    "k": PositiveInt,  # 11
+    "explorer_models": dict[str, str], "default_row": str,  # 12
+    "split": str, "task_id": str, "max_steps": PositiveInt, "max_new_tokens": PositiveInt,  # 13 (AppWorld)
+    "appworld_profile": str | None,  # 14
+    "study_seeds": dict[str, Seeds], "allow_missing": bool,  # 20
+}
+"""The type of each notebook parameter that no profile function checks, by name."""
+
+
+def parameter(name: str, value, choices=None, **bounds):
+    """The notebook parameter `name`'s `value`, checked and converted as `PARAMETER_TYPES[name]`: one of `choices`
+    when given, within pydantic's `bounds` (e.g. `lt=len(tasks)`) when given. A ConfigError in one line otherwise."""
+    annotation = PARAMETER_TYPES[name]
+    if choices is not None:
+        annotation = Literal[tuple(choices)]
+    elif bounds:
+        annotation = Annotated[annotation, Field(**bounds)]
+    return profiles.checked(name, value, annotation)
 
 
 def notebook_parameters(notebook: str | Path) -> list[str]:
     """The names the notebook's `parameters` cell defines."""
     import papermill
+    from nbformat.reader import NotJSONError
 
-    return sorted(papermill.inspect_notebook(str(notebook)))
+    try:
+        return sorted(papermill.inspect_notebook(str(notebook)))
+    except NotJSONError:
+        raise ConfigError(f"{notebook} is not a notebook (not nbformat JSON)") from None
 
 
 def check_parameters(notebook: str | Path, parameters: dict) -> None:
@@ -32,8 +71,8 @@ def run_notebook(notebook: str | Path, output: str | Path, parameters: dict, pro
     import papermill
 
     notebook = Path(notebook)
-    if not notebook.exists():
-        raise ConfigError(f"no notebook {notebook}")
+    if not notebook.is_file() or notebook.suffix != ".ipynb":
+        raise ConfigError(f"no notebook {notebook} (a .ipynb file, e.g. notebooks/06_coevolve_training.ipynb)")
     check_parameters(notebook, parameters)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),

@@ -12,6 +12,7 @@ import pandas as pd
 import yaml
 
 from coevolve_lib import profiles
+from coevolve_lib.core.config import Seeds
 from coevolve_lib.core.results import HELDOUT_TITLES
 from coevolve_lib.studies.run import Study, Variant
 
@@ -30,13 +31,18 @@ def load_sweep(name_or_path: str) -> dict:
         sweep = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise profiles.ConfigError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(sweep, dict):  # a YAML list or string
+        sweep = {"cells": None}
     unknown = set(sweep) - {"profile", "seeds", "base", "cells"}
     cells = sweep.get("cells")
     if unknown or not isinstance(cells, dict) or not cells:
         raise profiles.ConfigError(f"{path}: a sweep holds profile, seeds, base and a non-empty `cells` mapping"
-                                   + (f" (unknown keys {sorted(unknown)})" if unknown else ""))
-    sweep = {"name": path.stem, "profile": sweep.get("profile", "tiny"), "seeds": list(sweep.get("seeds", [0])),
-             "base": list(sweep.get("base", [])), "cells": {str(k): list(v or []) for k, v in cells.items()}}
+                                   + (f" (unknown keys {sorted(map(str, unknown))})" if unknown else ""))
+    strings = list[str]  # the base's and each cell's `section.field=value` overrides
+    sweep = {"name": path.stem, "profile": sweep.get("profile", "tiny"),
+             "seeds": profiles.checked(f"{path}: seeds", sweep.get("seeds", [0]), Seeds),
+             "base": profiles.checked(f"{path}: base", sweep.get("base") or [], strings),
+             "cells": {str(k): profiles.checked(f"{path}: cells.{k}", v or [], strings) for k, v in cells.items()}}
     for overrides in sweep["cells"].values():  # every cell's config is checked before anything runs
         profiles.run_config(sweep["profile"], [*sweep["base"], *overrides])
     return sweep

@@ -29,18 +29,27 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import sys
 import time
+import zipfile
 from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from coevolve_lib.core.config import ConfigError, RunConfig, TrainConfig
+from coevolve_lib.core.config import BUDGET_REASONS, ConfigError, RunConfig, TrainConfig
 from coevolve_lib.core.models import HFChatModel, set_torch_threads
-from coevolve_lib.core.paths import repo_relative
-from coevolve_lib.core.records import append_jsonl, config_hash, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.paths import repo_relative, shown_path
+from coevolve_lib.core.records import (
+    append_jsonl,
+    config_hash,
+    read_json,
+    read_jsonl,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from coevolve_lib.core.safe_calls import CallParseError, parse_call
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
 from coevolve_lib.engine.pool_updates import POOL_UPDATES, RoundInputs
@@ -51,6 +60,7 @@ from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs, lora_config
 
 STATE_FILE = "coevolve_state.json"
+log = logging.getLogger(__name__)
 
 
 def prefix_reward(record: dict, reference_actions: list[str]) -> float:
@@ -183,10 +193,49 @@ class PoolRollouts:
         return output
 
 
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """What is wrong with a checkpoint's files, None when nothing is: a JSON file that does not parse (an emptied
+    `trainer_state.json`), a safetensors file shorter than its header says, a torch file (`optimizer.pt`, zip) without
+    its closing directory: a file cut short or emptied after it was saved (a full disk, a partial copy). Cheap: the
+    headers and directories are read, not the tensors."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+        name = path.relative_to(checkpoint)
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_bytes())
+            except ValueError:
+                return f"{name} is not JSON"
+        elif path.suffix == ".safetensors":
+            try:
+                with safe_open(str(path), framework="pt"):
+                    pass
+            except SafetensorError as error:
+                return f"{name} is not whole ({error})"
+        elif path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
+            return f"{name} is cut short (no zip directory)"
+    return None
+
+
 def latest_checkpoint(trainer_dir: Path) -> Path | None:
-    """The newest `checkpoint-N` folder that holds our state file (a checkpoint cut before it was written is skipped)."""
-    done = [p for p in trainer_dir.glob("checkpoint-*") if (p / STATE_FILE).exists()]
-    return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
+    """The newest `checkpoint-N` folder to resume from: one that holds our state file (a checkpoint cut before it was
+    written is skipped) and no damaged file (`checkpoint_damage`). A damaged one is passed over with a warning for the
+    one before it: the steps after that are replayed, as after a kill. A ConfigError when every one is damaged."""
+    done = sorted((p for p in trainer_dir.glob("checkpoint-*") if (p / STATE_FILE).exists()),
+                  key=lambda p: int(p.name.split("-")[1]), reverse=True)
+    damaged = []
+    for checkpoint in done:
+        damage = checkpoint_damage(checkpoint)
+        if damage is None:
+            for problem in damaged:
+                log.warning("%s; resuming from %s instead", problem, checkpoint.name)
+            return checkpoint
+        damaged.append(f"{shown_path(checkpoint)}: {damage}")
+    if damaged:
+        raise ConfigError(f"{damaged[0]}, and no earlier checkpoint is whole: delete {shown_path(trainer_dir)} to "
+                          "train the run again from its first step")
+    return None
 
 
 class CoEvolveLoop:
@@ -368,6 +417,8 @@ class CoEvolveLoop:
             "train/model_tokens_mean": round(sum(r["model_tokens"] for r in records) / max(len(records), 1), 1),
             "train/calls_mean": round(sum(len(r["steps"]) for r in records) / max(len(records), 1), 2),
             "train/model_tokens": sum(r["model_tokens"] for r in records),
+            # episodes ended by an episode budget (core.config.EpisodeBudget), per budget
+            **{f"budget/{reason}": sum(r["terminated"] == reason for r in records) for reason in BUDGET_REASONS},
             **{f"signals/{name}": counts.get(name, 0) for name in self.extractor.signals},
             "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.engine.pool.tasks),
             "pool/version": self.rollouts.allowed_version,
@@ -488,7 +539,7 @@ def check_run_folder(run: RunConfig, out_dir: Path) -> None:
     path = out_dir / "run_config.json"
     if not path.exists():
         return
-    recorded = json.loads(path.read_text()).get("config")
+    recorded = read_json(path).get("config")
     if recorded is None:  # written before runs recorded their whole config: nothing to compare with
         return
     before, now = flat(recorded), flat(as_json(asdict(run)))
@@ -516,9 +567,18 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     trainer_dir = out_dir / "trainer"
     checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
     if checkpoint is not None and not resume:
-        raise FileExistsError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
-                              "choose another --out")
-    state = PartialState()
+        raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
+                          "choose another --out")
+    import torch
+
+    cpu = not torch.cuda.is_available()
+    if cpu:
+        # accelerate names a launched process's device `cpu:<index>`, which transformers hands torch.load as the
+        # map_location of a resumed optimizer, and torch restores no `cpu:0`: the plain `cpu` for every process.
+        os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
+    # On CPU, accelerate joins launched processes (gloo) only in a state made with cpu=True (TRL's `use_cpu` makes
+    # its own so); a default one leaves each process alone, and every one of them the main process.
+    state = PartialState(cpu=cpu)
     owned = engine is None
     engine = DataEngine(run.data_engine, out_dir, run.evaluation.benchmark) if owned else engine
     try:
@@ -559,8 +619,9 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
         engine.pool.__init__(engine.pool.path)
     policy_path = engine.policy()
 
-    announce(progress, f"training: {cfg.max_steps} GRPO steps of {cfg.tasks_per_step} tasks x K = {cfg.group_size}, "
-                       f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
+    announce(progress and state.is_main_process,
+             f"training: {cfg.max_steps} GRPO steps of {cfg.tasks_per_step} tasks x K = {cfg.group_size}, "
+             f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
     rollouts = PoolRollouts(engine, run, process_index=state.process_index)
     loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress,
                         start_evaluations=Path(start_evaluations) if start_evaluations else None)

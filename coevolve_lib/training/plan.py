@@ -23,7 +23,7 @@ from coevolve_lib.training.trl_args import grpo_kwargs
 def train_command(run: RunConfig, out: str, overrides: list[str] = ()) -> list[str]:
     """The command that trains `run` into `out`, as shell words (the `--set overrides` quoted): in-process, or
     `accelerate launch` for multi-process profiles: with the profile's accelerate config file, else with accelerate's
-    own defaults (`--cpu` where no GPU is visible)."""
+    own defaults and `--multi_gpu`."""
     launch = run.training.launch
     train = ["-m", "coevolve_lib", "train", "--profile", run.profile, "--out", out,
              *[part for override in overrides for part in ("--set", shlex.quote(override))]]
@@ -32,8 +32,10 @@ def train_command(run: RunConfig, out: str, overrides: list[str] = ()) -> list[s
     accelerate = ["accelerate", "launch"]
     if launch.accelerate_config:
         accelerate += ["--config_file", launch.accelerate_config]
-    elif not gpu_visible():
-        accelerate += ["--cpu"]
+    else:
+        # accelerate starts several processes (torchrun) only for `--multi_gpu`, on GPUs and on CPU alike (there the
+        # run's processes join over gloo, `loop.train`); with `--cpu` it starts one, its multi-CPU path being mpirun.
+        accelerate += ["--multi_gpu"]
     accelerate += ["--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
     if launch.num_machines > 1:
         accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR", "--main_process_port",

@@ -6,7 +6,8 @@ and lists the apps' APIs; the user message is the supervisor and the task's inst
 ```python block calling `apis.<app>.<api>(...)`; the kit only extracts it, and AppWorld's server runs it in its own
 sandbox (`AppWorldEnv.step`); what it printed comes back as the next user message. The episode ends when the agent
 calls `apis.supervisor.complete_task(...)`, at the step cap (`RolloutConfig.max_steps_per_episode`, the paper's 30;
-a reply without code spends a step too), at the token cap or on a model error.
+a reply without code spends a step too), at the token cap, at an episode budget (`core.config.EpisodeBudget`; a code
+block is one call) or on a model error.
 
 Servers: `AppWorldEpisodes` owns a pool of AppWorld servers, one per live episode (so `RolloutConfig.max_batch_size`
 bounds them), started when first needed and reused by the next episode. A server failure (`AppWorldServerError`) is
@@ -157,25 +158,31 @@ class AppWorldEpisode(Conversation):
             self.messages.append({"role": "assistant", "content": ""})
             self.terminated, self.model_error = "model_error", generation.error
             return
-        self.messages.append({"role": "assistant", "content": generation.text})
-        if self.terminated:  # the completion cap: the reply is kept in the ids and messages but not executed
+        text = self.kept_reply(generation.text)
+        self.messages.append({"role": "assistant", "content": text})
+        # The completion or reply cap: the reply is kept in the ids and messages but not executed; one code block is
+        # one call of the episode budget.
+        if self.terminated or not self.admit_calls(1):
             return
         start = time.perf_counter()
         try:
-            output = self.env.step(generation.text)
+            output = self.env.step(text)
         except AppWorldServerError as error:
             if self._recover(error):
                 self._start_attempt()
             return
         finally:
             self.env_seconds += time.perf_counter() - start
-        code = extract_code(generation.text)
+        output, = self.kept_observations([output])
+        code = extract_code(text)
         # What signals and contexts read: `calls`, the APIs the code names (read as text), and one observation per
         # call; the block's output is one text, given to its last call.
         calls = code_api_names(code)
-        self.steps.append({"step": len(self.steps), "raw": generation.text, "code": code, "output": output,
+        self.steps.append({"step": len(self.steps), "raw": text, "code": code, "output": output,
                            "calls": calls, "observations": [""] * (len(calls) - 1) + [output] if calls else []})
         self.messages.append({"role": "user", "content": output or EMPTY_OUTPUT})
+        if self.terminated:  # an episode budget
+            return
         if self.env.completed:
             self.terminated = "completed"
         elif self.env.done:

@@ -1,7 +1,8 @@
 """One episode of a BFCL task, following BFCL's inference protocol: per user turn the model replies; if the reply holds
 tool calls they run in the episode's own `BFCLEnv` and their results go back as `tool` messages, and the model is asked
 again; a reply without calls ends the turn. Caps (the paper's Table 9: 30 interaction steps per episode; BFCL's
-runner: 20 steps per turn) end the episode as a failure. `rollout.agent.run_rollouts` drives it.
+runner: 20 steps per turn) and the episode budget (`core.config.EpisodeBudget`: reply length, calls, observation and
+record sizes) end the episode as a failure. `rollout.agent.run_rollouts` drives it.
 """
 
 from __future__ import annotations
@@ -86,29 +87,34 @@ class Episode(Conversation):
             self.terminated = "model_error"
             self.model_error = generation.error
             return
-        if self.terminated:  # the completion cap: the reply is kept in the ids and messages but not executed
-            self.messages.append({"role": "assistant", "content": generation.text})
+        text = self.kept_reply(generation.text)
+        if self.terminated:  # the completion or reply cap: the reply is kept in the ids and messages but not executed
+            self.messages.append({"role": "assistant", "content": text})
             return
         try:
-            reply = toolcalls.parse_reply(self.tool_format, generation.text, generation.tool_calls)
+            reply = toolcalls.parse_reply(self.tool_format, text, generation.tool_calls)
         except Exception as error:  # the parsers never raise; if one ever does, only this reply fails, not the batch
             log.exception("task %s: the reply parser raised; the reply counts as one rejected call", self.task.id)
             self.parser_failures += 1
             reply = toolcalls.ParsedReply(errors=[f"the reply could not be parsed ({type(error).__name__})"])
-        self.messages.append(toolcalls.assistant_message(self.tool_format, generation.text, reply))
+        self.messages.append(toolcalls.assistant_message(self.tool_format, text, reply))
         if reply.is_answer:
             self._end_turn()
             return
+        if not self.admit_calls(len(reply.calls) + len(reply.errors)):
+            return
         start = time.perf_counter()
-        observations = self.env.execute(reply.calls)
+        observations = self.kept_observations(self.env.execute(reply.calls))
         self.env_seconds += time.perf_counter() - start
         self.messages.extend(toolcalls.tool_messages(reply, observations))
         # As in BFCL's runner, `calls` are the decoded calls, a call to a function the environment lacks included
         # (its observation is the error); `rejected` are attempts that did not decode to a literal-only call.
-        self.steps.append({"turn": self.turn, "step": self.steps_in_turn, "raw": generation.text,
+        self.steps.append({"turn": self.turn, "step": self.steps_in_turn, "raw": text,
                            "calls": [c.to_source() for c in reply.calls], "observations": observations,
                            "rejected": reply.errors})
         self.steps_in_turn += 1
+        if self.terminated:  # an episode budget
+            return
         if self.steps_in_turn >= self.config.max_steps_per_turn:
             self.terminated = "turn_step_cap"
         elif len(self.steps) >= self.config.max_steps_per_episode:

@@ -1,0 +1,107 @@
+"""A real 2-process `accelerate launch` on CPU (issue 22): the tiny profile's printed command, made tiny (2 GRPO steps
+of 2 tasks x K = 4, a feedback round after each, no evaluation), runs as printed; then the same command resumes the
+run from its step-1 checkpoint. Each process on one torch thread; ~30 s on 2 cores."""
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.profiles import run_config
+from coevolve_lib.training.plan import plan
+
+OVERRIDES = ["training.launch.num_processes=2", "training.max_steps=2", "training.feedback_every=1",
+             "training.eval_limit=0", "training.tasks_per_step=2", "training.group_size=4", "training.draw_factor=1",
+             "training.max_completion_tokens=256", "training.reward=prefix", 'data_engine.signals.enabled=["boundary"]',
+             "data_engine.d0_size=8", "data_engine.max_targets=2", "data_engine.explore.runs=1",
+             "data_engine.explore.calls_per_run=4", "data_engine.heldout.new_tasks.size=5",
+             "data_engine.heldout.new_tasks.runs=1", "data_engine.heldout.new_envs.size=6",
+             "data_engine.heldout.new_envs.runs=1"]
+"""The prefix reward, on the shipped warm start, differs within groups (so GRPO has an advantage: the weights move)
+and the boundary signal then finds targets for round 1."""
+EPISODES = 2 * 4
+
+
+def launch(command: list[str]) -> subprocess.CompletedProcess:
+    """Run the printed command from the repository root, with this interpreter's `accelerate` and a free port (the
+    printed command keeps accelerate's default 29500, which another run on the machine may hold)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "COEVOLVE_MAX_TORCH_THREADS": "1"}
+    command = [*command[:2], "--main_process_port", str(port), *command[2:]]
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    print(f"{shlex.join(command[:8])} ...: exit {proc.returncode} in {time.perf_counter() - start:.1f} s")
+    return proc
+
+
+def step_files(out: Path) -> dict[str, int]:
+    return {f"{folder}/{p.name}": p.stat().st_mtime_ns for folder in ("rollouts", "signals")
+            for p in sorted((out / folder).glob("step_*.jsonl"))}
+
+
+def episodes(out: Path, step: int) -> list:
+    """What the step's episodes did (their timings left out)."""
+    return [(r["task_id"], r["sample_index"], r["reward"], r["steps"])
+            for r in read_jsonl(out / "rollouts" / f"step_{step:05d}.jsonl")]
+
+
+@pytest.mark.slow
+def test_the_printed_two_process_command_trains_feeds_back_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    command = shlex.split(plan(run_config("tiny", OVERRIDES), out, OVERRIDES)["commands"]["train"])
+    assert command[:3] == ["accelerate", "launch", "--multi_gpu"] and "--num_processes" in command
+
+    first = launch(command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.count('{"profile": "tiny"') == 1  # the summary, from the main process only
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]  # one row per step, not one per process
+    # Both processes' episodes are gathered: a single process would have rolled out its share only.
+    assert all(r["train/episodes"] == EPISODES for r in rows)
+    assert {p.name for p in (out / "trainer" / "checkpoint-2").glob("rng_state_*.pth")} == \
+        {"rng_state_0.pth", "rng_state_1.pth"}
+    # The feedback round after step 1 ran once (the main process) and grew the pool.
+    report = json.loads((out / "round_001" / "report.json").read_text())
+    pool = TaskPool(out / "pool.jsonl")
+    assert report["pool_version"] == 1 and report["added_to_pool"] > 0 and rows[0]["feedback/tasks_added"] > 0
+    assert len(pool.ids) == len(pool.tasks) and pool.version == 2
+    start = load_file(Path(json.loads((out / "run_config.json").read_text())["policy"]) / "model.safetensors")
+
+    def moved(weights: dict) -> int:
+        return sum(not torch.equal(start[name], weights[name]) for name in start)
+
+    assert moved(load_file(out / "final" / "model.safetensors")) > len(start) // 2
+
+    # The run dies after its step-1 checkpoint: the later checkpoint and the model are gone, the later records stay.
+    shutil.rmtree(out / "trainer" / "checkpoint-2")
+    shutil.rmtree(out / "final")
+    (out / "summary.json").unlink()
+    metrics, files, step2 = (out / "metrics.jsonl").read_text(), step_files(out), episodes(out, 2)
+
+    resumed = launch(command)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # Step 1 is kept as it was (not trained again); step 2 is trained again from the checkpoint, exactly.
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    assert (out / "metrics.jsonl").read_text().splitlines()[0] == metrics.splitlines()[0]
+    after = step_files(out)
+    assert after.keys() == files.keys()
+    assert all((after[name] == files[name]) == ("step_00001" in name) for name in files), (files, after)
+    assert episodes(out, 2) == step2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert TaskPool(out / "pool.jsonl").tasks == pool.tasks  # the replayed round 2 adds nothing twice
+    assert moved(load_file(out / "trainer" / "checkpoint-2" / "model.safetensors")) > len(start) // 2
