@@ -218,7 +218,7 @@ class RepeatModel(ChatModel):
     ({"max_episode_observation_chars": 150}, "[ls(), ls()]", "episode_observation_cap", 2),
     ({"max_record_chars": 500}, "[ls(), ls()]", "record_cap", 2),
 ])
-def test_an_episode_budget_ends_the_episode_as_a_failure_that_names_it(budget, reply, end, steps_run):
+def test_an_episode_budget_ends_the_episode_as_a_failure_that_names_it(budget, reply, end, steps_run, caplog):
     """Each budget of `rollout.budget`, set by a profile override: the episode ends as a failure with the budget's
     name, without running the reply that passed a call budget, and the text it keeps is within the budget."""
     [(field, value)] = budget.items()
@@ -228,6 +228,8 @@ def test_an_episode_budget_ends_the_episode_as_a_failure_that_names_it(budget, r
     [record] = run_rollouts(RepeatModel(reply), [task], config, progress=False, new_episode=Episode)
     assert record["terminated"] == end and record["error_type"] == f"agent:{end}" and not record["success"]
     assert len(record["steps"]) == steps_run
+    assert [r.getMessage() for r in caplog.records if "budget" in r.getMessage()] == [
+        f"an episode passed its budget: {end} (rollout.budget); it ends as a failure"]
     observations = [o for s in record["steps"] for o in s["observations"]]
     assert all(len(o) <= config.budget.max_observation_chars for o in observations)
     assert sum(map(len, observations)) <= config.budget.max_episode_observation_chars

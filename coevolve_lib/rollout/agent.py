@@ -17,6 +17,7 @@ TRL's `rollout_func` returns.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -37,6 +38,7 @@ from coevolve_lib.rollout.engines import (
 from coevolve_lib.rollout.vllm import VLLMEngine
 
 ROLLOUT_SCHEMA = "rollout/v1"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -194,7 +196,9 @@ class Conversation:
         return kept
 
     def _end(self, reason: str) -> None:
-        self.terminated = self.terminated or reason  # the first cap hit names the end
+        if self.terminated is None:  # the first cap hit names the end
+            self.terminated = reason
+            log.warning("an episode passed its budget: %s (rollout.budget); it ends as a failure", reason)
 
     def token_fields(self) -> dict:
         """The record's token-level fields (none in message-level mode)."""
