@@ -533,6 +533,13 @@ def flat(mapping: dict, prefix: str = "") -> dict:
     return out
 
 
+def gpu_visible() -> bool:
+    """Whether torch sees a CUDA device here."""
+    import torch  # heavy: only for this question (the CLI's quick paths never ask it)
+
+    return torch.cuda.is_available()
+
+
 def check_run_folder(run: RunConfig, out_dir: Path) -> None:
     """A run folder belongs to one configuration: resuming it with another (another seed included) would train
     nothing new and relabel the old run's results, so it is refused, in one line, before anything is written."""
@@ -569,9 +576,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     if checkpoint is not None and not resume:
         raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                           "choose another --out")
-    import torch
-
-    cpu = not torch.cuda.is_available()
+    cpu = not gpu_visible()
     if cpu:
         # accelerate names a launched process's device `cpu:<index>`, which transformers hands torch.load as the
         # map_location of a resumed optimizer, and torch restores no `cpu:0`: the plain `cpu` for every process.

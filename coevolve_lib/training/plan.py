@@ -43,13 +43,6 @@ def train_command(run: RunConfig, out: str, overrides: list[str] = ()) -> list[s
     return accelerate + train
 
 
-def gpu_visible() -> bool:
-    """Whether torch sees a CUDA device here (imported only to plan a multi-process run without a config file)."""
-    import torch  # heavy: only for this question
-
-    return torch.cuda.is_available()
-
-
 def server_split(cfg: TrainConfig) -> TrainConfig | None:
     """The training section with a vLLM server on `vllm_tensor_parallel_size` of the profile's GPUs: the most
     training processes that leave them free and still split a step into whole groups, with gradient accumulation
