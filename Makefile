@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
 
-.PHONY: setup appworld test test-unit test-notebooks reproduce lab clean
+.PHONY: setup appworld test test-unit test-notebooks test-paper reproduce lab clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,11 +41,16 @@ test: setup appworld
 	COEVOLVE_MAX_TORCH_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-notebooks
 
 test-unit:
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -m "not paper"
 
 test-notebooks:
 	COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+
+# The paper profiles' CPU rehearsals beyond the fastest one that `make test` runs (tests/test_rehearsal.py: Qwen2.5-7B's
+# and Qwen3-30B-A3B's stand-ins on 2 processes, a resume, an evaluation). `.ci/run` runs it after `make test`.
+test-paper: setup
+	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
 
 # Every table and figure of the embedded default profile: the numbered notebooks run with papermill, in order, by the
 # batch driver (results/<profile>/ with tables.md, figures/<profile>/, executed notebooks in runs/reproduce/<profile>/).

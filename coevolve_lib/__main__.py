@@ -22,6 +22,8 @@ COMMANDS = {
               "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
     "compare": ("coevolve_lib.cli.compare",
                 "one study (Tables 2-3 by default, or an ablation) over several seeds"),
+    "rehearse": ("coevolve_lib.cli.rehearse",
+                 "a paper profile's GPU path on CPU: its stand-in on 2 processes, a resume, an evaluation"),
     "reproduce": ("coevolve_lib.cli.reproduce",
                   "run the notebooks with papermill: every table and figure of a profile"),
     "sweep": ("coevolve_lib.cli.sweep",

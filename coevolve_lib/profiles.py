@@ -30,8 +30,9 @@ USAGE_ERROR = 2
 """Exit status of a command given bad input (argparse's own)."""
 
 
-NOT_PROFILES = ("reproduce",)
-"""YAML files of configs/ that are no profile (`reproduce.yaml`: the batch driver's per-profile parameters)."""
+NOT_PROFILES = ("reproduce", "rehearsal")
+"""YAML files of configs/ that are no profile (`reproduce.yaml`: the batch driver's per-profile parameters;
+`rehearsal.yaml`: what a rehearsal puts over a paper profile)."""
 
 
 def profile_names() -> list[str]:
@@ -206,7 +207,32 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
         run = RunConfig(profile=profile, model=raw["model"], rollout=rollout, **sections)
     except ValidationError as exc:  # a check across sections (RunConfig.__post_init__)
         raise ConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+    check_launch(run)
     return check_registered(run)
+
+
+FSDP_LOCAL_ROLLOUTS = (
+    "FSDP shards the policy, so every forward pass of a rollout is a collective, and episodes of different lengths "
+    "on different processes would wait for each other for ever: with FSDP set training.use_vllm=true (vLLM generates; "
+    "the policy only scores), or train with DeepSpeed ZeRO-3 (configs/accelerate/zero3_1x8.yaml), whose rollouts run "
+    "on gathered weights")
+"""Why FSDP with the kit's local rollout engines is refused (TRL gathers ZeRO-3's weights for generation, not
+FSDP's); here for the profile's accelerate config, in `training.loop.train` for a launch that asks for FSDP itself."""
+
+
+def check_launch(run: RunConfig) -> None:
+    """What the profile's accelerate config file cannot do with it: FSDP without vLLM rollouts (a missing file is a
+    note of the plan, not an error here)."""
+    name = run.training.launch.accelerate_config
+    path = REPO_ROOT / name if name else None
+    if path is None or not path.is_file():
+        return
+    try:
+        accelerate = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if isinstance(accelerate, dict) and accelerate.get("distributed_type") == "FSDP" and not run.training.use_vllm:
+        raise ConfigError(f"training.launch.accelerate_config={name}: {FSDP_LOCAL_ROLLOUTS}")
 
 
 def check_registered(run: RunConfig) -> RunConfig:

@@ -90,6 +90,14 @@ CASES = [  # (command, exit status, what the one line says)
     ("evaluate --out {tmp}/e.json --batch-size abc", 2, "rollout.batch_size: Input should be a valid integer"),
     ("evaluate --out {tmp}/e.json --limit 1.5", 2, "evaluation.limit: Input should be a valid integer"),
     ("evaluate --out {tmp}/e.json --category ''", 2, "evaluation.category: unknown BFCL category ''"),
+    ("evaluate --out {tmp}/e.json --set rollout.max_steps_per_episode=0", 2,
+     "rollout.max_steps_per_episode: Input should be greater than 0"),
+    ("evaluate --out {tmp}/e.json --set nodot", 2, "override 'nodot' is not of the form section.field=value"),
+    # rehearse (issue 28)
+    ("rehearse --profile tiny", 2, "rehearse runs the BFCL paper profiles (a paper backbone as model); 'tiny' trains"),
+    ("rehearse --profile paper-qwen3-4b-appworld", 2, "rehearse runs the BFCL paper profiles"),
+    ("rehearse --profile paper-qwen3-4b --set training.group_size=3", 2, "must split into whole groups"),
+    ("rehearse --profile paper-qwen3-4b --out {tmp}/a_file", 2, "/a_file is a file; give a folder"),
     # compare, sweep, reproduce
     ("compare --seeds -1", 2, "--seeds[0]: Input should be greater than or equal to 0 (got -1)"),
     ("compare --seeds 0 0", 2, "--seeds: List should name each seed once (got [0, 0])"),
@@ -213,7 +221,7 @@ def test_a_dead_explorer_endpoint_stops_at_d0_in_one_line(capsys, monkeypatch, t
     from coevolve_lib.engine import data_engine
 
     # The real client against a closed port, without the default retries and their backoff.
-    monkeypatch.setattr(data_engine, "load_chat_model", lambda spec: OpenAIChatModel(
+    monkeypatch.setattr(data_engine, "load_chat_model", lambda spec, **options: OpenAIChatModel(
         spec.removeprefix("openai:"), "http://127.0.0.1:9/v1", max_retries=0))
     monkeypatch.setattr(warm_start_cli, "RUNS_DIR", tmp_path)
     returned = cli(["warm-start", "--quiet", "--set", "data_engine.explorer_model=openai:x",

@@ -105,3 +105,73 @@ def test_the_printed_two_process_command_trains_feeds_back_and_resumes(tmp_path)
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     assert TaskPool(out / "pool.jsonl").tasks == pool.tasks  # the replayed round 2 adds nothing twice
     assert moved(load_file(out / "trainer" / "checkpoint-2" / "model.safetensors")) > len(start) // 2
+
+
+COLLECTIVE_WAIT = '''
+import sys, time
+from datetime import timedelta
+
+import torch.distributed.distributed_c10d as c10d
+
+# torch's default collective timeout, 10 minutes for NCCL, stands here at 3 s (the old process group had no other)
+c10d.default_pg_timeout = timedelta(seconds=3)
+from accelerate import PartialState
+
+from coevolve_lib.profiles import run_config
+from coevolve_lib.training.loop import distributed_state
+
+if sys.argv[1] == "kit":
+    state = distributed_state(run_config("tiny", ["training.launch.num_processes=2"]), d0_targets=13)
+else:  # how train() made the process group before: no timeout of its own
+    state = PartialState(cpu=True)
+if state.process_index == 0:
+    time.sleep(8)  # the main process works alone (a round's share, a warm start) while the other waits
+state.wait_for_everyone()
+print(f"process {state.process_index} waited", flush=True)
+'''
+
+
+@pytest.mark.slow
+def test_the_process_group_waits_for_work_longer_than_the_default_timeout(tmp_path):
+    """Issue 28: the run's process group is made with the timeout sized from its rounds (at least 30 minutes), so a
+    process that waits 8 s for the main one passes where the default (here 3 s) kills the run."""
+    script = tmp_path / "collective_wait.py"
+    script.write_text(COLLECTIVE_WAIT)
+    kit = launch(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", str(script), "kit"])
+    assert kit.returncode == 0, kit.stderr[-2000:]
+    assert kit.stdout.count("waited") == 2
+    before = launch(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", str(script), "default"])
+    assert before.returncode != 0 and "waited" not in before.stdout.replace("process 0 waited", "")
+
+
+def test_a_run_with_another_process_count_than_its_profile_is_one_line(tmp_path):
+    """Issue 28: one process of a profile that plans two would train half of every step and skip its evaluation,
+    silently; it is refused before anything is built."""
+    proc = subprocess.run([sys.executable, "-m", "coevolve_lib", "train", "--profile", "tiny", "--quiet", "--out",
+                           str(tmp_path / "run"), "--set", "training.launch.num_processes=2"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "this run has 1 process(es) but the profile plans 2 (training.launch.num_processes): a step would train " \
+        "2 of its 4 tasks" in proc.stderr
+    assert "--set training.launch.num_processes=1" in proc.stderr
+    assert not (tmp_path / "run" / "round_000").exists()
+
+
+@pytest.mark.slow
+def test_fsdp_with_local_rollouts_is_refused_in_one_line(tmp_path):
+    """Issue 28: under FSDP every rollout forward pass is a collective, so two processes whose episodes differ in
+    length would wait for each other for ever; a launch that asks for FSDP without vLLM stops at once, and so does a
+    profile whose accelerate config is FSDP's."""
+    command = ["accelerate", "launch", "--use_fsdp", "--num_processes", "2", "-m", "coevolve_lib", "train",
+               "--profile", "tiny", "--quiet", "--out", str(tmp_path / "run"), "--set",
+               "training.launch.num_processes=2"]
+    proc = launch(command)
+    assert proc.returncode != 0
+    assert proc.stderr.count("accelerate launched this run with FSDP: FSDP shards the policy") == 2
+    assert not (tmp_path / "run" / "round_000").exists()
+    planned = subprocess.run([sys.executable, "-m", "coevolve_lib", "train", "--profile", "paper-qwen3-4b",
+                              "--dry-run", "--set",
+                              "training.launch.accelerate_config=configs/accelerate/fsdp2_1x8.yaml"],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert planned.returncode == 2 and "Traceback" not in planned.stderr
+    assert "fsdp2_1x8.yaml: FSDP shards the policy" in planned.stderr and "use_vllm=true" in planned.stderr

@@ -90,7 +90,9 @@ def test_tool_calls_come_back_structured(tiny):
     with ChatServer(tiny, faults=FaultConfig(scripted_reply=reply)) as server:
         [generation] = client(server, timeout=10).generate([HI], [[CD_TOOL]], SHORT)
     assert generation.text == "Going there."
+    ids = [call.pop("id") for call in generation.tool_calls]  # the endpoint's own, answered by the tool messages
     assert generation.tool_calls == [{"name": "cd", "arguments": {"folder": "x"}}, {"name": "ls", "arguments": {}}]
+    assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)
 
 
 def test_malformed_tool_call_stays_text(tiny):
@@ -124,3 +126,42 @@ def test_server_runs_as_a_module(tiny):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.mark.parametrize("reply", [
+    '<tool_call>{"name": "cd", "arguments": {"folder": </tool_call>',  # not JSON: the kit parses the text, refuses it
+    '<tool_call>{"name": "cd", "arguments": "nope"}</tool_call>',  # structured, refused: the endpoint gave it an id
+    '<tool_call>{"name": "cd", "arguments": {"folder": "x"}}</tool_call>'
+    '<tool_call>{"name": "cd", "arguments": [1]}</tool_call>',  # one accepted, one refused
+])
+def test_every_tool_message_answers_a_real_call_id_of_a_strict_endpoint(tiny, reply):
+    """Issue 28: OpenAI's API answers 400 to a tool message whose tool_call_id is no call of the assistant turn;
+    the kit's messages carry each structured call's own id, and the error for a call it refused in text (never a
+    call) goes as a user message, so a whole BFCL episode runs against a strict endpoint without a model error."""
+    from coevolve_lib.envs.bfcl.benchmark import load_tasks
+    from coevolve_lib.envs.bfcl.episode import Episode
+    from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+
+    task = load_tasks("v3", "base")[0]
+    with ChatServer(tiny, faults=FaultConfig(scripted_reply=reply), strict=True) as server:
+        model = client(server, timeout=10, max_retries=0)
+        config = RolloutConfig(tool_docs="compact", max_steps_per_episode=3, generation=SHORT)
+        [record] = run_rollouts(model, [task], config, lambda t, i, tool_format, config: Episode(t, i, tool_format,
+                                                                                              config), progress=False)
+    assert record["terminated"] == "episode_step_cap", record["error_message"]  # not "model_error" (a 400)
+    assert server.num_requests == 3 and all(step["rejected"] for step in record["steps"])
+    ids = [call.get("id") for m in record["messages"] if m["role"] == "assistant" for call in m.get("tool_calls", [])]
+    answered = [m.get("tool_call_id") for m in record["messages"] if m["role"] == "tool" and m.get("tool_call_id")]
+    assert sorted(answered) == sorted(i for i in ids if i)
+
+
+def test_the_strict_server_refuses_what_openai_refuses(tiny):
+    from coevolve_lib.cli.openai_server import tool_message_problem
+
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                                "function": {"name": "cd", "arguments": "{}"}}]}
+    assert tool_message_problem(HI + [call, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]) is None
+    assert "answers no tool call" in tool_message_problem(HI + [call, {"role": "tool", "tool_call_id": "c9",
+                                                                        "content": "ok"}])
+    assert "have no tool message" in tool_message_problem(HI + [call, {"role": "user", "content": "next"}])
+    assert "answers no tool call" in tool_message_problem(HI + [{"role": "tool", "tool_call_id": "c1", "content": ""}])

@@ -148,8 +148,10 @@ def test_launch_commands_pass_accelerate_validation(capsys, tmp_path):
     """Each printed command parses and validates with the installed accelerate (DeepSpeed and FSDP alike)."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 
+    # FSDP is for vLLM rollouts only (tests/test_multiprocess.py: local rollouts under FSDP are refused)
     cases = [(p, []) for p in PAPER_PROFILES] + [
-        ("paper-qwen3-4b", ["--set", "training.launch.accelerate_config=configs/accelerate/fsdp2_1x8.yaml"])]
+        ("paper-qwen3-4b", ["--set", "training.launch.accelerate_config=configs/accelerate/fsdp2_1x8.yaml",
+                            "--set", "training.use_vllm=true"])]
     for (profile, extra), name in itertools.product(cases, ["train", "train_vllm_colocate", "train_vllm_server"]):
         code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path), *extra)
         assert code == 0, err
@@ -213,13 +215,18 @@ def test_dry_run_prints_the_vllm_launch_commands(profile, capsys, tmp_path):
     code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path))
     assert code == 0, err
     want, commands = EXPECTED[profile], plan["commands"]
-    assert commands["train_vllm_colocate"] == (commands["train"] + " --set training.use_vllm=true "
-                                               "--set training.vllm_mode=colocate")
+    # vLLM's context: the longest first prompt (8,192) + the episode's 4,096 tokens, never the model's 262,144
+    colocate = (commands["train"] + " --set training.use_vllm=true --set training.vllm_mode=colocate "
+                "--set training.vllm_max_model_length=12288")
+    if want["tp"] == 2:  # 30B-A3B's bf16 weights (61 GB) over TP 2 do not fit 0.3 of a 96 GB GPU
+        colocate += " --set training.vllm_gpu_memory_utilization=0.35"
+    assert commands["train_vllm_colocate"] == colocate
 
     serve_env, *serve = shlex.split(commands["vllm_server"])
     assert serve[:2] == ["trl", "vllm-serve"]
     args, rest = make_parser(prog="trl vllm-serve").parse_args_and_config(serve[2:], return_remaining_strings=True)
     assert (args.model, args.tensor_parallel_size, args.port, rest) == (want["model"], want["tp"], 8000, [])
+    assert args.max_model_len == 12288
     train_env, *train = shlex.split(commands["train_vllm_server"])
     processes = int(train[train.index("--num_processes") + 1])
     accumulation = plan["batch"]["gradient_accumulation_steps"] * want["processes"] // processes
@@ -300,3 +307,47 @@ def test_a_multi_process_cpu_command_runs_as_printed(capsys, tmp_path):
     assert args.multi_gpu and args.num_processes == 2 and args.module and args.training_script == "coevolve_lib"
     # the command's own arguments load the same config as the dry run did
     assert run_config("tiny", overrides).training.launch.num_processes == 2
+
+
+# Each backbone's size from its hub config.json (core/paper_models.py; parameters counted by the transformers class
+# itself in test_paper_models.py): bf16 weights, KV bytes per token at TP 1.
+BACKBONES = {"paper-qwen3-4b": (4.02, 147_456), "paper-qwen2.5-7b": (7.62, 57_344),
+             "paper-qwen3-30b-a3b": (30.53, 98_304)}
+
+
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_every_vllm_recipe_fits_its_gpu_share(profile, capsys, tmp_path):
+    """Issue 28: each vLLM recipe names a context length, and the backbone's weights (over its TP group), vLLM's
+    overhead and the KV cache of one sequence of that length fit the share of a 96 GB GPU the recipe gives vLLM:
+    what vLLM checks before it starts. The model's own 262,144-token context would not fit colocated."""
+    from coevolve_lib.core.paper_models import kv_bytes_per_token, paper_model, parameter_count
+
+    code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path))
+    assert code == 0, err
+    model = paper_model(EXPECTED[profile]["model"]).config
+    billions, kv_token = BACKBONES[profile]
+    assert round(parameter_count(model) / 1e9, 2) == billions and kv_bytes_per_token(model) == kv_token
+    tp = EXPECTED[profile]["tp"]
+    for recipe, memory in plan["vllm_memory"].items():
+        share = memory["gpu_memory_utilization"] * 96
+        weights, sequence = billions * 2 / tp, kv_bytes_per_token(model, tp) * 12288 / 1e9
+        assert memory["max_model_len"] == 12288 and memory["fits"] is True
+        assert abs(memory["weights_gb"] - weights) < 0.01 and weights + 2.0 + sequence <= share, (recipe, memory)
+        if recipe == "colocate" and model["max_position_embeddings"] == 262_144:  # the 2507 checkpoints' own
+            # context would not have fitted the colocated share (Qwen2.5-7B's 32,768 does)
+            declared = kv_bytes_per_token(model, tp) * model["max_position_embeddings"] / 1e9
+            assert weights + 2.0 + declared > share
+    assert set(plan["vllm_memory"]) == {"colocate", "server"}
+
+
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_the_plan_sizes_the_collective_timeout_from_the_rounds(profile, capsys, tmp_path):
+    """Issue 28: D_0's 100 environments over the processes, each target 24 explorer calls (context, 18 steps,
+    abstraction, 4 judged tasks) of at most 600 s: far past NCCL's 10 minutes."""
+    code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path))
+    assert code == 0, err
+    processes = EXPECTED[profile]["processes"]
+    assert plan["collectives"]["explorer_calls_per_target"] == 24
+    assert plan["collectives"]["timeout_s"] == -(-100 // processes) * (24 * 600 + 60)
+    code, plan, _ = dry_run(capsys, "--profile", profile, "--set", "training.process_group_timeout_s=7200")
+    assert plan["collectives"]["timeout_s"] == 7200

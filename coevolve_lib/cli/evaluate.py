@@ -40,16 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint for openai: models")
     parser.add_argument("--out", required=True, help="results JSON path (episodes go to <out>.rollouts.jsonl)")
     parser.add_argument("--no-resume", action="store_true", help="start afresh instead of keeping finished episodes")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a profile value, e.g. --set rollout.max_steps_per_episode=10 (repeatable; the "
+                             "options above win)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     # Values stay strings here: the config validates and converts them, with one error line per bad value.
-    given = {k: v for k, v in vars(args).items() if v is not None and k != "quiet"}
+    given = {k: v for k, v in vars(args).items() if v is not None and k not in ("quiet", "set")}
     evaluation = {k: given[k] for k in ("model", "benchmark", "data_version", "category", "split", "limit", "seed",
                                         "temperature", "base_url") if k in given}
     rollout = {k: given[k] for k in ("max_new_tokens", "tool_format", "tool_docs", "batch_size") if k in given}
     if args.all_tasks:
         evaluation["limit"] = None
-    run = profiles.run_config(args.profile, {"evaluation": evaluation, "rollout": rollout})
+    run = profiles.run_config(args.profile, profiles.deep_merge(profiles.parse_overrides(args.set),
+                                                                {"evaluation": evaluation, "rollout": rollout}))
     cfg, out = run.evaluation, Path(args.out)
     if out.is_dir():  # found now, not after the whole evaluation ran
         raise ConfigError(f"--out {out} is a directory; give the results file's path (e.g. {out / 'result.json'})")

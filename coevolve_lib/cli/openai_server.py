@@ -4,8 +4,9 @@ Serves `POST /v1/chat/completions` (no streaming, n=1) and `GET /v1/models`. Whe
 `<tool_call>{json}</tool_call>` blocks that all parse, they come back as structured `tool_calls` (as vLLM's
 Hermes/Qwen parser does); otherwise the text is returned as is.
 
-For tests it can inject faults (HTTP 500, a reply slower than the client's timeout, a malformed JSON body) and
-reply with a scripted text instead of the model's.
+For tests it can inject faults (HTTP 500, a reply slower than the client's timeout, a malformed JSON body), reply
+with a scripted text instead of the model's, and (`--strict`) refuse, as OpenAI's API does, a conversation whose
+tool messages do not answer the calls of the assistant turn before them.
 
     python -m coevolve_lib.cli.openai_server --model tiny --port 8000
     python -m coevolve_lib.cli.openai_server --model tiny --port 8000 --faults 500,timeout,malformed
@@ -47,6 +48,25 @@ class FaultConfig:
     """Reply with this text instead of generating (e.g. a scripted <tool_call> to test parsing)."""
 
 
+def tool_message_problem(messages: list) -> str | None:
+    """What OpenAI's API refuses in a conversation's tool messages (None: nothing): a `tool` message whose
+    `tool_call_id` is not a call of the assistant turn before it, and an assistant call no tool message answers."""
+    pending: set = set()
+    for index, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "tool":
+            if message.get("tool_call_id") not in pending:
+                return (f"messages[{index}]: tool message with tool_call_id {message.get('tool_call_id')!r} answers "
+                        "no tool call of the preceding assistant message")
+            pending.discard(message["tool_call_id"])
+            continue
+        if pending:
+            return f"messages[{index}]: tool call(s) {sorted(pending)} of an assistant message have no tool message"
+        if role == "assistant":
+            pending = {call.get("id") for call in message.get("tool_calls") or [] if isinstance(call, dict)}
+    return None
+
+
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict]]:
     """Split `text` into (content, tool calls). Calls are returned only if every <tool_call> block is a JSON object
     with a "name"; a malformed block leaves the whole text as content and no calls (the caller sees what came out)."""
@@ -70,10 +90,12 @@ class ChatServer:
     """Serve one ChatModel over HTTP in a background thread: `with ChatServer(model) as server: server.base_url`."""
 
     def __init__(self, model: ChatModel, host: str = "127.0.0.1", port: int = 0, faults: FaultConfig | None = None,
-                 served_name: str | None = None):
+                 served_name: str | None = None, strict: bool = False):
+        """strict: answer 400 to a conversation whose tool messages do not match its calls (`tool_message_problem`),
+        as OpenAI's API does."""
         if host not in LOOPBACK_HOSTS:
             raise ValueError(f"the test server binds to loopback only ({', '.join(LOOPBACK_HOSTS)}), not {host!r}")
-        self.model = model
+        self.model, self.strict = model, strict
         self.served_name = served_name or model.name
         self.faults = faults or FaultConfig()
         for kind in [*self.faults.faults, self.faults.always]:
@@ -193,6 +215,9 @@ class ChatServer:
                                             f"{server.served_name!r}")
                 if request.get("stream"):
                     return self._error(400, "streaming is not supported")
+                problem = tool_message_problem(request.get("messages") or []) if server.strict else None
+                if problem:
+                    return self._error(400, f"invalid conversation: {problem}")
                 try:
                     self._send(200, server.complete(request))
                 except Exception as e:  # noqa: BLE001 - report to the client instead of dropping the connection
@@ -217,6 +242,8 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--always-fault", default=None, choices=FAULT_KINDS, help="fault for every later request")
     parser.add_argument("--delay-s", type=float, default=3.0, help="sleep of a 'timeout' fault")
     parser.add_argument("--scripted-reply", default=None, help="reply with this text instead of the model's")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse (400) tool messages that answer no call of the assistant turn, as OpenAI does")
     args = parser.parse_args(argv)
     # Each bad value is one line and status 2 (argparse's), found before the model loads where it can be.
     if not 0 <= args.port <= 65535:
@@ -239,7 +266,7 @@ def main(argv: list[str] | None = None):
         parser.error(f"--model {args.model!r}: {(str(exc).strip() or type(exc).__name__).splitlines()[0]}")
     faults = FaultConfig(faults=kinds, always=args.always_fault, delay_s=args.delay_s,
                          scripted_reply=args.scripted_reply)
-    server = ChatServer(model, args.host, args.port, faults, args.served_name or args.model)
+    server = ChatServer(model, args.host, args.port, faults, args.served_name or args.model, strict=args.strict)
     print(f"serving {server.served_name} at {server.base_url}", flush=True)
     try:
         server.httpd.serve_forever()

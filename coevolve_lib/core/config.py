@@ -441,6 +441,10 @@ class DataEngineConfig:
     explorer_model: str | None = None
     """Chat model for `llm` contexts, exploration, abstraction and judging (e.g. `openai:qwen3-max`); None when
     every stage runs offline (heuristic context, schema explorer, deterministic abstraction)."""
+    explorer_deadline_s: PositiveFloat = 600.0
+    """Most seconds one explorer-LLM call may take, its retries and back-off included (`openai:` models); a call
+    still unanswered then is a model error of the round (counted in its cost, never a crash). It also sizes how long
+    a multi-process run's processes wait for each other (`training.process_group_timeout_s`)."""
     data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version whose environments are explored."""
     classes: list[str] | None = None
@@ -516,6 +520,9 @@ class LaunchConfig:
     """Training processes in total, one per GPU (the paper: 8 or 16)."""
     accelerate_config: str | None = None
     """accelerate config file (relative to the repo), e.g. configs/accelerate/zero3_1x8.yaml; None: in-process."""
+    gpu_memory_gb: PositiveFloat = 96.0
+    """Memory of one GPU, GB (10^9 bytes; the paper's H20: 96, an H100: 80): the plan checks that vLLM's weights
+    and KV cache fit the share of it a vLLM recipe gives them (`training.plan.vllm_memory`)."""
 
 
 @dataclass(config=STRICT)
@@ -605,9 +612,13 @@ class TrainConfig:
     vllm_gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
     """Colocate mode: share of each GPU's memory vLLM reserves for weights and KV cache (TRL's default 0.3); the
     training gets the rest. A server takes `trl vllm-serve`'s 0.9 of its own GPUs."""
+    max_prompt_tokens: PositiveInt = 8192
+    """The longest first prompt (system, tool docs, first user turn) vLLM must hold; BFCL's full docs: at most 5,202
+    Qwen tokens on the val split and 5,118 on the train split (measured). A longer one is a model error of its
+    episode under vLLM."""
     vllm_max_model_length: PositiveInt | None = None
-    """vLLM's context length (first prompt + `max_completion_tokens`); None: the model's own, which for long-context
-    models (Qwen3 2507: 262144) may not fit the KV cache vLLM gets, so set it (e.g. 16384) if vLLM says so."""
+    """vLLM's context length; None: `max_prompt_tokens` + `max_completion_tokens` (what an episode can reach). The
+    model's own (Qwen3 2507: 262,144 tokens) would make vLLM reserve a KV cache that a colocated share cannot hold."""
     vllm_tensor_parallel_size: PositiveInt = 1
     """vLLM's tensor parallel size (the paper's rollout TP: 1 for 4B/7B, 2 for 30B-A3B): GPUs per colocated engine
     (must divide the processes), or the server's `--tensor-parallel-size`."""
@@ -615,6 +626,12 @@ class TrainConfig:
     """Extra metric sinks for TRL's logs: `none`, `tensorboard`, `wandb` (metrics.jsonl is always written)."""
     seed: Seed = 0
     """Seed of task sampling, generation and TRL."""
+    process_group_timeout_s: PositiveInt | None = None
+    """Seconds a process of a multi-process run waits at a collective (a barrier, a gather) before torch.distributed
+    kills the run. None: sized from the longest share of D_0 or a round one process works through while the
+    others wait (`training.loop.collective_timeout_s`; the plan prints it). NCCL's default of 10 minutes would kill a
+    run at its first LLM-explored round. A process that dies takes the others down through the launcher, so a long
+    timeout only delays noticing a true deadlock."""
     torch_threads: PositiveInt | None = None
     """CPU threads for torch (None: $COEVOLVE_TORCH_THREADS or 1; more is often slower on a shared machine)."""
     launch: LaunchConfig = field(default_factory=LaunchConfig)
@@ -639,6 +656,11 @@ class TrainConfig:
                 and self.launch.num_processes % self.vllm_tensor_parallel_size:
             raise ValueError(f"vllm_mode=colocate: vllm_tensor_parallel_size {self.vllm_tensor_parallel_size} must "
                              f"divide the {self.launch.num_processes} training process(es)")
+
+    @property
+    def vllm_context(self) -> int:
+        """vLLM's context length: `vllm_max_model_length`, else the longest episode (first prompt + completion)."""
+        return self.vllm_max_model_length or self.max_prompt_tokens + self.max_completion_tokens
 
     @property
     def per_device_batch_size(self) -> int:

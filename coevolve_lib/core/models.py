@@ -20,11 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from coevolve_lib.core.paper_models import PAPER_MODELS
 from coevolve_lib.core.paths import MODELS_DIR, shown_path
 from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS
 
-BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m"}
-"""Spec -> folder under MODELS_DIR of the models `python -m coevolve_lib.envs.bfcl.tiny_model` builds."""
+BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m",
+                **{model.standin: model.standin for model in PAPER_MODELS.values()}}
+"""Spec -> folder under MODELS_DIR of the models `make setup` builds (`envs.bfcl.tiny_model`: tiny and SmolLM2;
+`envs.bfcl.standins`: the paper backbones' stand-ins)."""
 
 
 @dataclass
@@ -176,8 +179,12 @@ class HFChatModel(ChatModel):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.native_tools = _template_supports_tools(self.tokenizer)
-        # Stop at the tokenizer's EOS and at the ChatML end-of-turn token, whichever the template uses.
-        stops = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        # Stop at the tokenizer's EOS, the ChatML end-of-turn token (whichever the template uses) and every EOS of the
+        # model's generation config: Qwen's also name <|endoftext|>, where vLLM stops too, so a reply that ends there
+        # is a finished turn, not one cut at the length limit.
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        stops = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                 *(eos if isinstance(eos, (list, tuple)) else [eos])}
         stops.discard(self.tokenizer.unk_token_id)
         self.stop_ids = sorted(i for i in stops if i is not None)
         self._continuation_template: str | None = None
@@ -295,13 +302,16 @@ def _retryable(exc: Exception) -> bool:
 
 
 def _openai_messages(messages: list[dict]) -> list[dict]:
-    """Fill in what strict endpoints require but the kit's messages may lack: tool-call ids, string arguments."""
+    """The conversation as strict endpoints take it: every assistant tool call with an id (the endpoint's own, else
+    one made here) and string arguments, every `tool` message answering a call of the assistant turn before it (by
+    its id, else the next unanswered call in order). A tool message that answers no call (the error for a call the
+    kit parsed from text and refused: it never was a call) goes as a user message, never under an invented id."""
     out, pending_ids, counter = [], [], 0
     for message in messages:
         message = dict(message)
         tool_calls = message.pop("tool_calls", None)  # dropped when empty: strict endpoints reject `[]`
         if tool_calls:
-            calls, pending_ids = [], []  # the tool messages that follow answer these calls, in order
+            calls, pending_ids = [], []  # the tool messages that follow answer these calls
             for call in tool_calls:
                 function = dict(call["function"])
                 if not isinstance(function.get("arguments"), str):
@@ -311,8 +321,15 @@ def _openai_messages(messages: list[dict]) -> list[dict]:
                 pending_ids.append(call_id)
                 calls.append({"id": call_id, "type": "function", "function": function})
             message["tool_calls"] = calls
-        elif message.get("role") == "tool" and "tool_call_id" not in message:
-            message["tool_call_id"] = pending_ids.pop(0) if pending_ids else f"call_{counter}"
+        elif message.get("role") == "tool":
+            if message.get("tool_call_id") in pending_ids:
+                pending_ids.remove(message["tool_call_id"])
+            elif pending_ids:
+                message["tool_call_id"] = pending_ids.pop(0)
+            else:
+                message = {"role": "user", "content": message.get("content", "")}
+        else:
+            pending_ids = []
         out.append(message)
     return out
 
@@ -335,10 +352,12 @@ class OpenAIChatModel(ChatModel):
     native_tools = True
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0,
-                 max_retries: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 30.0, max_workers: int = 8):
+                 max_retries: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 30.0, max_workers: int = 8,
+                 deadline_s: float | None = None):
         """timeout: seconds per request. max_retries: extra attempts per item after the first fails.
         backoff_s / max_backoff_s: retry k waits min(max_backoff_s, backoff_s * 2**k) times a random jitter in [0.5, 1].
-        max_workers: requests of one batch in flight at once."""
+        max_workers: requests of one batch in flight at once. deadline_s: most seconds per item, its retries and
+        waits included (each request's timeout shrinks to what is left); None: only the tries bound it."""
         import openai
 
         self.name = model
@@ -347,6 +366,7 @@ class OpenAIChatModel(ChatModel):
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.max_workers = max_workers
+        self.timeout, self.deadline_s = timeout, deadline_s
         # The client's own retries are off: this class retries, so every failure is counted and budgeted here.
         self.client = openai.OpenAI(
             base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
@@ -364,9 +384,9 @@ class OpenAIChatModel(ChatModel):
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(items))) as pool:
             return list(pool.map(lambda item: self._generate_one(*item, config), items))
 
-    def _request(self, messages, tools, config):
+    def _request(self, messages, tools, config, timeout: float):
         kwargs = dict(model=self.model, messages=_openai_messages(messages), max_tokens=config.max_new_tokens,
-                      temperature=config.temperature, top_p=config.top_p)
+                      temperature=config.temperature, top_p=config.top_p, timeout=timeout)
         if config.seed is not None:
             kwargs["seed"] = config.seed
         if tools:
@@ -378,21 +398,28 @@ class OpenAIChatModel(ChatModel):
 
     def _generate_one(self, messages, tools, config) -> Generation:
         start = time.perf_counter()
+        deadline = start + self.deadline_s if self.deadline_s else float("inf")
         error = None
         for attempt in range(self.max_retries + 1):
             if attempt:
+                wait = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+                if time.perf_counter() + wait >= deadline:
+                    error = f"{error}; no time left for another try (deadline {self.deadline_s:g} s)"
+                    break
                 with self._lock:
                     self.num_retries += 1
-                time.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
+                time.sleep(wait)
             try:
-                response = self._request(messages, tools, config)
+                response = self._request(messages, tools, config,
+                                         timeout=min(self.timeout, deadline - time.perf_counter()))
             except Exception as exc:  # noqa: BLE001 - any failure of one item becomes its error, never the batch's
                 error = f"{exc.__class__.__name__}: {exc}"
                 if not _retryable(exc):
                     break
                 continue
             choice = response.choices[0]
-            calls = [{"name": c.function.name, "arguments": _parse_arguments(c.function.arguments)}
+            calls = [{"id": getattr(c, "id", None), "name": c.function.name,
+                      "arguments": _parse_arguments(c.function.arguments)}
                      for c in (choice.message.tool_calls or []) if getattr(c, "function", None)]
             usage = response.usage
             return Generation(
@@ -416,7 +443,7 @@ def load_chat_model(spec: str, **options) -> ChatModel:
         path = MODELS_DIR / BUILT_MODELS[spec]
         if not (path / "config.json").exists():
             raise FileNotFoundError(
-                f"model {spec!r} is not built (expected {path}); run `make setup` or "
-                "`python -m coevolve_lib.envs.bfcl.tiny_model` to build it")
+                f"model {spec!r} is not built (expected {path}); run `make setup` (or `python -m coevolve_lib setup`) "
+                "to build it")
         return HFChatModel(path, name=spec, **options)
     return HFChatModel(spec, **options)

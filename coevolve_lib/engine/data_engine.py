@@ -26,7 +26,14 @@ from coevolve_lib.core.models import load_chat_model
 from coevolve_lib.core.paths import MODELS_DIR, shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
+from coevolve_lib.engine.feedback import (
+    SINGLE,
+    FeedbackConfig,
+    Shards,
+    feedback_round,
+    select_targets,
+    synthesize_initial,
+)
 from coevolve_lib.engine.heldout import heldout_tasks
 from coevolve_lib.engine.pool import TaskPool, content_keys
 from coevolve_lib.engine.signals import SignalExtractor
@@ -70,8 +77,13 @@ class DataEngine:
         self.environment = (make_environment(environment, config, self.run_dir) if isinstance(environment, str)
                             else environment)
         self.pool = TaskPool(self.run_dir / "pool.jsonl")
-        self.explorer_model = load_chat_model(config.explorer_model) if config.explorer_model else None
+        self.explorer_model = None
+        if config.explorer_model:  # an endpoint's calls get the profile's deadline (a local model needs none)
+            options = {"deadline_s": config.explorer_deadline_s} if config.explorer_model.startswith("openai:") else {}
+            self.explorer_model = load_chat_model(config.explorer_model, **options)
         self._excluded: frozenset[str] | None = None
+        self.shards: Shards = SINGLE
+        """The processes that run D_0 and the rounds together (a multi-process training run sets it)."""
 
     def round_steps(self) -> RoundSteps:
         """How this engine's rounds explore, abstract and validate (the environment's)."""
@@ -100,7 +112,7 @@ class DataEngine:
         round_dir = self.run_dir / "round_000"
         report = synthesize_initial(self.environment.sources("pool"), self.pool, round_dir, self.feedback_config(),
                                     self.environment.target, self.round_steps(), size=self.config.d0_size,
-                                    model=self.explorer_model, progress=progress)
+                                    model=self.explorer_model, progress=progress, shards=self.shards)
         if not self.pool.tasks:
             failed = report["cost"]["explore"]["skipped"].get("model_error", 0)
             why = (f"{failed} explorer calls failed: does {self.config.explorer_model}'s endpoint answer "
@@ -180,18 +192,18 @@ class DataEngine:
             self.config.max_targets, seed=self.config.explore.seed + round_index))
         targets = [self.pool_target(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
         return feedback_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.round_steps(),
-                              self.explorer_model, progress=progress)
+                              self.explorer_model, progress=progress, shards=self.shards)
 
     def frozen_targets(self, round_index: int, choose) -> tuple[Path, list]:
         """(round folder, targets) of a round: `choose()` once, written to targets.json before any exploration; a
-        restarted round reads them back, so it finishes the targets it started with (every pool update uses it)."""
+        restarted round reads them back, so it finishes the targets it started with (every pool update uses it).
+        Several processes: the main one chooses, the others read its choice."""
         round_dir = self.run_dir / f"round_{round_index:03d}"
         path = round_dir / "targets.json"
-        if path.exists():
-            return round_dir, json.loads(path.read_text())
-        targets = choose()
-        write_json_atomic(path, targets)
-        return round_dir, targets
+        if self.shards.is_main and not path.exists():
+            write_json_atomic(path, choose())
+        self.shards.barrier()  # always: another process may see the file already, and must not pass this one by
+        return round_dir, json.loads(path.read_text())
 
     def random_feedback_round(self, round_index: int, progress: bool = True, seed: int = 0) -> dict:
         """One round of the paper's "+ Random Exploration" baseline (Table 3; its details are not given): as many
@@ -207,4 +219,4 @@ class DataEngine:
         targets = [self.pool_target(pool_tasks[task_id]) for task_id in chosen]
         unguided = replace(self.feedback_config(), explore=replace(self.config.explore, guided=False))
         return feedback_round(round_index, round_dir, targets, self.pool, unguided, self.round_steps(),
-                              self.explorer_model, progress=progress)
+                              self.explorer_model, progress=progress, shards=self.shards)

@@ -94,13 +94,85 @@ def _target_key(target: ExplorationTarget) -> str:
     return target.signal_id or f"unguided/{target.task_id}"
 
 
+@dataclass(frozen=True)
+class Shards:
+    """The processes that run a round together (a multi-process training run's, `training.loop`): each explores its
+    share of the targets, abstracts its share of the groups and validates its share of the specs, appending its
+    records to a file of its own (`<stage>.p<index>.jsonl`); then every process waits (`barrier`) and reads every
+    file, so each stage ends with the whole stage's records everywhere. The main process commits the pool. One
+    process (the default): the stage files of a single-process round, no waiting."""
+
+    index: int = 0
+    """This process (0: the main one)."""
+    count: int = 1
+    """Processes that run the round."""
+    barrier: Callable[[], None] = field(default=lambda: None, compare=False)
+    """Waits for every process (accelerate's `wait_for_everyone`)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.index == 0
+
+    def share(self, items: list, split: bool = True) -> list:
+        """This process's units: every `count`-th item from its index (stable, so a resumed round gives each
+        process the same units); with `split=False` the main process takes them all."""
+        if not split:
+            return list(items) if self.is_main else []
+        return list(items)[self.index::self.count]
+
+    def file(self, round_dir: Path, stage: str) -> Path:
+        return round_dir / (f"{stage}.jsonl" if self.count == 1 else f"{stage}.p{self.index}.jsonl")
+
+    def records(self, round_dir: Path, stage: str) -> list[dict]:
+        """Every process's records of `stage` (the single-process file first, then each process's)."""
+        paths = [round_dir / f"{stage}.jsonl", *sorted(round_dir.glob(f"{stage}.p*.jsonl"))]
+        return [record for path in paths for record in read_jsonl(path)]
+
+
+SINGLE = Shards()
+"""One process runs the round."""
+
+
+def _stage(shards: Shards, round_dir: Path, stage: str, units: list[tuple[str, object]], key_field: str,
+           work: Callable[[object], dict], desc: str, progress: bool, split: bool = True) -> dict[str, dict]:
+    """Run one resumable stage: this process's share of the `(key, unit)` pairs not yet recorded, each record
+    appended as it is done; then (several processes) wait for all and read every process's records. Key -> record."""
+    done = {record[key_field]: record for record in shards.records(round_dir, stage)}
+    todo = [(key, unit) for key, unit in shards.share(units, split) if key not in done]
+    for key, unit in tqdm(todo, desc=desc, disable=not (progress and shards.is_main)):
+        done[key] = work(unit)
+        append_jsonl(shards.file(round_dir, stage), done[key])
+    if shards.count > 1:
+        shards.barrier()
+        done = {record[key_field]: record for record in shards.records(round_dir, stage)}
+    return done
+
+
+def deduplicated(specs: list[dict], verdicts: dict[str, dict]) -> dict[str, dict]:
+    """The round's verdicts with a spec that repeats an earlier accepted one (its spec id or its task id is that
+    one's task id) turned into a `duplicate` rejection, in spec order: what validating the specs one by one, each
+    against the pool and the round's accepted tasks so far, decides. Verdicts made that way pass unchanged; shards
+    validate against the pool only and meet here."""
+    accepted, out = set(), {}
+    for spec in specs:
+        verdict = verdicts[spec["spec_id"]]
+        if verdict["accepted"] and {spec["spec_id"], verdict["task_id"]} & accepted:
+            verdict = {**verdict, "accepted": False, "reason": "duplicate", "reasons": ["duplicate"],
+                       "detail": "; ".join(["already in the pool", *filter(None, [verdict["detail"]])])}
+        if verdict["accepted"]:
+            accepted.add(verdict["task_id"])
+        out[spec["spec_id"]] = verdict
+    return out
+
+
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
                    config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None = None,
-                   max_new_tasks: int | None = None, progress: bool = True, report_extra: dict | None = None) -> dict:
+                   max_new_tasks: int | None = None, progress: bool = True, report_extra: dict | None = None,
+                   shards: Shards = SINGLE) -> dict:
     """Run (or resume, or return the finished report of) one round; returns its report.
 
     `steps`: the environment's explore / abstract / validate (`Environment.round_steps`); `report_extra` joins the
-    report."""
+    report. `shards`: the processes that run it together (every one calls this with the same arguments)."""
     round_dir = Path(round_dir)
     report_path = round_dir / "report.json"
     if report_path.exists():
@@ -111,14 +183,14 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
 
     # Stage 2: exploration, one line per target (context + triplets + cost together).
     stage_start = time.perf_counter()
-    explorations = {e["key"]: e for e in read_jsonl(round_dir / "explorations.jsonl")}
-    for target in tqdm(targets, desc=f"round {round_index}: explore", disable=not progress):
-        key = _target_key(target)
-        if key not in explorations:
-            context, triplets, cost = steps.explore(target, config.explore, model)
-            explorations[key] = {"key": key, "source": target.source(context), "signal": target.signal,
-                                 "context": context, "triplets": triplets, "cost": cost}
-            append_jsonl(round_dir / "explorations.jsonl", explorations[key])
+
+    def explore(target: ExplorationTarget) -> dict:
+        context, triplets, cost = steps.explore(target, config.explore, model)
+        return {"key": _target_key(target), "source": target.source(context), "signal": target.signal,
+                "context": context, "triplets": triplets, "cost": cost}
+
+    explorations = _stage(shards, round_dir, "explorations", [(_target_key(t), t) for t in targets], "key", explore,
+                          f"round {round_index}: explore", progress)
     wanted = [explorations[_target_key(t)] for t in targets]
     for exploration in wanted:
         costs["explore"].merge(Cost.from_record(exploration["cost"]))
@@ -128,34 +200,42 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     # Stage 3a: abstraction, one line per (task, signal) group.
     sources = {(e["source"]["task_id"], e["source"]["signal_id"]): e for e in wanted}
     groups = group_triplets([t for e in wanted for t in e["triplets"]])
-    abstractions = {a["key"]: a for a in read_jsonl(round_dir / "abstractions.jsonl")}
-    for group_key, triplets in tqdm(groups.items(), desc=f"round {round_index}: abstract", disable=not progress):
-        key = f"{group_key[0]}|{group_key[1]}"
-        if key not in abstractions:
-            specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
-            abstractions[key] = {"key": key, "group": list(group_key), "specs": specs, "cost": cost}
-            append_jsonl(round_dir / "abstractions.jsonl", abstractions[key])
-    specs = [spec for a in abstractions.values() for spec in a["specs"]]
+
+    def abstract(item: tuple) -> dict:
+        group_key, triplets = item
+        specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
+        return {"key": f"{group_key[0]}|{group_key[1]}", "group": list(group_key), "specs": specs, "cost": cost}
+
+    abstractions = _stage(shards, round_dir, "abstractions", [(f"{k[0]}|{k[1]}", (k, t)) for k, t in groups.items()],
+                          "key", abstract, f"round {round_index}: abstract", progress)
+    specs = [spec for key in groups for spec in abstractions[f"{key[0]}|{key[1]}"]["specs"]]  # the groups' order
     for a in abstractions.values():
         costs["abstract"].merge(Cost.from_record(a["cost"]))
     wall_seconds["abstract"] = round(time.perf_counter() - stage_start, 2)
     stage_start = time.perf_counter()
 
-    # Stage 3b: validation by execution, one line per spec; duplicates of the pool or of this round are rejected.
-    verdicts = {v["spec_id"]: v for v in read_jsonl(round_dir / "verdicts.jsonl")}
-    known = set(pool.ids) | {v["task_id"] for v in verdicts.values() if v["accepted"]}
-    pending = [spec for spec in specs if spec["spec_id"] not in verdicts]
+    # Stage 3b: validation by execution, one line per spec; duplicates of the pool or of this round are rejected. An
+    # environment that prepares its specs in one batch (AppWorld writes them into its data root) validates on the
+    # main process only.
+    split = steps.prepare_validation is None
+    one_validator = shards.count == 1 or not split  # later specs see the earlier ones' verdicts (else: `deduplicated`)
+    recorded = shards.records(round_dir, "verdicts")
+    known = set(pool.ids) | ({v["task_id"] for v in recorded if v["accepted"]} if one_validator else set())
+    pending = [spec for spec in shards.share(specs, split) if spec["spec_id"] not in {v["spec_id"] for v in recorded}]
     if pending and config.synthesis.validate and steps.prepare_validation is not None:
         steps.prepare_validation(pending)
-    for spec in tqdm(specs, desc=f"round {round_index}: validate", disable=not progress):
-        if spec["spec_id"] not in verdicts:
-            verdict = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
-                       else accept_unvalidated(spec, config.synthesis, known))
-            verdict = screen_heldout(spec, verdict, config.excluded)
-            verdicts[spec["spec_id"]] = verdict
-            append_jsonl(round_dir / "verdicts.jsonl", verdict)
-            if verdict["accepted"]:
-                known.add(verdict["task_id"])
+
+    def validate(spec: dict) -> dict:
+        verdict = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
+                   else accept_unvalidated(spec, config.synthesis, known))
+        verdict = screen_heldout(spec, verdict, config.excluded)
+        if verdict["accepted"] and one_validator:
+            known.add(verdict["task_id"])
+        return verdict
+
+    verdicts = _stage(shards, round_dir, "verdicts", [(spec["spec_id"], spec) for spec in specs], "spec_id",
+                      validate, f"round {round_index}: validate", progress, split=split)
+    verdicts = deduplicated(specs, verdicts)
     for verdict in verdicts.values():
         costs["validate"].merge(Cost.from_record(verdict.get("cost", {})))
     wall_seconds["validate"] = round(time.perf_counter() - stage_start, 2)
@@ -177,7 +257,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             ranked.append((rank[origin], order, task))
             rank[origin] += 1
         accepted = [task for _, _, task in sorted(ranked, key=lambda item: item[:2])][:max_new_tasks]
-    pool.add_round(accepted, round_index)  # idempotent: a resumed round adds nothing twice
+    if shards.is_main:
+        pool.add_round(accepted, round_index)  # idempotent: a resumed round adds nothing twice
 
     rejections = Counter(v["reason"] for v in verdicts.values() if not v["accepted"])
     report = {
@@ -199,13 +280,19 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         "seconds": round(time.perf_counter() - start, 2),
         **(report_extra or {}),
     }
-    write_json_atomic(report_path, report)
+    if shards.is_main:
+        write_json_atomic(report_path, report)
+    if shards.count > 1:  # the others take the committed pool and the report the main process wrote
+        shards.barrier()
+        if not shards.is_main:
+            pool.__init__(pool.path)
+            report = json.loads(report_path.read_text())
     return report
 
 
 def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: FeedbackConfig,
                        target: Callable[..., ExplorationTarget], steps: RoundSteps, size: int = 100,
-                       model: ChatModel | None = None, progress: bool = True) -> dict:
+                       model: ChatModel | None = None, progress: bool = True, shards: Shards = SINGLE) -> dict:
     """D_0: unguided exploration of the environments of `tasks` (benchmark *train* tasks: only their initial
     states are used, never their queries or answers as training tasks), abstracted and validated through the
     same path as a signal round, capped at `size` tasks (the paper's N = 100). `target(task)` makes a task's
@@ -214,4 +301,5 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
     if report_path.exists():  # a finished D_0, before its targets are made (an AppWorld target asks the server)
         return json.loads(report_path.read_text())
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
-    return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, steps, model, size, progress)
+    return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, steps, model, size, progress,
+                          shards=shards)

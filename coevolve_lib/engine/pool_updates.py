@@ -225,7 +225,8 @@ def rest_round(engine, round_index: int, rollouts: list[dict], settings: Baselin
               "threshold": settings.rest_threshold}
     return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(),
                           replace(engine.round_steps(), explore=trajectory_triplets), engine.explorer_model,
-                          progress=progress, report_extra={"baseline": "rest", "counts": counts})
+                          progress=progress, report_extra={"baseline": "rest", "counts": counts},
+                          shards=engine.shards)
 
 
 # ------------------------------------------------------------------------------------------------ Reflexion
@@ -408,6 +409,10 @@ class PoolUpdate(ABC):
     name: ClassVar[str]
     has_rounds: ClassVar[bool] = True
     """False: nothing happens every F steps (the static pool)."""
+    sharded: ClassVar[bool] = False
+    """True: every process of a multi-process run calls `round` and does its share of the round's exploration,
+    abstraction and validation (`engine.feedback.Shards`, through `engine.shards`); False: the main process runs the
+    round alone while the others wait."""
 
     def start(self, engine, settings: BaselineSettings, max_steps: int, tasks_per_step: int) -> None:
         """Before the first GRPO step (D_0 built)."""
@@ -446,6 +451,7 @@ class SignalGuided(PoolUpdate):
     """CoEvolve: signal-guided re-exploration of the period's weakness trajectories."""
 
     name = "signals"
+    sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
         return inputs.engine.signal_feedback_round(inputs.round_index, inputs.signals, inputs.rollouts,
@@ -457,6 +463,7 @@ class RandomExploration(PoolUpdate):
     """The paper's "+ Random Exploration": as many pool tasks drawn at random, re-explored unguided."""
 
     name = "random"
+    sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
         return inputs.engine.random_feedback_round(inputs.round_index, progress=inputs.progress, seed=inputs.seed)
@@ -484,6 +491,7 @@ class ReST(PoolUpdate):
     """The policy's own rollouts with reward >= the threshold, abstracted and validated into new tasks."""
 
     name = "rest"
+    sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
         return rest_round(inputs.engine, inputs.round_index, inputs.rollouts, inputs.settings, progress=inputs.progress)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS, Call, CallParseError, call_from_json, parse_call_list
 
 TOOL_FORMATS = ("native", "prompt")
+ECHOED_NAME_CHARS, ECHOED_ARGUMENT_CHARS = 200, 2_000
+"""Most characters of a refused structured call's name and arguments that go back into the conversation."""
 MAX_REPLY_CHARS = 4 * MAX_SOURCE_CHARS
 """Longest reply parsed at all (checked before any regex or JSON work); a longer one is one rejected call. The
 kit generates at most a few thousand tokens per reply (`max_new_tokens`), tens of kB at most; BFCL replies are under
@@ -35,6 +37,13 @@ class ParsedReply:
     calls: list[Call] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     content: str = ""
+    echoed: list[dict] = field(default_factory=list)
+    """The endpoint's structured calls, accepted and rejected, as the assistant message carries them back
+    (`_echoed`): their ids, which the tool messages answer. [] for calls parsed from text (a local model's)."""
+    call_ids: list[str | None] = field(default_factory=list)
+    """Per accepted call, the endpoint's id of it (structured calls; [] otherwise)."""
+    error_ids: list[str | None] = field(default_factory=list)
+    """Per rejected call, the endpoint's id of it (structured calls; [] otherwise)."""
 
     @property
     def is_answer(self) -> bool:
@@ -51,6 +60,7 @@ def parse_native(text: str, structured: list[dict] | None = None, allowed_names=
     reply = ParsedReply(content=_TOOL_CALL_BLOCK.sub("", text).strip())
     if structured:
         raw_calls = [(c.get("name"), c.get("arguments")) if isinstance(c, dict) else (None, None) for c in structured]
+        ids = [c.get("id") if isinstance(c, dict) else None for c in structured]
     else:
         raw_calls = []
         for block in _TOOL_CALL_BLOCK.findall(text):
@@ -63,12 +73,29 @@ def parse_native(text: str, structured: list[dict] | None = None, allowed_names=
                 reply.errors.append('tool call must be a JSON object {"name": ..., "arguments": {...}}')
                 continue
             raw_calls.append((payload["name"], payload.get("arguments", {})))
-    for name, arguments in raw_calls:
+        ids = []
+    for index, (name, arguments) in enumerate(raw_calls):
         try:
-            reply.calls.append(call_from_json(str(name), arguments, allowed_names))
+            call = call_from_json(str(name), arguments, allowed_names)
         except CallParseError as error:
+            call = None
             reply.errors.append(str(error))
+        else:
+            reply.calls.append(call)
+        if ids:
+            (reply.call_ids if call else reply.error_ids).append(ids[index])
+            reply.echoed.append(_echoed(ids[index], name, call, arguments))
     return reply
+
+
+def _echoed(call_id, name, call: Call | None, arguments) -> dict:
+    """One structured call as the conversation keeps it: its id; an accepted call's name and arguments as parsed; a
+    refused one's name and arguments as text when they are short strings, else empty. Model output is data: what
+    goes back is bounded, and never the raw object (a 5,000-digit integer is no JSON)."""
+    if call is not None:
+        return {"id": call_id, "name": call.name, "arguments": call.kwargs_dict}
+    text = arguments if isinstance(arguments, str) and len(arguments) <= ECHOED_ARGUMENT_CHARS else ""
+    return {"id": call_id, "name": name[:ECHOED_NAME_CHARS] if isinstance(name, str) else "", "arguments": text}
 
 
 def parse_prompt_style(text: str, allowed_names=None) -> ParsedReply:
@@ -114,7 +141,13 @@ def compact_docs(func_docs: list[dict]) -> list[dict]:
 
 
 def assistant_message(tool_format: str, text: str, reply: ParsedReply) -> dict:
-    """The assistant turn as it goes back into the conversation."""
+    """The assistant turn as it goes back into the conversation: an endpoint's structured calls with their ids, the
+    refused ones too, so that every tool message answers a call of this turn (`_echoed`); calls parsed from text as
+    the kit read them."""
+    if tool_format == "native" and reply.echoed:
+        return {"role": "assistant", "content": reply.content, "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in reply.echoed]}
     if tool_format == "native" and reply.calls:
         return {"role": "assistant", "content": reply.content, "tool_calls": [
             {"type": "function", "function": {"name": c.name, "arguments": c.kwargs_dict}} for c in reply.calls]}
@@ -122,8 +155,12 @@ def assistant_message(tool_format: str, text: str, reply: ParsedReply) -> dict:
 
 
 def tool_messages(reply: ParsedReply, observations: list[str]) -> list[dict]:
-    """One `tool` message per executed call, then one per rejected call (named after BFCL's OSS handler)."""
+    """One `tool` message per executed call, then one per rejected call (named after BFCL's OSS handler); each with
+    the endpoint's id of its call when the call came structured."""
     messages = [{"role": "tool", "name": call.to_source(), "content": obs}
                 for call, obs in zip(reply.calls, observations)]
     messages += [{"role": "tool", "name": "invalid_call", "content": f"Error: {error}"} for error in reply.errors]
+    for message, call_id in zip(messages, [*reply.call_ids, *reply.error_ids] if reply.echoed else []):
+        if call_id:
+            message["tool_call_id"] = call_id
     return messages

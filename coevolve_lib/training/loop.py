@@ -37,9 +37,10 @@ import time
 import zipfile
 from collections import Counter
 from dataclasses import asdict, replace
+from datetime import timedelta
 from pathlib import Path
 
-from coevolve_lib.core.config import BUDGET_REASONS, ConfigError, RunConfig, TrainConfig
+from coevolve_lib.core.config import BUDGET_REASONS, ConfigError, DataEngineConfig, RunConfig, TrainConfig
 from coevolve_lib.core.models import HFChatModel, set_torch_threads
 from coevolve_lib.core.paths import repo_relative, shown_path
 from coevolve_lib.core.records import (
@@ -52,8 +53,10 @@ from coevolve_lib.core.records import (
 )
 from coevolve_lib.core.safe_calls import CallParseError, parse_call
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
+from coevolve_lib.engine.feedback import SINGLE, Shards
 from coevolve_lib.engine.pool_updates import POOL_UPDATES, RoundInputs
 from coevolve_lib.engine.signals import SignalExtractor
+from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
 from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.rollout.evaluation import task_outcomes
 from coevolve_lib.training.summary import summarize
@@ -246,6 +249,8 @@ class CoEvolveLoop:
         self.run, self.cfg, self.out_dir = run, run.training, out_dir
         self.start_evaluations = start_evaluations
         self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
+        self.shards = engine.shards
+        """The run's processes, as the sharded rounds split work over them."""
         self.pool_update = POOL_UPDATES[run.training.pool_updates]
         self.extractor = SignalExtractor(run.data_engine.signals)
         self.totals = {"train_s": 0.0, "feedback_s": 0.0, "eval_s": 0.0}
@@ -426,10 +431,19 @@ class CoEvolveLoop:
         }
 
     def _feedback_round(self, step: int) -> dict:
+        """The pool update's round after `step`. A sharded update (`PoolUpdate.sharded`) runs on every process, each
+        doing its share of the round (`engine.feedback.Shards`); another runs on the main process while the others
+        wait. Every process then samples the grown pool."""
+        from accelerate import PartialState
+
         round_index = step // self.cfg.feedback_every
         start = time.perf_counter()
         out = {}
-        if self.is_main:
+        several, sharded = self.cfg.launch.num_processes > 1, self.pool_update.sharded
+        if several and sharded:
+            PartialState().wait_for_everyone()  # the main process has written the window's step files
+        if self.is_main or sharded:
+            self.engine.shards = self.shards if sharded else SINGLE
             window = range(step - self.cfg.feedback_every + 1, step + 1)
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
@@ -438,18 +452,18 @@ class CoEvolveLoop:
                 history=lambda: [r for k in range(1, step + 1)
                                  for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")],
                 settings=self.cfg.baselines, reflector=lambda: self._reflector(step), seed=self.cfg.seed,
-                tasks_per_step=self.cfg.tasks_per_step, progress=self.progress))
-            out = {"feedback/round": round_index, "feedback/targets": report["targets"],
-                   "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
-                   "feedback/tasks_added": report["added_to_pool"],
-                   "feedback/rejected": sum(report["rejection_reasons"].values()),
-                   "feedback/rejection_reasons": report["rejection_reasons"],
-                   "feedback/heldout_leaks": report["rejection_reasons"].get("heldout_leak", 0)}
-            if "counts" in report:  # a Table 10 baseline's own numbers (admitted tasks, filtered rollouts, ...)
-                out["feedback/counts"] = report["counts"]
-        if self.cfg.launch.num_processes > 1:
-            from accelerate import PartialState
-
+                tasks_per_step=self.cfg.tasks_per_step, progress=self.progress and self.is_main))
+            self.engine.shards = self.shards
+            if self.is_main:
+                out = {"feedback/round": round_index, "feedback/targets": report["targets"],
+                       "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
+                       "feedback/tasks_added": report["added_to_pool"],
+                       "feedback/rejected": sum(report["rejection_reasons"].values()),
+                       "feedback/rejection_reasons": report["rejection_reasons"],
+                       "feedback/heldout_leaks": report["rejection_reasons"].get("heldout_leak", 0)}
+                if "counts" in report:  # a Table 10 baseline's own numbers (admitted tasks, filtered rollouts, ...)
+                    out["feedback/counts"] = report["counts"]
+        if several:
             PartialState().wait_for_everyone()
             if not self.is_main:
                 self.engine.pool.__init__(self.engine.pool.path)  # re-read the grown pool
@@ -558,6 +572,59 @@ def check_run_folder(run: RunConfig, out_dir: Path) -> None:
                           "settings, or give another --out")
 
 
+MIN_COLLECTIVE_TIMEOUT_S = 1800
+"""The shortest collective timeout a run gets: torch's gloo default (NCCL's is 600 s)."""
+OFFLINE_TARGET_S = 60
+"""Most seconds one target takes without an LLM (schema explorer, heuristic context, deterministic abstraction):
+environment calls and bookkeeping only."""
+
+
+def explorer_calls_per_target(data: DataEngineConfig) -> int:
+    """Sequential explorer-LLM calls one target costs a round: the context (Fig. 11), one batch of the R runs per step
+    (Figs. 9-10), the abstraction (Fig. 12), and the judge (Fig. 13) for about one task per run."""
+    explore = data.explore
+    return (int(explore.context_builder == "llm") + int(explore.explorer == "llm") * explore.calls_per_run
+            + int(data.synthesis.abstraction == "llm") + int(data.synthesis.judge) * explore.runs)
+
+
+def collective_timeout_s(run: RunConfig, d0_targets: int | None = None) -> int:
+    """How long a process of a multi-process run waits at a collective: `training.process_group_timeout_s`, else the
+    longest work one process does while the others wait. That is D_0 (`d0_targets` environments; the plan, which
+    loads none, takes `d0_size`) or a round (`max_targets` targets), split over the processes when the pool update
+    is sharded, each target at most `explorer_calls_per_target` calls of `explorer_deadline_s` plus
+    `OFFLINE_TARGET_S`; never below `MIN_COLLECTIVE_TIMEOUT_S`. A warm start built on the main process is not
+    counted (the kit ships its own; set the timeout when building one in a multi-process run)."""
+    cfg, data = run.training, run.data_engine
+    if cfg.process_group_timeout_s is not None:
+        return cfg.process_group_timeout_s
+    target_s = explorer_calls_per_target(data) * data.explorer_deadline_s + OFFLINE_TARGET_S
+    processes = cfg.launch.num_processes
+    round_targets = data.max_targets if data.max_targets is not None else data.d0_size
+    d0_share = -(-(d0_targets if d0_targets is not None else data.d0_size) // processes)
+    round_share = -(-round_targets // processes) if POOL_UPDATES[cfg.pool_updates].sharded else round_targets
+    return max(MIN_COLLECTIVE_TIMEOUT_S, int(max(d0_share, round_share) * target_s))
+
+
+def launches_fsdp() -> bool:
+    """Whether `accelerate launch` started this process with FSDP (it exports ACCELERATE_USE_FSDP)."""
+    from accelerate.utils import parse_flag_from_env
+
+    return parse_flag_from_env("ACCELERATE_USE_FSDP", default=False)
+
+
+def check_processes(cfg: TrainConfig, processes: int) -> None:
+    """One line when the run has another process count than its profile plans: each process would roll out and train
+    its share of a step sized for `launch.num_processes` processes (4 of 32 tasks when 1 of 8 runs), and evaluation,
+    which single-process runs do in the loop, would be skipped, all without a word."""
+    planned = cfg.launch.num_processes
+    if processes != planned:
+        trained = cfg.tasks_per_step * processes // planned
+        raise ConfigError(
+            f"this run has {processes} process(es) but the profile plans {planned} (training.launch.num_processes): "
+            f"a step would train {trained} of its {cfg.tasks_per_step} tasks; run the command `train --dry-run` "
+            f"prints, or --set training.launch.num_processes={processes} to split every step over {processes}")
+
+
 def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True,
           start_evaluations: str | Path | None = None, engine: DataEngine | None = None) -> dict:
     """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json).
@@ -565,32 +632,79 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     evaluation (the studies' runs do). `engine`: the run's data engine, already open on `out_dir` (a notebook's,
     whose AppWorld servers are then reused); the caller closes it. By default one is made and closed here."""
     check_vllm(run.training)
-    from accelerate import PartialState
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     set_torch_threads(run.training.torch_threads)
     out_dir = Path(out_dir)
     check_run_folder(run, out_dir)
+    if launches_fsdp() and not run.training.use_vllm:
+        raise ConfigError(f"accelerate launched this run with FSDP: {FSDP_LOCAL_ROLLOUTS}")
     trainer_dir = out_dir / "trainer"
     checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
     if checkpoint is not None and not resume:
         raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                           "choose another --out")
+    owned = engine is None
+    engine = DataEngine(run.data_engine, out_dir, run.evaluation.benchmark) if owned else engine
+    try:
+        d0_targets = len(engine.environment.sources("pool"))
+        state = distributed_state(run, d0_targets)
+        if state.num_processes > 1:
+            engine.shards = Shards(state.process_index, state.num_processes, state.wait_for_everyone)
+            announce(progress and state.is_main_process, f"{state.num_processes} processes; a collective waits up "
+                     f"to {collective_timeout_s(run, d0_targets)} s (training.process_group_timeout_s)")
+        return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
+    finally:
+        if owned:
+            engine.close()
+
+
+def distributed_state(run: RunConfig, d0_targets: int):
+    """accelerate's process state of the run: the process group made here with the run's collective timeout
+    (`collective_timeout_s`), before TRL's arguments would make one with none (transformers' `ddp_timeout` applies
+    only to a group it makes itself), and the process count checked against the profile (`check_processes`)."""
+    from accelerate import PartialState
+
     cpu = not gpu_visible()
     if cpu:
         # accelerate names a launched process's device `cpu:<index>`, which transformers hands torch.load as the
         # map_location of a resumed optimizer, and torch restores no `cpu:0`: the plain `cpu` for every process.
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
-    # On CPU, accelerate joins launched processes (gloo) only in a state made with cpu=True (TRL's `use_cpu` makes
-    # its own so); a default one leaves each process alone, and every one of them the main process.
-    state = PartialState(cpu=cpu)
-    owned = engine is None
-    engine = DataEngine(run.data_engine, out_dir, run.evaluation.benchmark) if owned else engine
-    try:
-        return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
-    finally:
-        if owned:
-            engine.close()
+    # On CPU, accelerate joins launched processes (gloo) only in a state made with cpu=True (TRL's `use_cpu` makes its
+    # own so); a default one leaves each process alone, and every one of them the main process.
+    state = PartialState(cpu=cpu, timeout=timedelta(seconds=collective_timeout_s(run, d0_targets)))
+    check_processes(run.training, state.num_processes)
+    return state
+
+
+FULL_SCORING_MAX_VOCAB = 32_768
+"""Vocabularies up to this size keep TRL's own CPU scoring (`score_completions_only`)."""
+
+
+def vocabulary_size(model_path: str) -> int:
+    """The output head's width of a model folder or cached hub model, read from its config."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_path).get_text_config().vocab_size
+
+
+def score_completions_only() -> None:
+    """Have TRL 1.16 score only the completion positions through the output head on CPU, as it does on CUDA. Where
+    Triton is missing it scores every position of a sequence (fixed tile shapes for compilers such as Neuron's) and
+    throws the prompt's scores away: on CPU, with no compiler, a 1,400-token prompt cost each sequence ~11 s per pass
+    through a 151,936-token head (a Qwen stand-in), for the 60-odd positions the loss reads. The loss is the same;
+    the gradient differs in float rounding (4e-7 in the tiny model's weights after 3 steps). Called for vocabularies
+    over `FULL_SCORING_MAX_VOCAB` only: the kit's tiny model (4,102 tokens) keeps TRL's path, which costs it little
+    and which its committed results were measured with."""
+    import trl.trainer.utils as trl_utils
+
+    if not getattr(trl_utils._use_triton, "completions_only", False):
+        on_accelerator = trl_utils._use_triton
+
+        def use_compact_path(device) -> bool:
+            return device.type == "cpu" or on_accelerator(device)
+
+        use_compact_path.completions_only = True
+        trl_utils._use_triton = use_compact_path
 
 
 def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint: Path | None, progress: bool,
@@ -602,12 +716,13 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
     cfg = run.training
     trainer_dir = out_dir / "trainer"
     timings = {}
-    if state.is_main_process:  # D_0 and the warm start are cached in the run folder; other processes wait
-        announce(progress, f"D_0: {run.data_engine.d0_size} validated tasks (cached in {out_dir.name}/round_000; "
-                           "a minute or two with the offline explorer, longer with an LLM explorer)")
-        start = time.perf_counter()
-        engine.initial_pool(progress=progress)
-        timings["d0_s"] = round(time.perf_counter() - start, 2)
+    # D_0 (every process explores its share) and the warm start (the main process) are cached in the run folder
+    announce(progress and state.is_main_process, f"D_0: {run.data_engine.d0_size} validated tasks (cached in "
+             f"{out_dir.name}/round_000; a minute or two with the offline explorer, longer with an LLM explorer)")
+    start = time.perf_counter()
+    engine.initial_pool(progress=progress and state.is_main_process)
+    timings["d0_s"] = round(time.perf_counter() - start, 2)
+    if state.is_main_process:
         start = time.perf_counter()
         policy_path = engine.policy()
         timings["warm_start_s"] = round(time.perf_counter() - start, 2)
@@ -620,8 +735,6 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
                                                         "timings_before_training": timings,
                                                         "config": as_json(asdict(run))})
     state.wait_for_everyone()
-    if not state.is_main_process:
-        engine.pool.__init__(engine.pool.path)
     policy_path = engine.policy()
 
     announce(progress and state.is_main_process,
@@ -635,6 +748,8 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
     else:
         loop.allow(0)
         loop.drop_after(0)  # a run killed before its first checkpoint starts over
+    if not torch.cuda.is_available() and vocabulary_size(policy_path) > FULL_SCORING_MAX_VOCAB:
+        score_completions_only()
     args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()),
                       disable_tqdm=not progress)
     slots = Dataset.from_dict({"prompt": [f"pool slot {i}" for i in range(cfg.max_steps * cfg.tasks_per_step)]})

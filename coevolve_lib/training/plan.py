@@ -14,8 +14,9 @@ from pathlib import Path
 from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, TrainConfig
 from coevolve_lib.core.environment import environment_class
+from coevolve_lib.core.paper_models import GB, kv_bytes_per_token, paper_model, parameter_count
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, shown_path
-from coevolve_lib.training.loop import flat, train, training_rollouts
+from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs
 
@@ -61,19 +62,70 @@ def server_split(cfg: TrainConfig) -> TrainConfig | None:
     return None
 
 
+VLLM_OVERHEAD_GB = 2.0
+"""What vLLM keeps on a GPU beside weights and KV cache (its profiling run's activations, CUDA graphs): an estimate."""
+SERVER_MEMORY_UTILIZATION = 0.9
+"""`trl vllm-serve`'s default `--gpu-memory-utilization`: a server has its GPUs to itself."""
+
+
+def vllm_memory(run: RunConfig, utilization: float) -> dict | None:
+    """Whether vLLM fits the share `utilization` of one GPU (`training.launch.gpu_memory_gb`) for a paper backbone
+    (`core.paper_models`; None for another model): bf16 weights over the tensor-parallel group, `VLLM_OVERHEAD_GB`,
+    and the KV cache of at least one sequence of vLLM's context (`TrainConfig.vllm_context`): vLLM refuses to start
+    without that much."""
+    model = paper_model(run.model)
+    if model is None:
+        return None
+    cfg = run.training
+    tp = cfg.vllm_tensor_parallel_size
+    weights = parameter_count(model.config) * 2 / tp / GB
+    sequence = kv_bytes_per_token(model.config, tp) * cfg.vllm_context / GB
+    share = utilization * cfg.launch.gpu_memory_gb
+    free = share - weights - VLLM_OVERHEAD_GB
+    return {"gpu_memory_utilization": utilization, "share_gb": round(share, 2), "weights_gb": round(weights, 2),
+            "overhead_gb": VLLM_OVERHEAD_GB, "max_model_len": cfg.vllm_context,
+            "kv_gb_per_sequence": round(sequence, 3), "full_length_sequences": max(0, int(free // sequence)),
+            "fits": free >= sequence}
+
+
+def colocate_utilization(run: RunConfig) -> float | None:
+    """The share of each GPU a colocated vLLM gets: the profile's `vllm_gpu_memory_utilization` when the model fits
+    it, else the smallest multiple of 0.05 that fits (None: not even 0.9, or an unknown model: the profile's)."""
+    cfg = run.training
+    memory = vllm_memory(run, cfg.vllm_gpu_memory_utilization)
+    if memory is None or memory["fits"]:
+        return cfg.vllm_gpu_memory_utilization
+    needed = (memory["weights_gb"] + VLLM_OVERHEAD_GB + memory["kv_gb_per_sequence"]) / cfg.launch.gpu_memory_gb
+    share = round(-(-needed // 0.05) * 0.05, 2)
+    return share if share <= SERVER_MEMORY_UTILIZATION else None
+
+
 def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[dict, list[str]]:
     """The vLLM launch recipes of a multi-GPU profile (docs/training.md, vLLM rollouts), and their notes: colocate
     (the train command with vLLM on the training GPUs) and server (`trl vllm-serve` on GPUs of its own, started
-    first, and the train command on the others)."""
+    first, and the train command on the others). Each names vLLM's context length (`TrainConfig.vllm_context`),
+    and colocate the GPU share the model needs when the profile's is too small (`colocate_utilization`)."""
     cfg, launch = run.training, run.training.launch
     if launch.num_processes == 1 and not launch.accelerate_config:  # in-process (CPU) profiles
         return {}, []
-    commands = {"train_vllm_colocate": " ".join(train_command(run, out, overrides)
-                                                + _sets(["training.vllm_mode=colocate"]))}
+    commands, notes = {}, []
+    colocate = ["training.vllm_mode=colocate", f"training.vllm_max_model_length={cfg.vllm_context}"]
+    share = colocate_utilization(run)
+    if share is None:
+        notes.append(f"no vLLM colocate recipe: {run.model} needs more than {SERVER_MEMORY_UTILIZATION} of a "
+                     f"{launch.gpu_memory_gb:g} GB GPU at tensor parallel size {cfg.vllm_tensor_parallel_size}")
+    else:
+        if share != cfg.vllm_gpu_memory_utilization:
+            colocate.append(f"training.vllm_gpu_memory_utilization={share}")
+            notes.append(f"vLLM colocate: {run.model} needs {share} of each {launch.gpu_memory_gb:g} GB GPU "
+                         f"(vllm_gpu_memory_utilization {cfg.vllm_gpu_memory_utilization} holds less than its "
+                         f"weights, overhead and one {cfg.vllm_context}-token sequence); the training keeps "
+                         f"{(1 - share) * launch.gpu_memory_gb:.1f} GB")
+        commands["train_vllm_colocate"] = " ".join(train_command(run, out, overrides) + _sets(colocate))
     split = server_split(cfg)
     if split is None:
-        return commands, [f"no vLLM server recipe: {launch.num_processes} GPU(s) leave none for a server of "
-                          f"vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}"]
+        return commands, notes + [f"no vLLM server recipe: {launch.num_processes} GPU(s) leave none for a server "
+                                  f"of vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}"]
     tp, gpus_per_node = cfg.vllm_tensor_parallel_size, launch.num_processes // launch.num_machines
     first = split.launch.num_processes  # the server's first GPU, counted over the nodes
     server_node, server_gpu = divmod(first, gpus_per_node)
@@ -89,17 +141,15 @@ def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[
         settings.append(f"training.vllm_server_host={host}")
     server_run = replace(run, training=split)
     serve = ["trl", "vllm-serve", "--model", run.model, "--tensor-parallel-size", str(tp),
-             "--port", str(cfg.vllm_server_port)]
-    if cfg.vllm_max_model_length:
-        serve += ["--max-model-len", str(cfg.vllm_max_model_length)]
+             "--port", str(cfg.vllm_server_port), "--max-model-len", str(cfg.vllm_context)]
     commands["vllm_server"] = f"CUDA_VISIBLE_DEVICES={gpus(server_gpu, tp)} " + " ".join(serve)
     commands["train_vllm_server"] = " ".join(
         [f"CUDA_VISIBLE_DEVICES={gpus(0, min(split.launch.num_processes, gpus_per_node))}",
          *train_command(server_run, out, overrides), *_sets(settings)])
-    notes = [f"vLLM server mode: start vllm_server on node {server_node} first ({tp} GPU(s)); train_vllm_server "
-             f"then trains on {split.launch.num_processes} GPU(s) with gradient_accumulation_steps "
-             f"{split.gradient_accumulation_steps} (same micro-batch)"
-             + (f"; VLLM_SERVER_HOST=<node {server_node}'s address>" if server_node else "")]
+    notes.append(f"vLLM server mode: start vllm_server on node {server_node} first ({tp} GPU(s)); train_vllm_server "
+                 f"then trains on {split.launch.num_processes} GPU(s) with gradient_accumulation_steps "
+                 f"{split.gradient_accumulation_steps} (same micro-batch)"
+                 + (f"; VLLM_SERVER_HOST=<node {server_node}'s address>" if server_node else ""))
     return commands, notes
 
 
@@ -134,6 +184,11 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
     benchmark, benchmark_notes = environment_class(run.evaluation.benchmark).plan(run)
     notes += benchmark_notes
     completions = cfg.tasks_per_step * cfg.group_size
+    vllm = {}
+    if "train_vllm_colocate" in commands:
+        vllm["colocate"] = vllm_memory(run, colocate_utilization(run))
+    if "vllm_server" in commands:
+        vllm["server"] = vllm_memory(run, SERVER_MEMORY_UTILIZATION)
     return {
         "profile": run.profile, "benchmark": benchmark, "policy_model": run.model, "explorer_model": explorer,
         "warm_start": run.data_engine.warm_start.enabled,
@@ -149,7 +204,13 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
         "grpo_config": grpo_kwargs(cfg, run.rollout, str(Path(out_dir) / "trainer"), cuda=True),
         "rollout": asdict(training_rollouts(run)),
         "lora": asdict(cfg.lora) if cfg.lora.enabled else None,
-        "launch": asdict(launch), "commands": commands, "notes": notes,
+        "launch": asdict(launch),
+        "collectives": ({"timeout_s": collective_timeout_s(run), "explorer_calls_per_target":
+                         explorer_calls_per_target(run.data_engine),
+                         "explorer_deadline_s": run.data_engine.explorer_deadline_s} if launch.num_processes > 1
+                        else None),
+        "vllm_memory": {name: memory for name, memory in vllm.items() if memory is not None} or None,
+        "commands": commands, "notes": notes,
     }
 
 

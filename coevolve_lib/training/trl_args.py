@@ -38,7 +38,7 @@ def grpo_kwargs(cfg: TrainConfig, rollout: RolloutSettings, output_dir: str, cud
             vllm_mode=cfg.vllm_mode, vllm_server_host=cfg.vllm_server_host, vllm_server_port=cfg.vllm_server_port,
             vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
             vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            vllm_max_model_length=cfg.vllm_max_model_length,
+            vllm_max_model_length=cfg.vllm_context,
             # vLLM's cap per reply: the rollout's (max_completion_length, its default, is the whole episode's budget)
             generation_kwargs={"max_tokens": rollout.max_new_tokens},
             # The rollouts return no sampling logprobs (`logprobs: None`), which TRL's importance-sampling

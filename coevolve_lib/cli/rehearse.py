@@ -1,0 +1,34 @@
+"""`python -m coevolve_lib rehearse --profile paper-qwen3-4b --out runs/rehearse/paper-qwen3-4b`: a paper profile's
+GPU-node path on CPU (`training.rehearsal`): the printed train command on 2 processes with the backbone's stand-in
+(built first if `make setup` did not: ~6.5 min, once), a kill and a resume, then `evaluate` on the trained model;
+`<out>/rehearsal.json` says what ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from coevolve_lib import profiles
+from coevolve_lib.core.paper_models import PAPER_MODELS
+from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.envs.bfcl import standins
+from coevolve_lib.training import rehearsal
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = profiles.profile_parser("python -m coevolve_lib rehearse", f"{__doc__}\n\n{rehearsal.__doc__}",
+                                     "training.lora.enabled=true")
+    parser.add_argument("--out", help="rehearsal folder (default: runs/rehearse/<profile>); its run is redone")
+    args = parser.parse_args(argv)
+    out = Path(args.out or RUNS_DIR / "rehearse" / args.profile)
+    if out.exists() and not out.is_dir():
+        raise profiles.ConfigError(f"--out {out} is a file; give a folder")
+    run, _ = rehearsal.rehearsal_run(args.profile, args.set)
+    for model in PAPER_MODELS.values():
+        if model.standin == run.model:
+            standins.build_standin(model)  # kept when it is built already
+    record = rehearsal.rehearse(args.profile, out, args.set)
+    print(json.dumps({k: record[k] for k in ("profile", "architecture", "processes", "steps", "rounds",
+                                             "tool_calls_parsed", "lora_trainable_params", "resumed", "evaluated",
+                                             "seconds")}))
+    return 0

@@ -1,0 +1,235 @@
+"""A rehearsal of a paper profile on CPU (`python -m coevolve_lib rehearse --profile paper-qwen3-4b --out DIR`): the
+commands a user runs on a GPU node, run here on the profile's own code paths with only sizes, the explorer and the
+model replaced, so that what breaks on the way to a GPU breaks here first.
+
+    train     the command `train --dry-run` prints, on 2 processes (`accelerate launch --multi_gpu`, gloo), with the
+              profile's stand-in (`envs.bfcl.standins`: the backbone's architecture at tiny dims, the real Qwen
+              vocabulary and chat template) and `configs/rehearsal.yaml`'s sizes: D_0, 2 GRPO steps with the
+              profile's GRPO settings (full weights or LoRA, beta with its reference model, dapo, gradient
+              checkpointing, gradient accumulation), a sharded feedback round after each, a checkpoint after each
+    kill      the last checkpoint, the model and the summary removed, as a run killed after its first round leaves it
+    resume    the same command again: it resumes from the first checkpoint and must replay step 2 exactly
+    evaluate  the multi-GPU recipe's `evaluate --model <run>/final` on the first val tasks
+
+`DIR/rehearsal.json` records what ran and what it measured (`Rehearsal`); the commands' output goes to
+`DIR/<phase>.log`. Stated deviations (each commented in `configs/rehearsal.yaml`): no DeepSpeed (ZeRO-3 needs GPUs;
+`benchmarks/gpu_check.sh` runs it), float32 (bf16 is emulated on CPU), no LLM explorer (an offline one: no endpoint
+here), the kit's prefix reward (a stand-in never solves a task, so the binary reward would leave nothing to update),
+compact tool docs and short lengths (full docs cost ~23 minutes per GRPO step on 2 cores), the GorillaFileSystem
+world only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from coevolve_lib import profiles
+from coevolve_lib.core.config import ConfigError, RunConfig, RunError
+from coevolve_lib.core.models import BUILT_MODELS
+from coevolve_lib.core.paper_models import paper_model
+from coevolve_lib.core.paths import MODELS_DIR, REPO_ROOT, shown_path
+from coevolve_lib.core.records import read_jsonl, write_json_atomic
+from coevolve_lib.training.plan import flatten_overrides, plan
+
+REHEARSAL_FILE = profiles.CONFIGS_DIR / "rehearsal.yaml"
+LAUNCH_TIMEOUT_S = 1800
+"""Most seconds one launched command may take (a paper profile's whole rehearsal takes a few minutes)."""
+
+
+@dataclass
+class Rehearsal:
+    """What `rehearsal.json` holds."""
+
+    profile: str
+    architecture: str
+    """The stand-in's transformers class (the backbone's)."""
+    model: str
+    """The backbone the profile trains, and its stand-in: `<hub id> (stand-in <spec>)`."""
+    processes: int
+    steps: int
+    """GRPO steps of the finished run (after the resume)."""
+    rounds: int
+    """Feedback rounds with a report (D_0 not counted)."""
+    tool_calls_parsed: int
+    """Tool calls decoded from the stand-in's replies: training rollouts and evaluation episodes."""
+    tool_calls_rejected: int
+    """Tool-call attempts the parser refused (invalid JSON, unknown argument shapes)."""
+    lora_trainable_params: int
+    """Parameters of the LoRA adapters (0: the profile trains all weights)."""
+    trainable_params: int
+    """Parameters the optimizer updated (the adapters, or the whole model)."""
+    weights_moved: int
+    """Weight tensors the training changed (full weights: against the stand-in; LoRA: adapter tensors that left their
+    zero init)."""
+    resumed: bool
+    """The second launch resumed from the first checkpoint and replayed step 2 exactly (its episodes, its metrics row
+    and the pool)."""
+    evaluated: bool
+    """`evaluate` on `<run>/final` measured its tasks."""
+    seconds: float
+    grpo: dict = field(default_factory=dict)
+    """The profile's GRPO settings the run used, and what TRL logged of them (KL, the MoE router's auxiliary loss)."""
+    phases: dict = field(default_factory=dict)
+    """Seconds per phase (train, resume, evaluate) and each command as run."""
+    evaluation: dict = field(default_factory=dict)
+
+
+def rehearsal_run(profile: str, overrides: list[str] = ()) -> tuple[RunConfig, list[str]]:
+    """The rehearsed run config and its `--set` strings: the profile, `configs/rehearsal.yaml`, its stand-in as the
+    model, then the user's `overrides`."""
+    base = profiles.run_config(profile)
+    backbone = paper_model(base.model)
+    if backbone is None or base.evaluation.benchmark != "bfcl":
+        raise ConfigError(f"rehearse runs the BFCL paper profiles (a paper backbone as model); {profile!r} trains "
+                          f"{base.model!r} on {base.evaluation.benchmark}")
+    sets = [*flatten_overrides(yaml.safe_load(REHEARSAL_FILE.read_text())), f"model={backbone.standin}",
+            *overrides]
+    return profiles.run_config(profile, sets), sets
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch(command: list[str], log: Path) -> float:
+    """Run a printed command from the repository root with this interpreter's tools first on the PATH, its output in
+    `log`; its seconds. A RunError naming the log when it fails."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    start = time.perf_counter()
+    with open(log, "a") as out:
+        out.write(f"$ {shlex.join(command)}\n")
+        out.flush()
+        try:
+            proc = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=LAUNCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RunError(f"{command[0]} ran past {LAUNCH_TIMEOUT_S} s; see {shown_path(log)}") from None
+    if proc.returncode:
+        tail = [line for line in log.read_text().splitlines() if line.strip()][-1:]
+        raise RunError(f"`{shlex.join(command[:6])} ...` exited {proc.returncode} ({tail[0][:300] if tail else ''}); "
+                       f"see {shown_path(log)}")
+    return round(time.perf_counter() - start, 1)
+
+
+def _episodes(run_dir: Path, step: int) -> list:
+    """What a step's episodes did (their timings left out)."""
+    return [(r["task_id"], r["sample_index"], r["reward"], r["steps"])
+            for r in read_jsonl(run_dir / "rollouts" / f"step_{step:05d}.jsonl")]
+
+
+def _calls(records: list[dict]) -> tuple[int, int]:
+    steps = [step for record in records for step in record["steps"]]
+    return sum(len(s["calls"]) for s in steps), sum(len(s["rejected"]) for s in steps)
+
+
+def _parameter_count(folder: Path, name: str) -> int:
+    """Parameters in a safetensors file of `folder` (0: no such file), read from its header."""
+    from safetensors import safe_open
+
+    path = folder / name
+    if not path.exists():
+        return 0
+    with safe_open(str(path), framework="pt") as tensors:
+        return sum(math.prod(tensors.get_slice(key).get_shape()) for key in tensors.keys())
+
+
+def _moved(standin: Path, final: Path) -> int:
+    """Tensors of `final` that differ from the stand-in's (full weights), or LoRA B matrices that are no longer 0."""
+    import torch
+    from safetensors.torch import load_file
+
+    if (final / "adapter_model.safetensors").exists():
+        return sum(bool(t.any()) for k, t in load_file(final / "adapter_model.safetensors").items() if "lora_B" in k)
+    before, after = load_file(standin / "model.safetensors"), load_file(final / "model.safetensors")
+    return sum(not torch.equal(before[name].float(), after[name].float()) for name in before if name in after)
+
+
+def _files(run_dir: Path) -> dict[str, int]:
+    """The step records' modification times: a step trained again rewrites its files."""
+    return {f"{folder}/{p.name}": p.stat().st_mtime_ns for folder in ("rollouts", "signals")
+            for p in sorted((run_dir / folder).glob("step_*.jsonl"))}
+
+
+def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> dict:
+    """Rehearse `profile` into `out` (see the module docstring); returns (and writes) `rehearsal.json`'s record."""
+    run, sets = rehearsal_run(profile, overrides)
+    standin = MODELS_DIR / BUILT_MODELS[run.model]
+    if not (standin / "config.json").exists():
+        raise ConfigError(f"the stand-in {run.model!r} is not built (expected {shown_path(standin)}); `python -m "
+                          "coevolve_lib rehearse` builds it, and so does `python -m coevolve_lib setup --all-standins`")
+    out = Path(out)
+    run_dir = out / "run"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a rehearsal starts from nothing: it is the resume it checks, not an old run's
+    out.mkdir(parents=True, exist_ok=True)
+    for log in out.glob("*.log"):
+        log.unlink()
+    start = time.perf_counter()
+    resolved = plan(run, run_dir, sets)
+    train = shlex.split(resolved["commands"]["train"])
+    train = [*train[:2], "--main_process_port", str(free_port()), *train[2:]]  # 29500 may be taken here
+    phases = {"train_command": shlex.join(train)}
+
+    phases["train_s"] = launch(train, out / "train.log")
+    last = max(int(p.name.split("-")[1]) for p in (run_dir / "trainer").glob("checkpoint-*"))
+    metrics, files = (run_dir / "metrics.jsonl").read_text().splitlines(), _files(run_dir)
+    step_episodes, pool = _episodes(run_dir, last), (run_dir / "pool.jsonl").read_text()
+    shutil.rmtree(run_dir / "trainer" / f"checkpoint-{last}")  # what a kill after the previous round leaves
+    shutil.rmtree(run_dir / "final")
+    (run_dir / "summary.json").unlink()
+    phases["resume_s"] = launch(train, out / "resume.log")
+    after = _files(run_dir)
+    resumed = all((
+        # the steps before the kill were kept, not trained again; the last one was trained again, exactly
+        (run_dir / "metrics.jsonl").read_text().splitlines()[:-1] == metrics[:-1],
+        [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, last + 1)),
+        all((after.get(name) == mtime) == (f"step_{last:05d}" not in name) for name, mtime in files.items()),
+        _episodes(run_dir, last) == step_episodes,
+        (run_dir / "pool.jsonl").read_text() == pool,  # the replayed round added nothing twice
+        (run_dir / "trainer" / f"checkpoint-{last}").is_dir()))
+
+    results = out / "evaluation.json"
+    evaluate = ["python", "-m", "coevolve_lib", "evaluate", "--profile", profile, "--model",
+                shown_path(run_dir / "final"), "--out", shown_path(results), "--quiet",
+                *[part for setting in sets if not setting.startswith("model=") for part in ("--set", setting)]]
+    phases["evaluate_command"] = shlex.join(evaluate)
+    phases["evaluate_s"] = launch(evaluate, out / "evaluate.log")
+    evaluation = json.loads(results.read_text())
+    eval_records = read_jsonl(results.with_suffix(".rollouts.jsonl"))
+
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    train_records = [r for step in range(1, last + 1) for r in read_jsonl(run_dir / "rollouts" / f"step_{step:05d}.jsonl")]
+    parsed, rejected = _calls(train_records + eval_records)
+    lora = _parameter_count(run_dir / "final", "adapter_model.safetensors")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    trl = lambda key: [r[f"trl/{key}"] for r in rows if f"trl/{key}" in r]  # noqa: E731
+    record = Rehearsal(
+        profile=profile, architecture=json.loads((standin / "config.json").read_text())["architectures"][0],
+        model=f"{profiles.run_config(profile).model} (stand-in {run.model})",
+        processes=run.training.launch.num_processes, steps=summary["steps"],
+        rounds=sum(1 for p in run_dir.glob("round_*/report.json") if p.parent.name != "round_000"),
+        tool_calls_parsed=parsed, tool_calls_rejected=rejected, lora_trainable_params=lora,
+        trainable_params=lora or _parameter_count(run_dir / "final", "model.safetensors"),
+        weights_moved=_moved(standin, run_dir / "final"), resumed=resumed, evaluated=evaluation["metrics"][0]["n"] > 0, seconds=round(time.perf_counter() - start, 1),
+        grpo={"weights": "lora" if run.training.lora.enabled else "full", "beta": run.training.beta,
+              "loss_type": run.training.loss_type, "gradient_checkpointing": run.training.gradient_checkpointing,
+              "dtype": run.training.dtype, "gradient_accumulation_steps": run.training.gradient_accumulation_steps,
+              "trl_kl": trl("kl"), "trl_aux_loss": trl("aux_loss"), "trl_loss": trl("loss")},
+        phases=phases,
+        evaluation={row["metric"]: row["value"] for row in evaluation["metrics"]} | {"n": evaluation["metrics"][0]["n"]})
+    write_json_atomic(out / "rehearsal.json", asdict(record))
+    return asdict(record)
