@@ -65,6 +65,7 @@ FAMILIES = {
     "unclosed block": lambda tag, n: tag + "\n" + "word " * ((n - len(tag)) // 5),
     "deep nesting": lambda tag, n: tag + '{"a": [' * ((n - len(tag)) // 7),
     "long word": lambda tag, n: tag + "a" * (n - len(tag)),
+    "many keywords": lambda tag, n: tag + "\nf(" + ", ".join(f"k{i}=0" for i in range((n - len(tag)) // 9)) + ")",
 }
 """name -> the text of about n characters built on an opening delimiter."""
 

@@ -32,3 +32,23 @@ def test_parse_time_grows_linearly(name):
             if ratio < MAX_RATIO:
                 break
         assert ratio < MAX_RATIO, f"{name} on {family_name}: {LARGE // SMALL}x the text took {ratio:.0f}x the time"
+
+
+def test_a_call_with_thousands_of_keywords_is_checked_in_linear_time():
+    """Issue 29: the repeated-keyword check compared each keyword with all earlier ones: 8x the keywords (8k -> 64k
+    characters, under the call's 100k limit) took ~49x the time, and a 60k-character reply cost ~48 s in an episode.
+    Now a set: ~13x (ast's own parse grows a little faster than linear here)."""
+    from coevolve_lib.core.safe_calls import parse_builtin_call
+
+    family = bench.FAMILIES["many keywords"]
+    keywords = {"prompt_calls": lambda text: len(bench.PARSERS["prompt_calls"][1](text).calls[0].kwargs),
+                "builtin_call": lambda text: len(parse_builtin_call(text.removeprefix("```\n"), ())[1])}
+    small, large = family("```", 8_000), family("```", 64_000)
+    for name, parse in keywords.items():
+        assert parse(large) == 7_110  # every keyword read, none refused
+        for _ in range(3):
+            ratio = (bench.best_time(parse, large, repeats=3, min_round_s=0.002)
+                     / bench.best_time(parse, small, repeats=3, min_round_s=0.002))
+            if ratio < MAX_RATIO:
+                break
+        assert ratio < MAX_RATIO, f"{name}: 8x the keywords took {ratio:.0f}x the time"

@@ -132,9 +132,8 @@ def parse_builtin_call(text: str, allowed_names: Collection[str]) -> tuple[str, 
         starred = isinstance(arg, ast.Starred)
         arguments.append(_argument(arg.value if starred else arg, name, lines, allowed_names,
                                    None, "*" if starred else ""))
+    _check_unique_keywords(node.keywords, name)
     for keyword in node.keywords:
-        if keyword.arg is not None and any(keyword.arg == a.keyword for a in arguments):
-            raise CallParseError(f"{name}: keyword argument {keyword.arg!r} repeated")
         arguments.append(_argument(keyword.value, name, lines, allowed_names, keyword.arg,
                                    "" if keyword.arg else "**"))
     return name, arguments
@@ -191,14 +190,24 @@ def _call_from_node(node: ast.expr, lines: list[bytes] | None, allowed_names: Co
         if isinstance(arg, ast.Starred):
             raise CallParseError(f"{name}: *args are not allowed")
         args.append(_literal(arg, name, depth=0))
+    if any(keyword.arg is None for keyword in node.keywords):
+        raise CallParseError(f"{name}: **kwargs are not allowed")
+    _check_unique_keywords(node.keywords, name)
     kwargs = []
     for keyword in node.keywords:
-        if keyword.arg is None:
-            raise CallParseError(f"{name}: **kwargs are not allowed")
-        if any(keyword.arg == key for key, _ in kwargs):  # ast.parse accepts it; only compile() refuses
-            raise CallParseError(f"{name}: keyword argument {keyword.arg!r} repeated")
         kwargs.append((keyword.arg, _literal(keyword.value, f"{name}({keyword.arg}=...)", depth=0)))
     return Call(name, tuple(args), tuple(kwargs))
+
+
+def _check_unique_keywords(keywords: list[ast.keyword], name: str) -> None:
+    # ast.parse accepts a repeated keyword; only compile() refuses it. A set keeps the check linear in the keywords.
+    seen = set()
+    for keyword in keywords:
+        if keyword.arg is None:
+            continue
+        if keyword.arg in seen:
+            raise CallParseError(f"{name}: keyword argument {keyword.arg!r} repeated")
+        seen.add(keyword.arg)
 
 
 def _check_allowed(name: str, allowed_names: Collection[str] | None) -> None:

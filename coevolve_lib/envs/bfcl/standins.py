@@ -12,9 +12,9 @@ the assistant tokens only (`warm_start.train_sft(assistant_only=True)`: the 151,
 learned). After it, rollouts emit real `<tool_call>{json}</tool_call>` blocks, most with a known function name; they
 are not expected to solve tasks.
 
-`make setup` builds the Qwen3-4B stand-in (what `make test` rehearses), `rehearse` the others on first use (each
-~6.5 min on 2 cores: 300 steps over ~1,400-token prompts), into `.cache/models/<standin>`; `standin.json` there
-records the dims, the warm start's recipe and its summary.
+`make setup` builds the Qwen3-4B stand-in (what `make test`'s stand-in tests load), `rehearse` the others on first
+use (each ~6.5 min on 2 cores: 300 steps over ~1,400-token prompts), into `.cache/models/<standin>`; `standin.json`
+there records the dims, the warm start's recipe and its summary.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def build_standin(model: PaperModel, out: Path | None = None, dims: StandinDims 
 
 
 SETUP_STANDINS = ("standin-qwen3-4b",)
-"""The stand-ins `make setup` builds (the one `make test` rehearses); `rehearse` builds the others when it needs them."""
+"""The stand-ins `make setup` builds (the one `make test` loads); `rehearse` builds the others when it needs them."""
 
 
 def build_all(names=SETUP_STANDINS, force: bool = False, progress: bool = False) -> dict[str, Path]:
