@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Annotated
 
 import yaml
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 from pydantic_core import ArgsKwargs
 
-from coevolve_lib.core.config import ConfigError, DataEngineConfig, EvalConfig, RolloutSettings, RunConfig, TrainConfig
+from coevolve_lib.core.config import (
+    ConfigError,
+    DataEngineConfig,
+    EvalConfig,
+    RolloutSettings,
+    RunConfig,
+    TrainConfig,
+    quoted,
+)
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.paths import REPO_ROOT, shown_path
 from coevolve_lib.engine.signals import SIGNALS
@@ -53,7 +62,7 @@ def deep_merge(base: dict, overrides: dict) -> dict:
 def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
     path = CONFIGS_DIR / f"{_profile_name(name)}.yaml"
     if not path.exists() or name in NOT_PROFILES or (name.startswith("_") and not chain):  # a base is inherited only
-        raise ConfigError(f"unknown profile {name!r}; choose from {profile_names()}")
+        raise ConfigError(f"unknown profile {quoted(name)}; choose from {profile_names()}")
     if name in chain:
         raise ConfigError(f"profile {chain[0]!r} inherits from itself through {' -> '.join(chain + (name,))}")
     try:
@@ -72,9 +81,9 @@ def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
 
 def _profile_name(name) -> str:
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"profile must be a profile name, not {name!r}; choose from {profile_names()}")
+        raise ConfigError(f"profile must be a profile name, not {quoted(name)}; choose from {profile_names()}")
     if "/" in name or os.sep in name or name.endswith((".yaml", ".yml")):  # `CONFIGS_DIR / name` would leave configs/
-        raise ConfigError(f"profile {name!r} is a path: a profile is a name of configs/ (configs/<name>.yaml; copy "
+        raise ConfigError(f"profile {quoted(name)} is a path: a profile is a name of configs/ (configs/<name>.yaml; copy "
                           f"the file there and give its name); choose from {profile_names()}")
     return name
 
@@ -113,23 +122,47 @@ def at_scale(raw: dict) -> dict:
     return capped(raw, yaml.safe_load(path.read_text()) or {})
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases: `*a` repeats the node anchored `&a`, so a few lines of nested aliases
+    expand to gigabytes (a value typed on a command line never needs one; profile files may use them)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise ConfigError(f"YAML alias *{self.peek_event().anchor} (write the value out: aliases are refused "
+                              "in a value, since a few of them expand to gigabytes)")
+        return super().compose_node(parent, index)
+
+
+def read_value(text: str, what: str):
+    """A value a user typed (a `--set` value, a notebook parameter), read as YAML without aliases; a ConfigError in
+    one line, quoting at most a short prefix of `text`, if it is no valid value."""
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(getattr(exc, "problem", None) or "not valid YAML").split())
+        raise ConfigError(f"{what}: {quoted(text)} is not a valid value ({problem})") from None
+    except ValueError:  # the only one PyYAML lets through: an integer past Python's digit limit
+        raise ConfigError(f"{what}: {quoted(text)} is not a valid value (an integer of more than "
+                          f"{sys.get_int_max_str_digits()} digits)") from None
+
+
 def parse_overrides(items: list[str]) -> dict:
-    """`["training.max_steps=20", "data_engine.explore.runs=2"]` -> a nested mapping (values read as YAML)."""
+    """`["training.max_steps=20", "data_engine.explore.runs=2"]` -> a nested mapping (values read as YAML by
+    `read_value`)."""
     out: dict = {}
     for item in items:
         key, sep, text = str(item).partition("=")
         if not sep or not key or "" in key.split("."):
-            raise ConfigError(f"override {item!r} is not of the form section.field=value")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ConfigError(f"override {item!r}: {text!r} is not a valid value") from None
+            raise ConfigError(f"override {quoted(item)} is not of the form section.field=value")
+        value = read_value(text, f"override {quoted(key)}")
         node = out
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r} sets a field inside {part!r}, which is a value")
+                raise ConfigError(f"override {quoted(item)} sets a field inside {part!r}, which is a value")
         node[leaf] = value
     return out
 
@@ -144,6 +177,10 @@ def _valid_fields(cls, path: tuple) -> list[str]:
     return sorted(getattr(cls, "__pydantic_fields__", {}))
 
 
+MAX_SHOWN_PROBLEMS = 5
+"""Most validation errors one ConfigError lists (a list of a million bad items has a million)."""
+
+
 def _validation_message(exc: ValidationError, section: str, cls) -> str:
     """pydantic's errors as one line: `training.max_steps: Input should be a valid integer (got 'abc')`."""
     problems = []
@@ -154,9 +191,11 @@ def _validation_message(exc: ValidationError, section: str, cls) -> str:
             message = f"unknown field; valid: {', '.join(_valid_fields(cls, error['loc'][:-1]))}"
         elif "input" in error and not isinstance(error["input"], (dict, ArgsKwargs)):  # a value, not a whole
             # section's fields (a cross-field check's)
-            message += f" (got {error['input']!r})"
+            message += f" (got {quoted(error['input'])})"
         problems.append(f"{where}: {message}")
-    return "; ".join(problems)
+    shown = problems[:MAX_SHOWN_PROBLEMS]
+    more = len(problems) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
 
 
 def checked(name: str, value, annotation):
@@ -171,7 +210,7 @@ def checked(name: str, value, annotation):
 
 def _build(section: str, cls, values):
     if not isinstance(values, dict):
-        raise ConfigError(f"{section} must be a mapping of fields, not {values!r}")
+        raise ConfigError(f"{section} must be a mapping of fields, not {quoted(values)}")
     try:
         return cls(**values)
     except ValidationError as exc:
@@ -187,11 +226,11 @@ def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
         raise ConfigError(f"unknown profile section(s) {unknown}; valid: {list(SECTIONS)}")
     for section in SECTIONS[1:]:  # before `at_scale` reads them (`--set training=1`)
         if not isinstance(raw.get(section) or {}, dict):
-            raise ConfigError(f"{section} must be a mapping of fields, not {raw[section]!r}")
+            raise ConfigError(f"{section} must be a mapping of fields, not {quoted(raw[section])}")
     raw = at_scale(raw)
     if not isinstance(raw.get("model"), str) or not raw["model"].strip():
         raise ConfigError(f"model must be a model name (tiny, a hub id, a local path or openai:<model>), not "
-                          f"{raw.get('model')!r}")
+                          f"{quoted(raw.get('model'))}")
     return raw
 
 

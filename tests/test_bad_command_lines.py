@@ -36,6 +36,13 @@ CASES = [  # (command, exit status, what the one line says)
     ("train --dry-run --set training.max_steps=1.5", 2, "training.max_steps: Input should be a valid integer, got a "
                                                         "number with a fractional part (got 1.5)"),
     ("train --dry-run --set training.max_steps=[unclosed", 2, "'[unclosed' is not a valid value"),
+    # issue 29: values that explode (aliases expand exponentially) or are huge are refused, quoted by a short prefix
+    ("train --dry-run --set 'training.max_steps=[&a [x, x], *a, *a]'", 2,
+     "override 'training.max_steps': YAML alias *a (write the value out"),
+    (f"train --dry-run --set training.max_steps={'9' * 5000}", 2,
+     "is not a valid value (an integer of more than 4300 digits)"),
+    (f"train --dry-run --set training.max_steps={'x' * 100_000}", 2,
+     "training.max_steps: Input should be a valid integer, unable to parse string as an integer (got 'xxxxxxxxxxxxxxxxx..."),
     ("train --dry-run --set training.group_size=1", 2, "training.group_size: Input should be greater than or equal "
                                                        "to 2 (got 1)"),
     ("train --dry-run --set training.launch.num_processes=3", 2, "must split into whole groups over 3 process(es)"),
@@ -69,8 +76,8 @@ CASES = [  # (command, exit status, what the one line says)
     # train: the run folder
     ("train --dry-run --out {tmp}/a_file", 2, "/a_file is a file; give a run folder"),
     ("train --no-resume --out {tmp}/finished", 2, "/finished already holds a run (last checkpoint checkpoint-1)"),
-    ("train --out {tmp}/bad_run_config", 1, "/bad_run_config/run_config.json: not JSON; the file is written "
-                                            "atomically"),
+    ("train --out {tmp}/bad_run_config", 2, "/bad_run_config/run_config.json does not say which configuration "
+                                            "the run in"),
     ("train --out {tmp}/damaged --set training.max_steps=1", 2,
      "checkpoint-1: trainer_state.json is not JSON, and no earlier checkpoint is whole: delete"),
     # evaluate
@@ -132,7 +139,8 @@ CASES = [  # (command, exit status, what the one line says)
     ("notebook README.md {tmp}/out.ipynb", 2, "no notebook README.md (a .ipynb file"),
     ("notebook {tmp}/garbage.ipynb {tmp}/out.ipynb", 2, "/garbage.ipynb is not a notebook (not nbformat JSON)"),
     (f"notebook {NB00} {{tmp}}/out.ipynb -p profile", 2, "argument -p/--parameter: expected 2 arguments"),
-    (f"notebook {NB00} {{tmp}}/out.ipynb -p task_index [1", 2, "a parameter value is not valid YAML"),
+    (f"notebook {NB00} {{tmp}}/out.ipynb -p task_index [1", 2, "parameter 'task_index': '[1' is not a valid value"),
+    (f"notebook {NB00} {{tmp}}/out.ipynb -p task_index '[&a [1], *a]'", 2, "parameter 'task_index': YAML alias *a"),
     # the test OpenAI server (python -m coevolve_lib.cli.openai_server)
     ("openai-server --port 99999", 2, "--port must be 0..65535 (got 99999)"),
     ("openai-server --port {port}", 2, "Address already in use; give another port, or 0 for a free one"),
@@ -190,12 +198,13 @@ def assert_one_line(status: int, out: str, err: str, expected_status: int, expec
     assert expected in err, err
 
 
-@pytest.mark.parametrize("command, status, expected", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("command, status, expected", CASES, ids=[c[0][:100] for c in CASES])
 def test_a_bad_command_line_is_one_line_and_a_non_zero_status(capsys, scratch, busy_port, command, status, expected):
     argv = [word.format(tmp=scratch, port=busy_port) for word in shlex.split(command)]
     returned = run_in_process(argv)
     captured = capsys.readouterr()
     assert_one_line(returned, captured.out, captured.err, status, expected)
+    assert len(captured.err) < 1_000 + len(str(scratch)), "a one-line error quotes a short prefix of a value"
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -56,7 +56,8 @@ def test_tools_and_tool_history_reach_the_model(tiny):
     assert with_history.prompt_tokens > with_tools.prompt_tokens
 
 
-@pytest.mark.parametrize("faults", [["500", "500"], ["timeout"], ["malformed"], ["500", "timeout", "malformed"]])
+@pytest.mark.parametrize("faults", [["500", "500"], ["timeout"], ["malformed"], ["500", "timeout", "malformed"],
+                                    ["bad_usage"]])
 def test_retries_through_faults(tiny, faults):
     with ChatServer(tiny, faults=FaultConfig(faults=faults, delay_s=1.5)) as server:
         model = client(server, max_retries=len(faults))
@@ -66,8 +67,10 @@ def test_retries_through_faults(tiny, faults):
     assert model.num_retries == len(faults) and server.num_requests == len(faults) + 1
 
 
-@pytest.mark.parametrize("fault", ["500", "malformed", "timeout"])
+@pytest.mark.parametrize("fault", ["500", "malformed", "timeout", "bad_usage"])
 def test_persistent_faults_give_an_error_not_an_exception(tiny, fault):
+    """Issue 29: an HTTP 200 whose `usage` is no object was an AttributeError out of the batch; now, as any
+    malformed response, it is retried, then the item's error."""
     with ChatServer(tiny, faults=FaultConfig(always=fault, delay_s=1.5)) as server:
         model = client(server, max_retries=1)
         out = model.generate([HI, HI], config=SHORT)

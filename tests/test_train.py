@@ -220,6 +220,22 @@ def test_a_damaged_last_checkpoint_is_passed_over_for_the_one_before(tmp_path, c
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
     assert train_lib.checkpoint_damage(out / "trainer" / "checkpoint-2") is None  # step 2 trained and saved again
 
+    # Issue 29: the finished run's last metrics line damaged. Resuming from checkpoint-2 trained nothing and rewrote
+    # the summary from the one row left (1 step, the pool after round 1); now checkpoint-2 is passed over as damaged
+    # and step 2 trained again, exactly, so the run keeps its steps, rows and pool.
+    summary, pool = json.loads((out / "summary.json").read_text()), (out / "pool.jsonl").read_text()
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("\n".join([*rows[:-1], rows[-1][:40]]) + "\n")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        again = train_lib.train(run, out, progress=False)
+    assert "checkpoint-2: metrics.jsonl has no row of step 2, which it trained (a damaged line); resuming from " \
+        "checkpoint-1 instead" in caplog.text
+    assert again["steps"] == summary["steps"] == 2 and again["pool_size_end"] == summary["pool_size_end"]
+    assert (out / "pool.jsonl").read_text() == pool
+    untimed = lambda row: {k: v for k, v in row.items() if "time" not in k and not k.endswith("_s")}  # noqa: E731
+    assert [untimed(r) for r in read_jsonl(out / "metrics.jsonl")] == [untimed(json.loads(r)) for r in rows]
+
     for name in ("checkpoint-1/model.safetensors", "checkpoint-2/optimizer.pt"):  # every checkpoint cut short
         path = out / "trainer" / name
         path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
@@ -246,6 +262,13 @@ def test_a_run_folder_refuses_another_configuration_and_keeps_its_own(tmp_path, 
     assert cli(argv) == 2 and "holds a run of another configuration" in capsys.readouterr().err
     assert (out / "run_config.json").read_text() == recorded
     assert train_lib.train(run, out, progress=False)["steps"] == 2  # its own configuration resumes (nothing to do)
+    # Issue 29: a run_config.json that no longer says its configuration (damaged, or an older kit's) is refused in
+    # one line by every configuration, its own included: without it, another seed would relabel the run.
+    for text in ("[]", "{}", "", json.dumps({k: v for k, v in json.loads(recorded).items() if k != "config"})):
+        (out / "run_config.json").write_text(text)
+        for config in (run, other):
+            with pytest.raises(ConfigError, match="run_config.json does not say which configuration the run in"):
+                train_lib.train(config, out, progress=False)
 
 
 def test_run_config_rejects_unknown_fields_and_bad_batches():

@@ -2,7 +2,8 @@
 
 papermill only warns about a parameter the notebook's `parameters` cell does not define (a misspelt `-p profil x`
 runs the notebook on its defaults). Here an unknown name is an error before anything runs: one line, exit status 2.
-Values are read as YAML (`-p seeds "[0, 1]"` is a list, `-p limit 5` an int); the notebook validates them. A notebook
+Values are read as YAML (`-p seeds "[0, 1]"` is a list, `-p limit 5` an int; no aliases: `profiles.read_value`);
+the notebook validates them. A notebook
 that stops on an error is one line too: exit status 2 for a bad parameter value (`ConfigError`), 1 otherwise.
 """
 
@@ -11,11 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from coevolve_lib.core.config import ConfigError
-from coevolve_lib.profiles import ArgumentParser
+from coevolve_lib.core.config import quoted
+from coevolve_lib.profiles import ArgumentParser, read_value
 from coevolve_lib.studies.notebook_runner import run_notebook
 
 
@@ -27,10 +27,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a parameter of the notebook's parameters cell (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    try:
-        parameters = {name: yaml.safe_load(value) for name, value in args.parameter}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"a parameter value is not valid YAML: {' '.join(str(exc).split())}") from None
+    parameters = {name: read_value(value, f"parameter {quoted(name)}") for name, value in args.parameter}
     try:
         run_notebook(args.notebook, args.output, parameters, progress=not args.quiet)
     except PapermillExecutionError as exc:  # the notebook's own error, in one line (the cell is in `output`)

@@ -28,7 +28,7 @@ from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.text_blocks import iter_blocks, without_blocks
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
-FAULT_KINDS = ("500", "timeout", "malformed")
+FAULT_KINDS = ("500", "timeout", "malformed", "bad_usage")
 # Blocks are found by `core.text_blocks`: as one regex, `<tool_call>\s*(.*?)\s*</tool_call>` retried every split of
 # the blanks around an unclosed body (cubic: over 120 s on 8k characters).
 _TOOL_CALL_OPEN, _TOOL_CALL_CLOSE = re.compile("<tool_call>"), re.compile("</tool_call>")
@@ -39,7 +39,8 @@ class FaultConfig:
     """Faults the server injects into chat-completion requests (for client tests)."""
 
     faults: list[str] = field(default_factory=list)
-    """One fault per request, in arrival order ("500", "timeout" or "malformed"); later requests are served."""
+    """One fault per request, in arrival order ("500", "timeout", "malformed": a cut JSON body, or "bad_usage": a
+    whole reply whose `usage` is a string); later requests are served."""
     always: str | None = None
     """A fault applied to every request once `faults` is used up (to exhaust a client's retry budget)."""
     delay_s: float = 3.0
@@ -204,6 +205,12 @@ class ChatServer:
                     return self._error(500, "injected fault: internal server error")
                 if fault == "malformed":
                     return self._send(200, b'{"id": "chatcmpl-broken", "choices": [')
+                if fault == "bad_usage":
+                    return self._send(200, json.dumps({
+                        "id": "chatcmpl-bad-usage", "object": "chat.completion", "created": 0, "model": "x",
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": "hi"}}],
+                        "usage": "abc"}).encode())
                 if fault == "timeout":
                     time.sleep(server.faults.delay_s)
                 try:

@@ -20,6 +20,7 @@ One name per meaning: `max_steps` counts optimizer steps (training and warm star
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import field
 from typing import Annotated, Literal
 
@@ -77,6 +78,24 @@ RARE_PATTERNS = ("bigram", "sequence", "set")
 
 class ConfigError(ValueError):
     """A bad profile, override or parameter, in one line."""
+
+
+QUOTED_CHARS = 80
+"""Most characters of a value an error message quotes (`quoted`): a bad value may be megabytes long."""
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = _QUOTE.maxlong = QUOTED_CHARS // 2
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = _QUOTE.maxset = 4
+_QUOTE.maxlevel = 3
+
+
+def quoted(value) -> str:
+    """`repr(value)` for an error message: at most about `QUOTED_CHARS` characters, whatever its size (containers
+    and strings cut inside, an integer past Python's digit limit named by its size)."""
+    try:
+        text = _QUOTE.repr(value)
+    except ValueError:  # repr of an int over sys.get_int_max_str_digits()
+        text = f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else f"<a {type(value).__name__}>"
+    return text if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS - 3]}..."
 
 
 class RunError(RuntimeError):

@@ -412,26 +412,40 @@ class OpenAIChatModel(ChatModel):
             try:
                 response = self._request(messages, tools, config,
                                          timeout=min(self.timeout, deadline - time.perf_counter()))
+                return _generation(response, seconds=time.perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - any failure of one item becomes its error, never the batch's
-                error = f"{exc.__class__.__name__}: {exc}"
+                error = f"{exc.__class__.__name__}: {str(exc)[:500]}"
                 if not _retryable(exc):
                     break
-                continue
-            choice = response.choices[0]
-            calls = [{"id": getattr(c, "id", None), "name": c.function.name,
-                      "arguments": _parse_arguments(c.function.arguments)}
-                     for c in (choice.message.tool_calls or []) if getattr(c, "function", None)]
-            usage = response.usage
-            return Generation(
-                text=choice.message.content or "", tool_calls=calls or None,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-                seconds=time.perf_counter() - start,
-                finish_reason="length" if choice.finish_reason == "length" else "stop",
-            )
         return Generation(text="", tool_calls=None, prompt_tokens=0, completion_tokens=0,
                           seconds=time.perf_counter() - start, finish_reason="error",
                           error=f"failed after {attempt + 1} attempt(s): {error}")
+
+
+class MalformedResponse(ValueError):
+    """An endpoint's HTTP 200 whose fields are not what the OpenAI API returns (retried, then the item's error)."""
+
+
+def _generation(response, seconds: float) -> Generation:
+    """The Generation of one chat-completions response; a MalformedResponse naming the field that is missing or of
+    the wrong type (a `usage` that is no object, token counts that are no integers, content that is no string)."""
+    try:
+        choice = response.choices[0]
+        message = choice.message
+        text = message.content or ""
+        if not isinstance(text, str):
+            raise TypeError(f"message.content is a {type(text).__name__}")
+        calls = [{"id": getattr(c, "id", None), "name": c.function.name,
+                  "arguments": _parse_arguments(c.function.arguments)}
+                 for c in (message.tool_calls or []) if getattr(c, "function", None)]
+        usage = response.usage
+        tokens = [getattr(usage, name) if usage is not None else 0 for name in ("prompt_tokens", "completion_tokens")]
+        if any(type(count) is not int or count < 0 for count in tokens):
+            raise TypeError(f"usage token counts {str(tokens)[:80]} are not non-negative integers")
+    except (AttributeError, IndexError, KeyError, TypeError) as exc:
+        raise MalformedResponse(f"malformed response: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return Generation(text=text, tool_calls=calls or None, prompt_tokens=tokens[0], completion_tokens=tokens[1],
+                      seconds=seconds, finish_reason="length" if choice.finish_reason == "length" else "stop")
 
 
 def load_chat_model(spec: str, **options) -> ChatModel:

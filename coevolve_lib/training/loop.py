@@ -44,6 +44,7 @@ from coevolve_lib.core.config import BUDGET_REASONS, ConfigError, DataEngineConf
 from coevolve_lib.core.models import HFChatModel, set_torch_threads
 from coevolve_lib.core.paths import repo_relative, shown_path
 from coevolve_lib.core.records import (
+    CorruptFileError,
     append_jsonl,
     config_hash,
     read_json,
@@ -221,15 +222,21 @@ def checkpoint_damage(checkpoint: Path) -> str | None:
     return None
 
 
-def latest_checkpoint(trainer_dir: Path) -> Path | None:
+def latest_checkpoint(trainer_dir: Path, recorded_steps: set | None = None) -> Path | None:
     """The newest `checkpoint-N` folder to resume from: one that holds our state file (a checkpoint cut before it was
-    written is skipped) and no damaged file (`checkpoint_damage`). A damaged one is passed over with a warning for the
-    one before it: the steps after that are replayed, as after a kill. A ConfigError when every one is damaged."""
+    written is skipped), no damaged file (`checkpoint_damage`) and, given the steps metrics.jsonl holds a row of
+    (`recorded_steps`), a row of each of its steps 1..N: a step's row is appended before its checkpoint is saved, so a
+    missing one is a damaged line, and resuming past it would rewrite the run's summary from fewer steps. A damaged
+    one is passed over with a warning for the one before it: the steps after that are replayed, exactly, as after a
+    kill. A ConfigError when every one is damaged."""
     done = sorted((p for p in trainer_dir.glob("checkpoint-*") if (p / STATE_FILE).exists()),
                   key=lambda p: int(p.name.split("-")[1]), reverse=True)
     damaged = []
     for checkpoint in done:
-        damage = checkpoint_damage(checkpoint)
+        step = int(checkpoint.name.split("-")[1])
+        missing = [s for s in range(1, step + 1) if recorded_steps is not None and s not in recorded_steps]
+        damage = checkpoint_damage(checkpoint) or (
+            f"metrics.jsonl has no row of step {missing[0]}, which it trained (a damaged line)" if missing else None)
         if damage is None:
             for problem in damaged:
                 log.warning("%s; resuming from %s instead", problem, checkpoint.name)
@@ -560,9 +567,17 @@ def check_run_folder(run: RunConfig, out_dir: Path) -> None:
     path = out_dir / "run_config.json"
     if not path.exists():
         return
-    recorded = read_json(path).get("config")
-    if recorded is None:  # written before runs recorded their whole config: nothing to compare with
-        return
+    try:
+        recorded = read_json(path)
+    except CorruptFileError as error:
+        recorded = error
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("config"), dict):
+        # Damaged, or written before runs recorded their whole config: with nothing to compare, resuming could
+        # relabel the run's results with another configuration.
+        raise ConfigError(f"{shown_path(path)} does not say which configuration the run in {shown_path(out_dir)} "
+                          "has (damaged, or written by an older kit): give another --out, or delete the folder to "
+                          "train this run there from the start")
+    recorded = recorded["config"]
     before, now = flat(recorded), flat(as_json(asdict(run)))
     differing = sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
     if differing:
@@ -639,7 +654,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     if launches_fsdp() and not run.training.use_vllm:
         raise ConfigError(f"accelerate launched this run with FSDP: {FSDP_LOCAL_ROLLOUTS}")
     trainer_dir = out_dir / "trainer"
-    checkpoint = latest_checkpoint(trainer_dir) if trainer_dir.exists() else None
+    recorded_steps = {row.get("step") for row in read_jsonl(out_dir / "metrics.jsonl")}
+    checkpoint = latest_checkpoint(trainer_dir, recorded_steps if resume else None) if trainer_dir.exists() else None
     if checkpoint is not None and not resume:
         raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                           "choose another --out")
@@ -728,7 +744,7 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
         timings["warm_start_s"] = round(time.perf_counter() - start, 2)
         POOL_UPDATES[cfg.pool_updates].start(engine, cfg.baselines, cfg.max_steps, cfg.tasks_per_step)
         if (out_dir / "run_config.json").exists():  # a resumed run: D_0 and the warm start came from the cache
-            timings = json.loads((out_dir / "run_config.json").read_text())["timings_before_training"]
+            timings = read_json(out_dir / "run_config.json").get("timings_before_training", timings)
         write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,
                                                         "training": asdict(cfg), "policy": policy_path,
                                                         "environment": engine.environment.describe(),
