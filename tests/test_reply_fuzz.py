@@ -39,7 +39,10 @@ def test_replies_built_to_multiply_work_stay_within_budget():
 EXPECTED_ENDS = {f"{family}/{fmt}": end for fmt in ("native", "prompt") for family, end in {
     "many_calls_long_reply": "reply_cap", "many_calls": "step_call_cap", "calls_across_replies": "episode_call_cap",
     "one_huge_observation": "observation_cap", "observations_across_replies": "episode_observation_cap",
-    "long_replies": "record_cap", "nested_and_long_inputs": "completed"}.items()}
+    "long_replies": "record_cap", "nested_and_long_inputs": "completed"}.items()} | {
+    # issue 29: an endpoint's structured calls count in the reply and record budgets (a 79 MB record before)
+    "structured_long_calls/native": "record_cap", "structured_many_calls/native": "step_call_cap",
+    "structured_over_reply/native": "reply_cap"}
 
 
 # ------------------------------------------------------------------------------------------------ the child
@@ -75,8 +78,9 @@ def _reply(fmt: str, calls: list[str], padding: str = "") -> str:
     return f"[{', '.join(calls)}]"
 
 
-def families(fmt: str, rng: random.Random) -> dict[str, list[str]]:
-    """Each family's replies, fed in turn (cycling) to one episode until it ends."""
+def families(fmt: str, rng: random.Random) -> dict[str, list]:
+    """Each family's replies, fed in turn (cycling) to one episode until it ends: a text, or (text, an endpoint's
+    structured tool calls)."""
     cat, ls = _call(fmt, "cat", file_name="big.txt"), _call(fmt, "ls")
     # BFCL's observations are JSON with ASCII escapes: a file of 20k accented letters is a 120k-character `cat`
     write = _call(fmt, "echo", content="".join(rng.choice("éèêàùç") for _ in range(20_000)), file_name="big.txt")
@@ -87,7 +91,14 @@ def families(fmt: str, rng: random.Random) -> dict[str, list[str]]:
     nested = ('<tool_call>{"name": "ls", "arguments": ' + "[" * 30_000 + "]" * 30_000 + "}</tool_call>"
               if fmt == "native" else "[ls(a=" + "[" * 30_000 + "]" * 30_000 + ")]")
     huge_int = _call(fmt, "cd", folder=int("9" * 4000)) if fmt == "native" else "[cd(folder=" + "9" * 5000 + ")]"
-    return {
+    structured = {} if fmt == "prompt" else {  # (text, the endpoint's tool_calls): nothing in the text
+        "structured_long_calls": [("", [{"id": "c0", "name": "echo", "arguments": json.dumps(
+            {"content": "x" * 60_000, "file_name": "a.txt"})}])],
+        "structured_many_calls": [("", [{"id": f"c{i}", "name": "ls", "arguments": "{}"} for i in range(5_000)])],
+        "structured_over_reply": [("", [{"id": f"c{i}", "name": "echo", "arguments": {"content": "y" * 50_000}}
+                                        for i in range(32)])],
+    }
+    return structured | {
         "many_calls_long_reply": [_reply(fmt, [cat] * 3_700)],  # ~96 kB, as the issue's reproducer
         "many_calls": [_reply(fmt, [ls] * 5_000)[:60_000]],
         "calls_across_replies": [_reply(fmt, [ls] * 30)],
@@ -118,8 +129,9 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
             for index in range(60):
                 if episode.done:
                     break
-                text = replies[index % len(replies)]
-                timer(f"{name} reply {index}", episode.feed, Generation(text, None, 1, len(text) // 4, 0.0, "stop"))
+                reply = replies[index % len(replies)]
+                text, calls = reply if isinstance(reply, tuple) else (reply, None)
+                timer(f"{name} reply {index}", episode.feed, Generation(text, calls, 1, len(text) // 4, 0.0, "stop"))
             ends[name] = episode.terminated
             record = timer(f"{name} record", episode.record, "fuzz")
             path = out / f"{family}_{fmt}.jsonl"

@@ -17,6 +17,7 @@ TRL's `rollout_func` returns.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -147,11 +148,14 @@ class Conversation:
         self.completion_tokens += generation.completion_tokens
         self.model_seconds += generation.seconds
 
-    def kept_reply(self, text: str) -> str:
+    def kept_reply(self, text: str, structured: list | None = None) -> str:
         """The reply as the episode keeps it: cut at `max_reply_chars` (`reply_cap`) or at what the record has left
-        (`record_cap`); a cut one ends the episode, and the caller then appends it without parsing or running it."""
-        [text] = self._fit([text], self.config.budget.max_reply_chars, "reply_cap")
-        return self._recorded([text])[0]
+        (`record_cap`); a cut one ends the episode, and the caller then appends it without parsing or running it.
+        An endpoint's `structured` tool calls count with the text (`structured_chars`): they are part of the reply,
+        and the record keeps them too."""
+        extra = structured_chars(structured)
+        [text] = self._fit([text], self.config.budget.max_reply_chars - extra, "reply_cap")  # room < 0 ends it too
+        return self._recorded([text], extra)[0]
 
     def admit_calls(self, count: int) -> bool:
         """Whether the `count` calls (rejected attempts included) of one reply may run; if not, the episode ends
@@ -177,12 +181,32 @@ class Conversation:
         self.observation_chars += sum(len(text) for text in kept)
         return self._recorded(kept)
 
-    def _recorded(self, texts: list[str]) -> list[str]:
-        """`texts` cut to what `max_record_chars` has left, and counted: the record keeps each text twice (in its
-        messages and its steps)."""
-        texts = self._fit(texts, (self.config.budget.max_record_chars - self.record_chars) // 2, "record_cap")
-        self.record_chars += 2 * sum(len(text) for text in texts)
-        return texts
+    def admit_recorded_calls(self, sources: list[str]) -> bool:
+        """Whether the accepted calls of one reply, as the record writes them (`sources`: each call's canonical
+        source, kept in the step, in its tool message and in the assistant turn), fit what `max_record_chars` has
+        left; if not, the episode ends (`record_cap`) and none of them runs. Counted in JSON characters: escaping
+        can make a call's source several times longer than the reply that asked for it."""
+        size = RECORDED_CALL_COPIES * sum(json_chars(source) for source in sources)
+        if self.record_chars + size > self.config.budget.max_record_chars:
+            self._end("record_cap")
+            return False
+        self.record_chars += size
+        return True
+
+    def _recorded(self, texts: list[str], extra: int = 0) -> list[str]:
+        """`texts` (and `extra` characters kept beside them: structured calls) cut to what `max_record_chars` has
+        left, and counted as the record's JSON writes them (`json_chars`): it keeps each text twice (in its messages
+        and its steps)."""
+        room = (self.config.budget.max_record_chars - self.record_chars) // 2 - extra
+        kept = []
+        for text in texts:
+            fitting = json_prefix(text, max(room, 0))
+            if len(fitting) < len(text):
+                self._end("record_cap")
+            room -= json_chars(fitting)
+            kept.append(fitting)
+        self.record_chars += 2 * (sum(json_chars(text) for text in kept) + extra)
+        return kept
 
     def _fit(self, texts: list[str], room: int, reason: str) -> list[str]:
         """`texts` cut so that together they hold at most `room` characters; a cut ends the episode at `reason`."""
@@ -205,6 +229,44 @@ class Conversation:
         return {} if self.prompt_ids is None else {
             "prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids,
             "completion_mask": self.completion_mask}
+
+
+RECORDED_CALL_COPIES = 3
+"""Times a record writes an accepted call's source: the step's `calls`, its tool message's name, the assistant turn."""
+
+
+def json_chars(text: str) -> int:
+    """Characters `text` takes in a record's JSON (escapes included, quotes not): what the file holds."""
+    return len(json.dumps(text)) - 2
+
+
+def json_prefix(text: str, room: int) -> str:
+    """The longest prefix of `text` whose JSON takes at most `room` characters (a bisection: O(n log n))."""
+    if json_chars(text) <= room:
+        return text
+    low, high = 0, min(len(text), room)  # every character takes at least one
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if json_chars(text[:middle]) <= room else (low, middle - 1)
+    return text[:low]
+
+
+def structured_chars(calls: list | None) -> int:
+    """Characters of an endpoint's structured tool calls as the reply budget counts them: each name and its
+    arguments (a JSON string as sent, a decoded object as JSON text). Linear in their size."""
+    total = 0
+    for call in calls or []:
+        if not isinstance(call, dict):
+            total += 1
+            continue
+        arguments = call.get("arguments")
+        if not isinstance(arguments, str):
+            try:
+                arguments = json.dumps(arguments)
+            except (TypeError, ValueError, RecursionError):  # JSON cannot write it (a huge int, deep nesting): the
+                arguments = ""  # parser refuses such a call and the record keeps none of its arguments
+        total += len(str(call.get("name"))[:10_000]) + len(arguments)
+    return total
 
 
 def resolve_engine(name: str, model, token_level: bool) -> str:

@@ -87,7 +87,7 @@ class Episode(Conversation):
             self.terminated = "model_error"
             self.model_error = generation.error
             return
-        text = self.kept_reply(generation.text)
+        text = self.kept_reply(generation.text, generation.tool_calls)
         if self.terminated:  # the completion or reply cap: the reply is kept in the ids and messages but not executed
             self.messages.append({"role": "assistant", "content": text})
             return
@@ -102,6 +102,8 @@ class Episode(Conversation):
             self._end_turn()
             return
         if not self.admit_calls(len(reply.calls) + len(reply.errors)):
+            return
+        if not self.admit_recorded_calls([call.to_source() for call in reply.calls]):
             return
         start = time.perf_counter()
         observations = self.kept_observations(self.env.execute(reply.calls))
