@@ -383,6 +383,17 @@ def test_appworld_episodes_keep_to_the_episode_budget(world, episodes):
     assert len(records[1]["steps"][0]["output"]) == 1000 and records[1]["steps"][0]["output"] == "y" * 1000
 
 
+def test_a_huge_output_is_read_no_further_than_the_observation_budget(world, server):
+    """Issue 29: the client read a code block's whole output before the budget cut it (610 MiB for a 200 MB print);
+    now it reads what holds `max_chars` characters, and the server goes on serving."""
+    task = load_tasks(SYNTHETIC_SPLIT, world.root)[0]
+    server.client.initialize(task.task_id)
+    output = server.client.execute(task.task_id, "print('z' * 20_000_000)", max_chars=1000)
+    assert 1000 < len(output) <= 6 * 1000 + 1024 and set(output) == {"z"}
+    assert server.client.execute(task.task_id, "print(6 * 7)").strip() == "42"
+    server.client.close(task.task_id)
+
+
 @pytest.mark.parametrize("token_level", [False, True])
 def test_the_tiny_model_runs_appworld_episodes(world, episodes, token_level):
     tasks = load_tasks(SYNTHETIC_SPLIT, world.root)[:2]

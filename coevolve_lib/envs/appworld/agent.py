@@ -97,7 +97,8 @@ class AppWorldEpisode(Conversation):
         super().__init__(config)
         self.task, self.sample_index, self.split = task, sample_index, split
         self.server, self._release, self.retries = server, release, retries
-        self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.max_steps_per_episode))
+        self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.max_steps_per_episode,
+                                                     max_output_chars=config.budget.max_observation_chars))
         self.prompt = [{"role": "system", "content": system_prompt(config.max_steps_per_episode, apis)},
                        {"role": "user", "content": user_prompt(task)}]
         self.messages = list(self.prompt)

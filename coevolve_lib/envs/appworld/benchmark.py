@@ -118,6 +118,10 @@ class AppWorldEnvConfig:
     """AppWorld's experiment name: where, inside the server's scratch root, it writes the episode's outputs."""
     random_seed: int = 100
     """AppWorld's seed for the task's world (its default)."""
+    max_output_chars: int | None = None
+    """Most characters of one execution's output the kit reads from the server (`AppWorldClient.execute`): a longer
+    one comes back cut a little past it. The policy's episodes set it to their observation budget, which then ends
+    the episode (`observation_cap`); None reads all."""
 
 
 class AppWorldEnv:
@@ -153,7 +157,7 @@ class AppWorldEnv:
     def execute(self, code: str) -> str:
         """Run `code` in AppWorld's sandbox; returns what it printed, or AppWorld's error text (a normal result)."""
         self._spend_step()
-        output = self.server.client.execute(self.task.task_id, code)
+        output = self.server.client.execute(self.task.task_id, code, max_chars=self.config.max_output_chars)
         self.completed = self.server.client.task_completed(self.task.task_id)
         return output
 

@@ -63,10 +63,17 @@ class AppWorldClient:
         self.active_task = task_id
         return output
 
-    def execute(self, task_id: str, code: str) -> str:
+    def execute(self, task_id: str, code: str, max_chars: int | None = None) -> str:
         """Run `code` in the task's sandbox (AppWorld's IPython shell with `apis`) and return what it printed, or
-        AppWorld's own error text ("Execution failed. Traceback: ...") for code that raised or was refused."""
-        return self._post("/execute", {"task_id": task_id, "code": code}, task_id)
+        AppWorld's own error text ("Execution failed. Traceback: ...") for code that raised or was refused.
+        `max_chars`: read at most what holds that many characters of output (JSON escapes take up to 6 bytes each)
+        and return only a prefix of a longer output, a little over `max_chars` long, so that a code block printing
+        hundreds of megabytes costs the kit no more than its observation budget (the caller then cuts it there)."""
+        if max_chars is None:
+            return self._post("/execute", {"task_id": task_id, "code": code}, task_id)
+        limit = 6 * max_chars + 1024
+        raw = self._request("POST", "/execute", {"task_id": task_id, "code": code}, task_id, max_bytes=limit)
+        return raw["output"] if isinstance(raw, dict) else _output_prefix(raw)
 
     def task_completed(self, task_id: str) -> bool:
         """Whether the agent marked the task complete (`apis.supervisor.complete_task`)."""
@@ -101,13 +108,18 @@ class AppWorldClient:
     def _post(self, path: str, body: dict, task_id: str) -> Any:
         return self._request("POST", path, body, task_id)["output"]
 
-    def _request(self, method: str, path: str, body: dict | None, task_id: str | None) -> Any:
+    def _request(self, method: str, path: str, body: dict | None, task_id: str | None,
+                 max_bytes: int | None = None) -> Any:
+        """The server's JSON answer; given `max_bytes`, an answer longer than that comes back as its first
+        `max_bytes` bytes, unparsed (the rest is never read)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
         try:
             with _OPENER.open(request, timeout=self.timeout_s) as response:
-                raw = response.read()
+                raw = response.read() if max_bytes is None else response.read(max_bytes + 1)
+                if max_bytes is not None and len(raw) > max_bytes:
+                    return raw[:max_bytes]
         except urllib.error.HTTPError as error:
             raise AppWorldServerError(self._refusal(path, task_id, error.code), "refused") from None
         except (TimeoutError, urllib.error.URLError, OSError, http.client.HTTPException) as error:
@@ -149,3 +161,21 @@ class AppWorldClient:
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Loopback requests never go through an HTTP proxy named in the environment (`http_proxy`)."""
+
+
+def _output_prefix(raw: bytes) -> str:
+    """The text of the `output` string at the start of a cut answer (`{"output": "...`), up to its last whole
+    character (a cut escape, `\\uXXXX` at most, is dropped). Another shape gives "": nothing to keep."""
+    text = raw.decode("utf-8", "ignore")
+    key = text.find('"output"')
+    opening = text.find('"', text.find(":", key) + 1) if key >= 0 else -1
+    if opening < 0:
+        return ""
+    body = text[opening + 1:]
+    for cut in range(7):  # the longest JSON escape is 6 characters
+        try:
+            value = json.loads(f'"{body[:len(body) - cut]}"')
+        except ValueError:
+            continue
+        return value if isinstance(value, str) else ""
+    return ""
