@@ -132,9 +132,10 @@ class EpisodeBudget:
     max_episode_observation_chars: PositiveInt = 1_048_576
     """Most observation characters in one episode; passing it ends the episode (`episode_observation_cap`)."""
     max_record_chars: PositiveInt = 2_097_152
-    """Most characters of replies and observations one episode's record holds, counted wherever the record stores
-    them (each is kept in the messages and in the steps); passing it ends the episode (`record_cap`). The JSONL line
-    is this plus its token ids, keys and JSON escapes."""
+    """Most characters of replies (an endpoint's structured calls included), observations and accepted calls one
+    episode's record holds, as its JSON writes them (escapes included) and wherever it stores them (the messages,
+    the steps, the tool messages); passing it ends the episode (`record_cap`), before a call that would pass it runs.
+    The JSONL line is this plus the prompt, its token ids and the keys."""
 
 
 BUDGET_REASONS = ("reply_cap", "step_call_cap", "episode_call_cap", "observation_cap", "episode_observation_cap",
