@@ -83,8 +83,8 @@ def _profile_name(name) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"profile must be a profile name, not {quoted(name)}; choose from {profile_names()}")
     if "/" in name or os.sep in name or name.endswith((".yaml", ".yml")):  # `CONFIGS_DIR / name` would leave configs/
-        raise ConfigError(f"profile {quoted(name)} is a path: a profile is a name of configs/ (configs/<name>.yaml; copy "
-                          f"the file there and give its name); choose from {profile_names()}")
+        raise ConfigError(f"profile {quoted(name)} is a path: a profile is a name of configs/ (configs/<name>.yaml; "
+                          f"copy the file there and give its name); choose from {profile_names()}")
     return name
 
 

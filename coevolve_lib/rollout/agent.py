@@ -198,14 +198,15 @@ class Conversation:
         left, and counted as the record's JSON writes them (`json_chars`): it keeps each text twice (in its messages
         and its steps)."""
         room = (self.config.budget.max_record_chars - self.record_chars) // 2 - extra
-        kept = []
+        kept, size = [], extra
         for text in texts:
             fitting = json_prefix(text, max(room, 0))
             if len(fitting) < len(text):
                 self._end("record_cap")
-            room -= json_chars(fitting)
+            chars = json_chars(fitting)
+            room, size = room - chars, size + chars
             kept.append(fitting)
-        self.record_chars += 2 * (sum(json_chars(text) for text in kept) + extra)
+        self.record_chars += 2 * size
         return kept
 
     def _fit(self, texts: list[str], room: int, reason: str) -> list[str]:

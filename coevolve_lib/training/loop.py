@@ -234,7 +234,7 @@ def latest_checkpoint(trainer_dir: Path, recorded_steps: set | None = None) -> P
     damaged = []
     for checkpoint in done:
         step = int(checkpoint.name.split("-")[1])
-        missing = [s for s in range(1, step + 1) if recorded_steps is not None and s not in recorded_steps]
+        missing = [] if recorded_steps is None else sorted(set(range(1, step + 1)) - recorded_steps)
         damage = checkpoint_damage(checkpoint) or (
             f"metrics.jsonl has no row of step {missing[0]}, which it trained (a damaged line)" if missing else None)
         if damage is None:
@@ -654,8 +654,10 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     if launches_fsdp() and not run.training.use_vllm:
         raise ConfigError(f"accelerate launched this run with FSDP: {FSDP_LOCAL_ROLLOUTS}")
     trainer_dir = out_dir / "trainer"
-    recorded_steps = {row.get("step") for row in read_jsonl(out_dir / "metrics.jsonl")}
-    checkpoint = latest_checkpoint(trainer_dir, recorded_steps if resume else None) if trainer_dir.exists() else None
+    checkpoint = None
+    if trainer_dir.exists():
+        recorded_steps = {row.get("step") for row in read_jsonl(out_dir / "metrics.jsonl")} if resume else None
+        checkpoint = latest_checkpoint(trainer_dir, recorded_steps)
     if checkpoint is not None and not resume:
         raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                           "choose another --out")

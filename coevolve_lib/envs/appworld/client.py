@@ -69,11 +69,8 @@ class AppWorldClient:
         `max_chars`: read at most what holds that many characters of output (JSON escapes take up to 6 bytes each)
         and return only a prefix of a longer output, a little over `max_chars` long, so that a code block printing
         hundreds of megabytes costs the kit no more than its observation budget (the caller then cuts it there)."""
-        if max_chars is None:
-            return self._post("/execute", {"task_id": task_id, "code": code}, task_id)
-        limit = 6 * max_chars + 1024
-        raw = self._request("POST", "/execute", {"task_id": task_id, "code": code}, task_id, max_bytes=limit)
-        return raw["output"] if isinstance(raw, dict) else _output_prefix(raw)
+        return self._post("/execute", {"task_id": task_id, "code": code}, task_id,
+                          max_bytes=None if max_chars is None else 6 * max_chars + 1024)
 
     def task_completed(self, task_id: str) -> bool:
         """Whether the agent marked the task complete (`apis.supervisor.complete_task`)."""
@@ -105,13 +102,13 @@ class AppWorldClient:
         except (OSError, http.client.HTTPException):
             return False
 
-    def _post(self, path: str, body: dict, task_id: str) -> Any:
-        return self._request("POST", path, body, task_id)["output"]
+    def _post(self, path: str, body: dict, task_id: str, max_bytes: int | None = None) -> Any:
+        return self._request("POST", path, body, task_id, max_bytes)["output"]
 
     def _request(self, method: str, path: str, body: dict | None, task_id: str | None,
                  max_bytes: int | None = None) -> Any:
-        """The server's JSON answer; given `max_bytes`, an answer longer than that comes back as its first
-        `max_bytes` bytes, unparsed (the rest is never read)."""
+        """The server's JSON answer; given `max_bytes`, an answer longer than that is read no further and comes back
+        as `{"output": <the prefix of its output string>}` (`_output_prefix`)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
@@ -119,7 +116,7 @@ class AppWorldClient:
             with _OPENER.open(request, timeout=self.timeout_s) as response:
                 raw = response.read() if max_bytes is None else response.read(max_bytes + 1)
                 if max_bytes is not None and len(raw) > max_bytes:
-                    return raw[:max_bytes]
+                    return {"output": _output_prefix(raw[:max_bytes])}
         except urllib.error.HTTPError as error:
             raise AppWorldServerError(self._refusal(path, task_id, error.code), "refused") from None
         except (TimeoutError, urllib.error.URLError, OSError, http.client.HTTPException) as error:

@@ -103,7 +103,8 @@ class Episode(Conversation):
             return
         if not self.admit_calls(len(reply.calls) + len(reply.errors)):
             return
-        if not self.admit_recorded_calls([call.to_source() for call in reply.calls]):
+        sources = [call.to_source() for call in reply.calls]
+        if not self.admit_recorded_calls(sources):
             return
         start = time.perf_counter()
         observations = self.kept_observations(self.env.execute(reply.calls))
@@ -112,7 +113,7 @@ class Episode(Conversation):
         # As in BFCL's runner, `calls` are the decoded calls, a call to a function the environment lacks included
         # (its observation is the error); `rejected` are attempts that did not decode to a literal-only call.
         self.steps.append({"turn": self.turn, "step": self.steps_in_turn, "raw": text,
-                           "calls": [c.to_source() for c in reply.calls], "observations": observations,
+                           "calls": sources, "observations": observations,
                            "rejected": reply.errors})
         self.steps_in_turn += 1
         if self.terminated:  # an episode budget
