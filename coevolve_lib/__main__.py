@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # every command resumes from what it wrote: say so, not where Python was
         print(f"{PROG} {argv[0]}: interrupted; the same command again resumes where it stopped", file=sys.stderr)
         return INTERRUPTED
+    except FileNotFoundError as exc:  # what set-up builds or a profile names is missing: the message says what to do
+        detail = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc).strip().splitlines()[0]
+        print(f"{PROG} {argv[0]}: error: {detail}", file=sys.stderr)
+        return 1
     except OSError as exc:
         if exc.filename is None:  # not about a file (a socket, a subprocess): the traceback says more
             raise

@@ -383,6 +383,27 @@ def test_appworld_episodes_keep_to_the_episode_budget(world, episodes):
     assert len(records[1]["steps"][0]["output"]) == 1000 and records[1]["steps"][0]["output"] == "y" * 1000
 
 
+def test_code_that_runs_on_ends_the_episode_at_the_execution_budget(world, episodes):
+    """Issue 29: a busy loop ran 100 s per reply (AppWorld's default limit); the budget's `max_execution_seconds`
+    is AppWorld's own limit now, and its time-out ends the episode (`time_cap`), code that catches the interrupt
+    included. Printing AppWorld's time-out text is not a time-out."""
+    tasks = load_tasks(SYNTHETIC_SPLIT, world.root)[:3]
+    catching = "while True:\n    try:\n        while True: pass\n    except BaseException: pass"
+    replies = {tasks[0].task_id: [_block("while True: pass")], tasks[1].task_id: [_block(catching)],
+               tasks[2].task_id: [_block("print('Execution timed out after 1 seconds.')")] * 2}
+    budget = EpisodeBudget(max_execution_seconds=1)
+    start = time.monotonic()
+    records = run_rollouts(CodeModel(tasks, replies), tasks,
+                           RolloutConfig(max_batch_size=1, max_steps_per_episode=2, budget=budget),
+                           progress=False, new_episode=episodes)
+    assert time.monotonic() - start < 20
+    ends = {r["task_id"]: (r["terminated"], len(r["steps"])) for r in records}
+    assert ends == {tasks[0].task_id: ("time_cap", 1), tasks[1].task_id: ("time_cap", 1),
+                    tasks[2].task_id: ("episode_step_cap", 2)}
+    assert "Execution timed out after 1 seconds" in records[0]["steps"][0]["output"]
+    assert records[0]["error_type"] == "agent:time_cap" and not records[0]["environment_error"]
+
+
 def test_a_huge_output_is_read_no_further_than_the_observation_budget(world, server):
     """Issue 29: the client read a code block's whole output before the budget cut it (610 MiB for a 200 MB print);
     now it reads what holds `max_chars` characters, and the server goes on serving."""

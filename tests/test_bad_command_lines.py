@@ -6,6 +6,7 @@ Most fail while the profile or the options load, so they run in-process through 
 reproduce` does. `{tmp}` in a command is the folder `scratch` prepares, `{port}` a port another socket holds.
 """
 
+import os
 import json
 import shlex
 import socket
@@ -293,3 +294,26 @@ def test_the_same_in_a_process_of_its_own(scratch, module, command, expected):
     run = subprocess.run([sys.executable, "-m", module, *shlex.split(command.format(tmp=scratch))], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert_one_line(run.returncode, run.stdout, run.stderr, 2, expected)
+
+
+def test_an_empty_cache_is_one_line_in_every_command(tmp_path):
+    """Issue 29: `train` with an empty model cache was a 57-line traceback (`evaluate` gave one line); a cache without
+    BFCL's release was one in `heldout` and `warm-start`. Each command names what is missing and what builds it."""
+    from coevolve_lib.core.paths import CACHE_DIR
+
+    no_models, nothing = tmp_path / "no_models", tmp_path / "nothing"
+    no_models.mkdir(), nothing.mkdir()
+    (no_models / "bfcl").symlink_to(CACHE_DIR / "bfcl")
+    cases = [(no_models, "train --profile smol --quiet", "model 'smollm2-135m' is not built"),
+             (no_models, f"evaluate --profile smol --limit 1 --quiet --out {tmp_path}/e.json",
+              "model 'smollm2-135m' is not built"),
+             (nothing, "heldout", "BFCL v3 (bfcl-eval==2025.6.8) is not installed in"),
+             (nothing, "warm-start --quiet", "BFCL v3 (bfcl-eval==2025.6.8) is not installed in")]
+    runs = [subprocess.Popen([sys.executable, "-m", "coevolve_lib", *shlex.split(command)], cwd=REPO_ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "COEVOLVE_CACHE": str(cache), "COEVOLVE_RUNS_DIR": str(tmp_path)})
+            for cache, command, _ in cases]
+    for run, (_, command, expected) in zip(runs, cases):
+        out, err = run.communicate(timeout=180)
+        assert "make setup" in err, (command, err[-2000:])
+        assert_one_line(run.returncode, out, err, 2 if command.startswith("evaluate") else 1, expected)

@@ -1,8 +1,12 @@
 """BFCLEnv on real BFCL v3 tasks: isolation, robustness, official-equal scoring; tasks, splits and tool schemas."""
 
 import json
+import subprocess
+import sys
 
 import pytest
+
+from coevolve_lib.core.config import EpisodeBudget
 
 from coevolve_lib.core.safe_calls import Call, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
@@ -271,3 +275,73 @@ def test_restrict_classes_keeps_only_the_chosen_classes_state():
     assert restrict_classes(tasks, None) == tasks
     with pytest.raises(ValueError, match="unknown BFCL class"):
         restrict_classes(tasks, ["FileSystem"])
+
+
+# ----------------------------------------------------------------------------------- the state budget (issue 29)
+
+def _shared_folder_calls(depth: int) -> list[str]:
+    """A chain of `depth` folders, then `cp` one level up at each level: each copy shares the folders below it, so
+    what `find` walks doubles per level (2**depth paths from ~4*depth calls)."""
+    down = ["mkdir(dir_name='x')", "cd(folder='x')"] * depth
+    return down + ["mkdir(dir_name='x')"] + ["cd(folder='..')", "cp(source='x', destination='y')"] * depth
+
+
+def test_state_budget_stops_shared_folders_before_they_multiply(base_tasks):
+    from coevolve_lib.envs.bfcl.state_size import state_size
+
+    env = BFCLEnv(file_system_task(base_tasks), max_state_chars=100_000)
+    observations = env.execute(_shared_folder_calls(30))
+    assert env.state_over
+    over = observations.index(next(o for o in observations if o.startswith("Error during execution: the env")))
+    assert over < len(observations) - 1 and all(o == observations[over] for o in observations[over:])
+    # the call that passed the budget ran; the state is at most one doubling over it, and nothing later ran
+    assert 100_000 < state_size(env._instances.values(), 10**9) <= 2 * 100_000 + 1_000
+    assert env.execute(["ls()"]) == [observations[over]]
+    verdict = play(env, [])
+    assert not verdict["success"] and verdict["error_type"] == "state_cap"
+    # without a budget the same calls pass 10 million (the measurement stops there)
+    unbounded = BFCLEnv(file_system_task(base_tasks))
+    unbounded.execute(_shared_folder_calls(30))
+    assert state_size(unbounded._instances.values(), 10**7) > 10**7
+
+
+def test_state_budget_counts_calls_run_inside_print(base_tasks):
+    env = BFCLEnv(file_system_task(base_tasks), max_state_chars=100_000)
+    calls = _shared_folder_calls(30)
+    env.execute(calls[:61])
+    env.execute([f"print({', '.join(calls[61:])})"])  # BFCL's eval runs print's argument calls
+    assert env.state_over
+    # they stopped at the first one over the budget, and no later call runs
+    assert len(env.history[-1][-1]) < len(calls) - 61
+    assert env.execute(["ls()"])[0].startswith("Error during execution: the environment's state")
+
+
+@pytest.mark.parametrize("version", ["v3", "v4"])
+def test_every_bfcl_task_state_sits_far_below_the_state_budget(version):
+    """Every multi-turn task of both data versions, all four categories, measured after each ground-truth call."""
+    done = subprocess.run([sys.executable, "-c", STATE_SIZES, version], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    largest = json.loads(done.stdout)
+    assert len(largest) == 800
+    budget = EpisodeBudget().max_state_chars
+    assert max(largest.values()) < budget / 10, max(largest.items(), key=lambda item: item[1])
+
+
+STATE_SIZES = """
+import json, sys
+from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.envs.bfcl.backend import CATEGORIES
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.state_size import state_size
+largest = {}
+for category in CATEGORIES:
+    for task in load_tasks(sys.argv[1], category):
+        env = BFCLEnv(task)
+        sizes = [state_size(env._instances.values(), 10**9)]
+        for turn in task.ground_truth:
+            for text in turn:
+                env.execute([parse_call(text)])
+                sizes.append(state_size(env._instances.values(), 10**9))
+        largest[task.id] = max(sizes)
+print(json.dumps(largest))
+"""

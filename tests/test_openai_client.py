@@ -168,3 +168,30 @@ def test_the_strict_server_refuses_what_openai_refuses(tiny):
                                                                         "content": "ok"}])
     assert "have no tool message" in tool_message_problem(HI + [call, {"role": "user", "content": "next"}])
     assert "answers no tool call" in tool_message_problem(HI + [{"role": "tool", "tool_call_id": "c1", "content": ""}])
+
+
+def test_a_server_that_never_answers_costs_a_bounded_wait_and_says_so(caplog, monkeypatch):
+    """Issue 29: a server that accepts and never answers kept a command silent for minutes (5 tries x 120 s per
+    item). The batch deadline bounds the whole batch, and a batch still waiting says what for, on stderr."""
+    import socket
+    import time
+
+    from coevolve_lib.core import models
+
+    monkeypatch.setattr(models, "WAIT_NOTICE_S", 0.3)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)  # accepts (the kernel's backlog) and never reads or answers
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        model = OpenAIChatModel("silent", base_url=url, timeout=120, backoff_s=0.01, max_workers=2,
+                                deadline_s=60, batch_deadline_s=1.5)
+        start = time.monotonic()
+        with caplog.at_level("WARNING", logger="coevolve_lib.core.models"):
+            generations = model.generate([HI] * 5, config=SHORT)
+        seconds = time.monotonic() - start
+    assert seconds < 4, seconds  # two items in flight until the batch's 1.5 s, the other three not sent
+    assert all(g.finish_reason == "error" for g in generations)
+    assert sum("not sent: the batch's time was up" in g.error for g in generations) == 3
+    assert all("batch deadline 1.5 s" in g.error for g in generations)
+    [notice] = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert notice == f"waiting for 5 of 5 replies from openai:silent at {url} (each at most 60 s, the batch at most 1.5 s)"

@@ -1,10 +1,10 @@
-"""Replies built to multiply work, through every path that model or LLM text takes (issue 22): the policy's BFCL
+"""Replies built to multiply work, through every path that model or LLM text takes (issues 22 and 29): the policy's BFCL
 episodes in both tool formats (calls repeated thousands of times, huge observations, long replies, nested and long
 inputs), the LLM explorer and context builder end to end, and every parser of LLM text on its own (judge, explorer
 actions, task blocks, AppWorld code, JSON objects, the test server's tool calls).
 
 The fuzz runs in a child process (`python tests/test_reply_fuzz.py` prints its figures as one JSON line), so its peak
-memory is its own: under 1 GB, no single call over 1 s, every record within the episode budget, 0 exceptions
+memory is its own: under 200 MB, no single call over 1 s, every record within the episode budget, 0 exceptions
 escaping. Seeded; about 20 s. AppWorld's episodes apply the same budget (tests/test_appworld.py)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOWEST_ALLOWED_S = 1.0
-PEAK_ALLOWED_MB = 1024
+PEAK_ALLOWED_MB = 200
 
 
 def test_replies_built_to_multiply_work_stay_within_budget():
@@ -28,6 +28,7 @@ def test_replies_built_to_multiply_work_stay_within_budget():
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(figures, indent=1))
     assert figures["escaped"] == [], figures["escaped"]
+    assert figures["unreadable_calls"] == [], figures["unreadable_calls"]
     assert figures["peak_mb"] < PEAK_ALLOWED_MB, figures["peak_mb"]
     assert figures["slowest_s"] < SLOWEST_ALLOWED_S, figures["slowest_call"]
     assert figures["largest_record_bytes"] <= figures["record_bound_bytes"], figures["largest_record"]
@@ -39,7 +40,10 @@ def test_replies_built_to_multiply_work_stay_within_budget():
 EXPECTED_ENDS = {f"{family}/{fmt}": end for fmt in ("native", "prompt") for family, end in {
     "many_calls_long_reply": "reply_cap", "many_calls": "step_call_cap", "calls_across_replies": "episode_call_cap",
     "one_huge_observation": "observation_cap", "observations_across_replies": "episode_observation_cap",
-    "long_replies": "record_cap", "nested_and_long_inputs": "completed"}.items()} | {
+    "long_replies": "record_cap", "nested_and_long_inputs": "completed",
+    # issue 29: work before any cut, and escapes
+    "many_keywords": "record_cap", "shared_folders": "state_cap", "deep_long_names": "state_cap",
+    "escape_heavy": "record_cap"}.items()} | {
     # issue 29: an endpoint's structured calls count in the reply and record budgets (a 79 MB record before)
     "structured_long_calls/native": "record_cap", "structured_many_calls/native": "step_call_cap",
     "structured_over_reply/native": "reply_cap"}
@@ -98,7 +102,21 @@ def families(fmt: str, rng: random.Random) -> dict[str, list]:
         "structured_over_reply": [("", [{"id": f"c{i}", "name": "echo", "arguments": {"content": "y" * 50_000}}
                                         for i in range(32)])],
     }
+    # issue 29: work the output budgets do not see. A call with thousands of keywords (the duplicate check was
+    # quadratic); `cp` of a folder shares its subfolders, so each copy one level up doubles what `find` walks; a deep
+    # chain of long names (`find` prints each full path); strings whose every character escapes in the record.
+    keywords = _call(fmt, "ls", **{f"k{i}": 1 for i in range(5_000)})
+    down = [_call(fmt, "mkdir", dir_name="x"), _call(fmt, "cd", folder="x")] * 15
+    up_and_copy = [_call(fmt, "cd", folder=".."), _call(fmt, "cp", source="x", destination="y")] * 16
+    long_name = "n" * 250
+    down_long = [_call(fmt, "mkdir", dir_name=long_name), _call(fmt, "cd", folder=long_name)] * 16
+    escapes = _call(fmt, "echo", content="\x00" * 10_000, file_name="e.txt")
     return structured | {
+        "many_keywords": [_reply(fmt, [keywords])],
+        "shared_folders": [_reply(fmt, down)] * 2 + [_reply(fmt, [_call(fmt, "mkdir", dir_name="x")])]
+        + [_reply(fmt, up_and_copy)] * 10,
+        "deep_long_names": [_reply(fmt, down_long)],
+        "escape_heavy": [_reply(fmt, [escapes])],
         "many_calls_long_reply": [_reply(fmt, [cat] * 3_700)],  # ~96 kB, as the issue's reproducer
         "many_calls": [_reply(fmt, [ls] * 5_000)[:60_000]],
         "calls_across_replies": [_reply(fmt, [ls] * 30)],
@@ -114,6 +132,7 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
     from coevolve_lib.core.config import EpisodeBudget
     from coevolve_lib.core.models import Generation
     from coevolve_lib.core.records import append_jsonl
+    from coevolve_lib.core.safe_calls import CallParseError, parse_call
     from coevolve_lib.envs.bfcl.benchmark import load_tasks
     from coevolve_lib.envs.bfcl.episode import Episode
     from coevolve_lib.rollout.agent import RolloutConfig
@@ -121,7 +140,7 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
     rng = random.Random(22)
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
     config = RolloutConfig()
-    ends, largest, largest_name = {}, 0, ""
+    ends, largest, largest_name, unreadable = {}, 0, "", []
     for fmt in ("native", "prompt"):
         for family, replies in families(fmt, rng).items():
             name = f"{family}/{fmt}"
@@ -134,6 +153,14 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
                 timer(f"{name} reply {index}", episode.feed, Generation(text, calls, 1, len(text) // 4, 0.0, "stop"))
             ends[name] = episode.terminated
             record = timer(f"{name} record", episode.record, "fuzz")
+            for step in record["steps"]:  # every recorded call reads back as itself through the kit's parser
+                for source in step["calls"]:
+                    try:
+                        readable = parse_call(source).to_source() == source
+                    except CallParseError:
+                        readable = False
+                    if not readable:
+                        unreadable.append(f"{name}: {source[:80]}")
             path = out / f"{family}_{fmt}.jsonl"
             timer(f"{name} write", append_jsonl, path, record)
             size = path.stat().st_size
@@ -142,7 +169,7 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
     # The record holds the budgeted text (JSON-escaping a backslash of BFCL's own escapes adds a sixth at most), the
     # prompt (BFCL's docs of two classes: tens of kB) and JSON's keys.
     bound = int(EpisodeBudget().max_record_chars * 7 / 6) + 256 * 1024
-    return {"ends": ends, "largest_record_bytes": largest, "largest_record": largest_name, "record_bound_bytes": bound}
+    return {"ends": ends, "unreadable_calls": unreadable, "largest_record_bytes": largest, "largest_record": largest_name, "record_bound_bytes": bound}
 
 
 def fuzz_explorer(timer: Timer) -> int:

@@ -117,6 +117,10 @@ def test_call_from_json():
         ("ls", {"bad key": 1}, "invalid argument name"),
         ("ls", '{"a": ' + "[" * 50 + "]" * 50 + "}", "nested deeper"),
         ("ls", '{"a": Infinity}', "non-finite"),
+        # issue 29: what would not read back from the recorded source
+        ("ls", {"class": 1}, "invalid argument name"),
+        ("ls", {"\uff50": 1}, "invalid argument name"),  # full-width p: read back as `p`
+        ("ls", {"a": "\x00" * 30_000}, "source would be longer"),  # each character written as 4
     ]:
         with pytest.raises(CallParseError, match=reason):
             call_from_json(name, arguments, allowed_names={"ls"})
@@ -140,3 +144,14 @@ def test_math_guard_reads_a_string_precision_as_mpmath_does():
     assert "invalid literal for int()" in not_int
     [root] = env.execute(["square_root(number=2, precision='1000000')"])
     assert root == '{"error": "Input must be a number or computation resulted in an invalid operation"}'
+
+
+def test_every_accepted_call_reads_back_as_itself():
+    """What the kit records (`to_source`) is what its parser accepts: an escape-heavy call whose source would pass
+    the length limit is refused when parsed, not recorded unreadable."""
+    with pytest.raises(CallParseError, match="source would be longer"):
+        parse_call("ls(a='" + "\\0" * 40_000 + "')")  # 80k characters, written back as 160k
+    for text in ["ls(a='\\0' * 1)".replace(" * 1", ""), "f(x={1: 'a', True: 'b'}, y=(1,), z=-0.0)",
+                 "f(ｐ=1)", "g('\\U0001F600', [[[]]], {'k': {2, 3}})"]:
+        call = parse_call(text)
+        assert parse_call(call.to_source()) == call

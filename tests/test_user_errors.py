@@ -70,7 +70,7 @@ def test_evaluate_against_a_dead_endpoint_fails_and_writes_no_result(capsys, mon
 
     # The real client against a closed port, without the default retries and their backoff (~12 s).
     monkeypatch.setattr(evaluation_lib, "load_chat_model",
-                        lambda spec, base_url: OpenAIChatModel(spec.removeprefix("openai:"), base_url, max_retries=0))
+                        lambda spec, **options: OpenAIChatModel(spec.removeprefix("openai:"), **options, max_retries=0))
     out = tmp_path / "result.json"
     err = one_line_error(capsys, ["evaluate", "--model", "openai:nothing", "--base-url", "http://127.0.0.1:9/v1",
                                   "--limit", "1", "--quiet", "--out", str(out)], status=1)

@@ -136,10 +136,19 @@ class EpisodeBudget:
     episode's record holds, as its JSON writes them (escapes included) and wherever it stores them (the messages,
     the steps, the tool messages); passing it ends the episode (`record_cap`), before a call that would pass it runs.
     The JSONL line is this plus the prompt, its token ids and the keys."""
+    max_state_chars: PositiveInt = 524_288
+    """Largest environment state, as the environment's tools walk it (BFCL: `envs/bfcl/state_size.py`, shared
+    folders counted once per place and paths in full, as `find` prints them); measured after every call, passing
+    it ends the episode (`state_cap`) and no later call runs. BFCL's largest task state is 40,431 (v3 and v4,
+    `multi_turn_long_context_18`, its ground truth run); work per call stays within a few times this."""
+    max_execution_seconds: PositiveInt = 10
+    """Longest one code execution may run, in environments that execute code (AppWorld, as its own
+    `timeout_seconds`, which interrupts the code); a time-out ends the episode (`time_cap`). Code that catches the
+    interrupt and runs on is cut by the client a little later (an environment fault: the server restarts)."""
 
 
 BUDGET_REASONS = ("reply_cap", "step_call_cap", "episode_call_cap", "observation_cap", "episode_observation_cap",
-                  "record_cap")
+                  "record_cap", "state_cap", "time_cap")
 """The `terminated` values of an episode that hit an `EpisodeBudget`."""
 
 
@@ -205,6 +214,12 @@ class EvalConfig:
     """Evaluation sampling temperature; the paper evaluates at 0 (greedy)."""
     base_url: str | None = None
     """OpenAI-compatible endpoint for `openai:` models (default: $OPENAI_BASE_URL)."""
+    deadline_s: PositiveFloat = 600.0
+    """Most seconds one reply of an `openai:` model may take, its retries and back-off included (each try waits at
+    most 120 s); a reply still missing then is a model error of its episode, counted, never a crash."""
+    batch_deadline_s: PositiveFloat = 3600.0
+    """Most seconds one batch of `openai:` replies may take (one per live episode, `rollout.max_batch_size` at most);
+    replies not answered by then are model errors. A batch still waiting after 10 s says so on stderr."""
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     """The profile's rollout section."""
 
@@ -465,6 +480,9 @@ class DataEngineConfig:
     """Most seconds one explorer-LLM call may take, its retries and back-off included (`openai:` models); a call
     still unanswered then is a model error of the round (counted in its cost, never a crash). It also sizes how long
     a multi-process run's processes wait for each other (`training.process_group_timeout_s`)."""
+    explorer_batch_deadline_s: PositiveFloat = 3600.0
+    """Most seconds one batch of explorer-LLM calls may take together; calls not answered by then are model errors
+    of the round. A batch still waiting after 10 s says so on stderr."""
     data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version whose environments are explored."""
     classes: list[str] | None = None

@@ -11,18 +11,21 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import threading
 import time
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from coevolve_lib.core.paper_models import PAPER_MODELS
 from coevolve_lib.core.paths import MODELS_DIR, shown_path
 from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS
+
+log = logging.getLogger(__name__)
 
 BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m",
                 **{model.standin: model.standin for model in PAPER_MODELS.values()}}
@@ -108,7 +111,14 @@ def _template_supports_tools(tokenizer) -> bool:
     return supports_tool_calling(tokenizer)
 
 
-def _missing_model_message(spec: str, local_only: bool, exc: Exception) -> str:
+def hub_offline() -> bool:
+    """Whether models load from local files only (HF_HUB_OFFLINE, on unless set to 0). Read here, on every load:
+    huggingface_hub reads it only once, when it is first imported."""
+    return os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False", "")
+
+
+def missing_model_message(spec: str, local_only: bool, exc: Exception) -> str:
+    """One line on why `spec` did not load (`exc`, transformers' OSError) and what to do."""
     # Hub ids are "name" or "owner/name"; anything else was meant as a folder.
     if spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
         hint = ("there is no model folder there (config.json, weights, tokenizer); the kit's own models are built "
@@ -155,13 +165,12 @@ class HFChatModel(ChatModel):
             dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         elif isinstance(dtype, str):
             dtype = getattr(torch, dtype)
-        # Explicit, because huggingface_hub reads HF_HUB_OFFLINE only once, when it is first imported.
-        local_only = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False", "")
+        local_only = hub_offline()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path_or_id, local_files_only=local_only)
             self.model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=dtype, local_files_only=local_only)
         except OSError as e:
-            raise FileNotFoundError(_missing_model_message(str(path_or_id), local_only, e)) from e
+            raise FileNotFoundError(missing_model_message(str(path_or_id), local_only, e)) from e
         self.model.to(device).eval()
         self._attach(self.model, self.tokenizer, name or shown_path(path_or_id), max_batch_size)
 
@@ -353,11 +362,13 @@ class OpenAIChatModel(ChatModel):
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0,
                  max_retries: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 30.0, max_workers: int = 8,
-                 deadline_s: float | None = None):
+                 deadline_s: float | None = None, batch_deadline_s: float | None = None):
         """timeout: seconds per request. max_retries: extra attempts per item after the first fails.
         backoff_s / max_backoff_s: retry k waits min(max_backoff_s, backoff_s * 2**k) times a random jitter in [0.5, 1].
         max_workers: requests of one batch in flight at once. deadline_s: most seconds per item, its retries and
-        waits included (each request's timeout shrinks to what is left); None: only the tries bound it."""
+        waits included (each request's timeout shrinks to what is left); batch_deadline_s: most seconds per
+        `generate` call, all its items together (an item not answered by then is an error); None: only the tries
+        bound them. A batch still waiting after `WAIT_NOTICE_S` says so on stderr, with both deadlines."""
         import openai
 
         self.name = model
@@ -366,7 +377,8 @@ class OpenAIChatModel(ChatModel):
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.max_workers = max_workers
-        self.timeout, self.deadline_s = timeout, deadline_s
+        self.timeout, self.deadline_s, self.batch_deadline_s = timeout, deadline_s, batch_deadline_s
+        self.base_url = str(base_url or os.environ.get("OPENAI_BASE_URL") or "the OpenAI API")
         # The client's own retries are off: this class retries, so every failure is counted and budgeted here.
         self.client = openai.OpenAI(
             base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
@@ -379,10 +391,17 @@ class OpenAIChatModel(ChatModel):
 
     def generate(self, conversations, tools=None, config=GenerationConfig()):
         items = [(m, tools[j] if tools else None) for j, m in enumerate(conversations)]
-        if len(items) <= 1:
-            return [self._generate_one(m, t, config) for m, t in items]
+        if not items:
+            return []
+        batch_deadline = time.perf_counter() + self.batch_deadline_s if self.batch_deadline_s else float("inf")
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(items))) as pool:
-            return list(pool.map(lambda item: self._generate_one(*item, config), items))
+            futures = [pool.submit(self._generate_one, m, t, config, batch_deadline) for m, t in items]
+            _, pending = wait(futures, timeout=WAIT_NOTICE_S)
+            if pending:  # a slow or silent endpoint: say what the command waits for, and for how long at most
+                log.warning("waiting for %d of %d replies from openai:%s at %s (each at most %s, the batch at most %s)",
+                            len(pending), len(items), self.model, self.base_url, _seconds(self.deadline_s),
+                            _seconds(self.batch_deadline_s))
+            return [future.result() for future in futures]
 
     def _request(self, messages, tools, config, timeout: float):
         kwargs = dict(model=self.model, messages=_openai_messages(messages), max_tokens=config.max_new_tokens,
@@ -396,19 +415,22 @@ class OpenAIChatModel(ChatModel):
             raise ValueError(f"malformed response without choices: {str(response)[:200]!r}")
         return response
 
-    def _generate_one(self, messages, tools, config) -> Generation:
+    def _generate_one(self, messages, tools, config, batch_deadline: float = float("inf")) -> Generation:
         start = time.perf_counter()
-        deadline = start + self.deadline_s if self.deadline_s else float("inf")
+        deadline = min(start + self.deadline_s if self.deadline_s else float("inf"), batch_deadline)
+        limits = f"deadline {_seconds(self.deadline_s)}, batch deadline {_seconds(self.batch_deadline_s)}"
+        if start >= batch_deadline:  # the batch's other items took its time
+            return _failed(start, f"not sent: the batch's time was up ({limits})")
         error = None
         for attempt in range(self.max_retries + 1):
             if attempt:
-                wait = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-                if time.perf_counter() + wait >= deadline:
-                    error = f"{error}; no time left for another try (deadline {self.deadline_s:g} s)"
+                pause = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+                if time.perf_counter() + pause >= deadline:
+                    error = f"{error}; no time left for another try ({limits})"
                     break
                 with self._lock:
                     self.num_retries += 1
-                time.sleep(wait)
+                time.sleep(pause)
             try:
                 response = self._request(messages, tools, config,
                                          timeout=min(self.timeout, deadline - time.perf_counter()))
@@ -417,9 +439,20 @@ class OpenAIChatModel(ChatModel):
                 error = f"{exc.__class__.__name__}: {str(exc)[:500]}"
                 if not _retryable(exc):
                     break
-        return Generation(text="", tool_calls=None, prompt_tokens=0, completion_tokens=0,
-                          seconds=time.perf_counter() - start, finish_reason="error",
-                          error=f"failed after {attempt + 1} attempt(s): {error}")
+        return _failed(start, f"failed after {attempt + 1} attempt(s): {error}")
+
+
+def _failed(start: float, error: str) -> Generation:
+    return Generation(text="", tool_calls=None, prompt_tokens=0, completion_tokens=0,
+                      seconds=time.perf_counter() - start, finish_reason="error", error=error)
+
+
+WAIT_NOTICE_S = 10.0
+"""Seconds a batch of endpoint calls waits before the model says on stderr what it is waiting for."""
+
+
+def _seconds(limit: float | None) -> str:
+    return "unbounded" if limit is None else f"{limit:g} s"
 
 
 class MalformedResponse(ValueError):
@@ -454,10 +487,17 @@ def load_chat_model(spec: str, **options) -> ChatModel:
     if spec.startswith("openai:"):
         return OpenAIChatModel(spec.removeprefix("openai:"), **options)
     if spec in BUILT_MODELS:
-        path = MODELS_DIR / BUILT_MODELS[spec]
-        if not (path / "config.json").exists():
-            raise FileNotFoundError(
-                f"model {spec!r} is not built (expected {path}); run `make setup` (or `python -m coevolve_lib setup`) "
-                "to build it")
-        return HFChatModel(path, name=spec, **options)
+        return HFChatModel(local_model(spec), name=spec, **options)
     return HFChatModel(spec, **options)
+
+
+def local_model(spec: str) -> str:
+    """The folder of a model `make setup` builds (`BUILT_MODELS`; a FileNotFoundError naming the command that builds
+    it when it is missing), else `spec` as given (a folder or a hub id)."""
+    if spec not in BUILT_MODELS:
+        return spec
+    path = MODELS_DIR / BUILT_MODELS[spec]
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"model {spec!r} is not built (expected {path}); run `make setup` (or `python -m "
+                                "coevolve_lib setup`) to build it")
+    return str(path)

@@ -16,6 +16,8 @@ import json
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import cached_property
+from keyword import iskeyword
 
 MAX_SOURCE_CHARS = 100_000
 """Longest call text accepted (BFCL ground-truth calls are under 2 kB)."""
@@ -38,6 +40,10 @@ class Call:
     kwargs: tuple = ()  # (key, literal value) pairs in source order
 
     def to_source(self) -> str:
+        return self._source
+
+    @cached_property  # written once per call: the budget, the record and the executor all read it
+    def _source(self) -> str:
         parts = [repr(v) for v in self.args] + [f"{k}={v!r}" for k, v in self.kwargs]
         return f"{self.name}({', '.join(parts)})"
 
@@ -84,7 +90,7 @@ def call_from_json(name: str, arguments: dict | str | None, allowed_names: Colle
     # ASCII only: a call string is re-parsed, and Python would read `ｌｓ` as `ls` (see `_call_from_node`).
     if not isinstance(name, str) or not name.isidentifier() or not name.isascii() or name.startswith("__"):
         raise CallParseError(f"invalid function name {str(name)[:80]!r}")
-    _check_allowed(name, allowed_names)
+    check_allowed(name, allowed_names)
     if arguments is None or arguments == "":
         arguments = {}
     if isinstance(arguments, str):
@@ -98,12 +104,21 @@ def call_from_json(name: str, arguments: dict | str | None, allowed_names: Colle
         raise CallParseError(f"arguments must be a JSON object, got {type(arguments).__name__}")
     size = 0
     for key, value in arguments.items():
-        if not isinstance(key, str) or not key.isidentifier():
+        # As a keyword in the recorded source: `class=1` and non-ASCII names (read back NFKC-normalized) would not
+        # parse back as this call.
+        if not isinstance(key, str) or not key.isidentifier() or not key.isascii() or iskeyword(key):
             raise CallParseError(f"invalid argument name {str(key)[:80]!r}")
         size += len(key) + _check_json_value(value, depth=0)
     if size > MAX_SOURCE_CHARS:  # an already-decoded dict skipped the length check on the JSON text
         raise CallParseError(f"arguments longer than {MAX_SOURCE_CHARS} characters")
-    return Call(name, (), tuple(arguments.items()))
+    return _readable(Call(name, (), tuple(arguments.items())))
+
+
+def _readable(call: Call) -> Call:
+    """`call`, if its source can be read back (escapes can make it longer than what was parsed)."""
+    if len(call.to_source()) > MAX_SOURCE_CHARS:
+        raise CallParseError(f"{call.name}: the call's source would be longer than {MAX_SOURCE_CHARS} characters")
+    return call
 
 
 @dataclass(frozen=True)
@@ -184,7 +199,7 @@ def _call_from_node(node: ast.expr, lines: list[bytes] | None, allowed_names: Co
             raise CallParseError(f"function name {written.decode('utf-8', 'replace')!r} is not ASCII")
     if name.startswith("__"):
         raise CallParseError(f"dunder name {name!r} is not allowed")
-    _check_allowed(name, allowed_names)
+    check_allowed(name, allowed_names)
     args = []
     for arg in node.args:
         if isinstance(arg, ast.Starred):
@@ -196,7 +211,7 @@ def _call_from_node(node: ast.expr, lines: list[bytes] | None, allowed_names: Co
     kwargs = []
     for keyword in node.keywords:
         kwargs.append((keyword.arg, _literal(keyword.value, f"{name}({keyword.arg}=...)", depth=0)))
-    return Call(name, tuple(args), tuple(kwargs))
+    return _readable(Call(name, tuple(args), tuple(kwargs)))
 
 
 def _check_unique_keywords(keywords: list[ast.keyword], name: str) -> None:
@@ -210,7 +225,7 @@ def _check_unique_keywords(keywords: list[ast.keyword], name: str) -> None:
         seen.add(keyword.arg)
 
 
-def _check_allowed(name: str, allowed_names: Collection[str] | None) -> None:
+def check_allowed(name: str, allowed_names: Collection[str] | None) -> None:
     if allowed_names is not None and name not in allowed_names:
         raise CallParseError(f"unknown function {name!r}")
 

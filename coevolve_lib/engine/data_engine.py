@@ -22,8 +22,8 @@ from pathlib import Path
 
 from coevolve_lib.core.config import DataEngineConfig, RunError
 from coevolve_lib.core.environment import Environment, RoundSteps, make_environment
-from coevolve_lib.core.models import load_chat_model
-from coevolve_lib.core.paths import MODELS_DIR, shown_path
+from coevolve_lib.core.models import load_chat_model, local_model
+from coevolve_lib.core.paths import shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.feedback import (
@@ -79,7 +79,8 @@ class DataEngine:
         self.pool = TaskPool(self.run_dir / "pool.jsonl")
         self.explorer_model = None
         if config.explorer_model:  # an endpoint's calls get the profile's deadline (a local model needs none)
-            options = {"deadline_s": config.explorer_deadline_s} if config.explorer_model.startswith("openai:") else {}
+            options = ({"deadline_s": config.explorer_deadline_s, "batch_deadline_s": config.explorer_batch_deadline_s}
+                       if config.explorer_model.startswith("openai:") else {})
             self.explorer_model = load_chat_model(config.explorer_model, **options)
         self._excluded: frozenset[str] | None = None
         self.shards: Shards = SINGLE
@@ -126,7 +127,7 @@ class DataEngine:
         """The policy's model path: the profile's model (`.cache/models/<name>` when the kit built it), or the
         environment's warm start from it when the profile asks for one (`Environment.warm_start`)."""
         cfg = self.config
-        base = str(MODELS_DIR / cfg.model) if (MODELS_DIR / cfg.model).exists() else cfg.model
+        base = local_model(cfg.model)
         if not cfg.warm_start.enabled:
             return base
         return self.environment.warm_start(base, progress=progress, use_shipped=use_shipped)

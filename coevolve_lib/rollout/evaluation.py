@@ -19,7 +19,9 @@ class EvaluationError(RunError):
 def load_evaluated_model(cfg: EvalConfig):
     """The evaluated chat model; a name that resolves to nothing is a user error, in one line."""
     try:
-        return load_chat_model(cfg.model, **({"base_url": cfg.base_url} if cfg.base_url else {}))
+        options = ({"base_url": cfg.base_url, "deadline_s": cfg.deadline_s, "batch_deadline_s": cfg.batch_deadline_s}
+                   if cfg.model.startswith("openai:") else {})
+        return load_chat_model(cfg.model, **options)
     except (OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot load model {cfg.model!r}: {first_line}") from None

@@ -41,7 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from coevolve_lib.core.config import BUDGET_REASONS, ConfigError, DataEngineConfig, RunConfig, TrainConfig
-from coevolve_lib.core.models import HFChatModel, set_torch_threads
+from coevolve_lib.core.models import HFChatModel, hub_offline, missing_model_message, set_torch_threads
 from coevolve_lib.core.paths import repo_relative, shown_path
 from coevolve_lib.core.records import (
     CorruptFileError,
@@ -702,7 +702,12 @@ def vocabulary_size(model_path: str) -> int:
     """The output head's width of a model folder or cached hub model, read from its config."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(model_path).get_text_config().vocab_size
+    local_only = hub_offline()
+    try:
+        config = AutoConfig.from_pretrained(model_path, local_files_only=local_only)
+    except OSError as exc:  # not a folder, not in the hub cache: the first load of a run's model, so say it here
+        raise FileNotFoundError(missing_model_message(model_path, local_only, exc)) from None
+    return config.get_text_config().vocab_size
 
 
 def score_completions_only() -> None:

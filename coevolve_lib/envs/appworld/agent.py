@@ -97,8 +97,10 @@ class AppWorldEpisode(Conversation):
         super().__init__(config)
         self.task, self.sample_index, self.split = task, sample_index, split
         self.server, self._release, self.retries = server, release, retries
+        execution_timeout_s = min(env_config.execution_timeout_s, config.budget.max_execution_seconds)
         self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.max_steps_per_episode,
-                                                     max_output_chars=config.budget.max_observation_chars))
+                                                     max_output_chars=config.budget.max_observation_chars,
+                                                     execution_timeout_s=execution_timeout_s))
         self.prompt = [{"role": "system", "content": system_prompt(config.max_steps_per_episode, apis)},
                        {"role": "user", "content": user_prompt(task)}]
         self.messages = list(self.prompt)
@@ -174,6 +176,8 @@ class AppWorldEpisode(Conversation):
             return
         finally:
             self.env_seconds += time.perf_counter() - start
+        if self.env.timed_out:
+            self._end("time_cap")
         output, = self.kept_observations([output])
         code = extract_code(text)
         # What signals and contexts read: `calls`, the APIs the code names (read as text), and one observation per

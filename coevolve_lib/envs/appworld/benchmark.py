@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -106,6 +107,11 @@ def load_tasks(split: str, root: str | Path | None = None) -> list[AppWorldTask]
     return [load_task(task_id, root) for task_id in load_task_ids(split, root)]
 
 
+EXECUTION_GRACE_S = 20
+"""How much longer than AppWorld's own time-out the client waits for an execution's answer (AppWorld answers within
+a second of it: 2.02 s for a busy loop under a 2 s limit)."""
+
+
 @dataclass
 class AppWorldEnvConfig:
     """How an AppWorld episode runs."""
@@ -113,7 +119,10 @@ class AppWorldEnvConfig:
     max_steps: int = MAX_STEPS
     """Environment steps (code executions, replies without code included) before the episode ends as a failure."""
     execution_timeout_s: int = 100
-    """AppWorld's own limit on one code execution (its `timeout_seconds`; its default)."""
+    """AppWorld's own limit on one code execution (its `timeout_seconds`; its default): it interrupts the code and
+    answers "Execution timed out" (`timed_out`). The client waits `EXECUTION_GRACE_S` longer for that answer, then
+    gives up (code that caught the interrupt): a server fault. The policy's episodes set it to their budget's
+    `max_execution_seconds` when that is lower."""
     experiment_name: str = "coevolve"
     """AppWorld's experiment name: where, inside the server's scratch root, it writes the episode's outputs."""
     random_seed: int = 100
@@ -135,11 +144,12 @@ class AppWorldEnv:
         self.steps = 0
         self.format_errors = 0
         self.completed = False
+        self.timed_out = False
 
     def reset(self) -> dict:
         """Load the task's start state into the server; returns `{task_id, instruction, supervisor, datetime}`, the
         first observation."""
-        self.steps, self.format_errors, self.completed = 0, 0, False
+        self.steps, self.format_errors, self.completed, self.timed_out = 0, 0, False, False
         return self.server.client.initialize(
             self.task.task_id, experiment_name=self.config.experiment_name,
             timeout_seconds=self.config.execution_timeout_s, random_seed=self.config.random_seed)
@@ -157,7 +167,13 @@ class AppWorldEnv:
     def execute(self, code: str) -> str:
         """Run `code` in AppWorld's sandbox; returns what it printed, or AppWorld's error text (a normal result)."""
         self._spend_step()
-        output = self.server.client.execute(self.task.task_id, code, max_chars=self.config.max_output_chars)
+        limit = self.config.execution_timeout_s
+        start = time.monotonic()
+        output = self.server.client.execute(self.task.task_id, code, max_chars=self.config.max_output_chars,
+                                            timeout_s=limit + EXECUTION_GRACE_S)
+        # AppWorld's own answer, and the time it took (printing the same words is not a time-out)
+        self.timed_out = (time.monotonic() - start >= limit
+                          and output.rstrip().endswith(f"Execution timed out after {limit} seconds."))
         self.completed = self.server.client.task_completed(self.task.task_id)
         return output
 

@@ -63,14 +63,15 @@ class AppWorldClient:
         self.active_task = task_id
         return output
 
-    def execute(self, task_id: str, code: str, max_chars: int | None = None) -> str:
+    def execute(self, task_id: str, code: str, max_chars: int | None = None, timeout_s: float | None = None) -> str:
         """Run `code` in the task's sandbox (AppWorld's IPython shell with `apis`) and return what it printed, or
         AppWorld's own error text ("Execution failed. Traceback: ...") for code that raised or was refused.
         `max_chars`: read at most what holds that many characters of output (JSON escapes take up to 6 bytes each)
         and return only a prefix of a longer output, a little over `max_chars` long, so that a code block printing
-        hundreds of megabytes costs the kit no more than its observation budget (the caller then cuts it there)."""
+        hundreds of megabytes costs the kit no more than its observation budget (the caller then cuts it there).
+        `timeout_s`: this request's wait, instead of `timeout_s`."""
         return self._post("/execute", {"task_id": task_id, "code": code}, task_id,
-                          max_bytes=None if max_chars is None else 6 * max_chars + 1024)
+                          max_bytes=None if max_chars is None else 6 * max_chars + 1024, timeout_s=timeout_s)
 
     def task_completed(self, task_id: str) -> bool:
         """Whether the agent marked the task complete (`apis.supervisor.complete_task`)."""
@@ -102,18 +103,20 @@ class AppWorldClient:
         except (OSError, http.client.HTTPException):
             return False
 
-    def _post(self, path: str, body: dict, task_id: str, max_bytes: int | None = None) -> Any:
-        return self._request("POST", path, body, task_id, max_bytes)["output"]
+    def _post(self, path: str, body: dict, task_id: str, max_bytes: int | None = None,
+              timeout_s: float | None = None) -> Any:
+        return self._request("POST", path, body, task_id, max_bytes, timeout_s)["output"]
 
     def _request(self, method: str, path: str, body: dict | None, task_id: str | None,
-                 max_bytes: int | None = None) -> Any:
+                 max_bytes: int | None = None, timeout_s: float | None = None) -> Any:
         """The server's JSON answer; given `max_bytes`, an answer longer than that is read no further and comes back
         as `{"output": <the prefix of its output string>}` (`_output_prefix`)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         try:
-            with _OPENER.open(request, timeout=self.timeout_s) as response:
+            with _OPENER.open(request, timeout=timeout_s) as response:
                 raw = response.read() if max_bytes is None else response.read(max_bytes + 1)
                 if max_bytes is not None and len(raw) > max_bytes:
                     return {"output": _output_prefix(raw[:max_bytes])}
@@ -123,7 +126,7 @@ class AppWorldClient:
             reason = error.reason if isinstance(error, urllib.error.URLError) else error
             if isinstance(reason, TimeoutError):
                 raise AppWorldServerError(f"AppWorld server at {self.base_url} gave no answer to {path} within "
-                                          f"{self.timeout_s:g} s (hung or overloaded)", "timeout") from None
+                                          f"{timeout_s:g} s (hung or overloaded)", "timeout") from None
             raise AppWorldServerError(f"AppWorld server at {self.base_url} is not reachable on {path} (dead or not "
                                       f"started: {type(reason).__name__}: {reason})", "down") from None
         try:

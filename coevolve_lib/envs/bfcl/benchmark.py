@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
-from coevolve_lib.core.safe_calls import Call, CallParseError, parse_builtin_call, parse_call
+from coevolve_lib.core.safe_calls import Call, CallParseError, check_allowed, parse_builtin_call, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl import call_guards
+from coevolve_lib.envs.bfcl.state_size import state_size
 
 GORILLA_TO_OPENAPI = {
     "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
@@ -168,6 +169,9 @@ def restrict_classes(tasks: list[BFCLTask], classes: Sequence[str] | None) -> li
     return out
 
 
+STATE_OVER = "Error during execution: the environment's state passed its budget (max_state_chars); no call runs"
+
+
 def _task_index(task_id: str) -> int:
     return int(task_id.rsplit("_", 1)[1])
 
@@ -199,10 +203,17 @@ def _openai_schema(schema: dict) -> dict:
 
 
 class BFCLEnv:
-    """One rollout of one task: `execute` a step, `end_turn` after each user turn, then `score`."""
+    """One rollout of one task: `execute` a step, `end_turn` after each user turn, then `score`.
 
-    def __init__(self, task: BFCLTask):
+    `max_state_chars` bounds the backend state as its tools walk it (`state_size`), measured after every call: once
+    a call passes it, `state_over` is set, no later call runs (each gets an error observation) and every turn fails
+    without the checker (comparing such a state is the work the bound prevents). None: no bound (the kit's own
+    callers: validation, replay and explorers run calls the kit wrote or ground truth)."""
+
+    def __init__(self, task: BFCLTask, max_state_chars: int | None = None):
         self.task = task
+        self.max_state_chars = max_state_chars
+        self.state_over = False
         self._instances = _load_instances(task)
         self._methods = _method_table(self._instances)
         self.method_names: frozenset[str] = frozenset(self._methods)
@@ -227,8 +238,12 @@ class BFCLEnv:
         """Index of the turn in progress."""
         return len(self.history) - 1
 
-    def execute(self, calls: Sequence[Call | str]) -> list[str]:
+    def execute(self, calls: Sequence[Call | str], parsed: bool = False) -> list[str]:
         """One model step: run each call in order, return one observation per call. Never raises.
+
+        `parsed=True`: the Calls come from the kit's own parsers (`safe_calls`), whose calls read back as themselves
+        (a test holds this), so each is only checked against the env's function names, not parsed again; a Call
+        built by hand is parsed from its source, so that what runs is exactly what is recorded.
 
         Observations are formatted as the official executor formats results. A call that is not accepted
         (unparsable, not literal-only, unknown function) yields an `Error during execution: ...` observation
@@ -246,8 +261,12 @@ class BFCLEnv:
             return [f"Error during execution: expected a list of calls, got {type(calls).__name__}"]
         observations, accepted = [], []
         for call in calls:
+            if self.state_over:
+                observations.append(STATE_OVER)
+                self._calls_in_turn += 1
+                continue
             try:
-                call = self._accept(call)
+                call = self._accept(call, parsed)
             except CallParseError as e:
                 observations.append(f"Error during execution: {e}")
                 if isinstance(call, (str, Call)):
@@ -261,15 +280,23 @@ class BFCLEnv:
             observations.append(result)
             self._calls_in_turn += 1
             self._model_results.append(result)
+            self._measure_state()
         if accepted:
             self.history[-1].append(accepted)
         return observations
 
-    def _accept(self, call) -> Call:
+    def _measure_state(self) -> None:
+        if self.max_state_chars is not None:
+            self.state_over = state_size(self._instances.values(), self.max_state_chars) > self.max_state_chars
+
+    def _accept(self, call, parsed: bool) -> Call:
         if isinstance(call, str):
             return parse_call(call, self.method_names)
         if not isinstance(call, Call):
             raise CallParseError(f"expected a Call or a call string, got {type(call).__name__}")
+        if parsed:
+            check_allowed(call.name, self.method_names)
+            return call
         # A Call may be built by hand: re-parse its source so that what runs is exactly what is recorded.
         try:
             source = call.to_source()
@@ -295,12 +322,16 @@ class BFCLEnv:
         for argument in arguments:
             value = argument.value
             if argument.call is not None:
+                if self.state_over:  # an earlier argument call passed the state budget: eval would run this one
+                    return STATE_OVER, ran
                 ran.append(argument.call.to_source())
                 try:
                     with call_guards.restored_precision():
                         value = _invoke(self._methods, argument.call)
                 except Exception as e:  # eval stops at the first exception: the rest never runs
                     return f"Error during execution: {e}", ran
+                finally:
+                    self._measure_state()
             if argument.unpack == "*":
                 try:
                     args.extend(value)
@@ -336,8 +367,10 @@ class BFCLEnv:
         if self._gt_instances is None:
             self._gt_instances = _load_instances(self.task)
             self._gt_methods = _method_table(self._gt_instances)
-        gt_results = [_run(self._gt_methods, parse_call(text)) for text in gt_calls]
         verdict = {"turn": turn, "valid": True, "error_type": None, "error_message": None}
+        if self.state_over:
+            return {**verdict, "valid": False, "error_type": "state_cap", "error_message": STATE_OVER}
+        gt_results = [_run(self._gt_methods, parse_call(text)) for text in gt_calls]
         if not gt_calls:  # no expected calls: nothing is checked, the model's calls have still changed state
             return verdict
         # BFCL's turn is empty when no step decoded to a call (its runner drops empty steps); a call it then

@@ -2,7 +2,7 @@
 tool calls they run in the episode's own `BFCLEnv` and their results go back as `tool` messages, and the model is asked
 again; a reply without calls ends the turn. Caps (the paper's Table 9: 30 interaction steps per episode; BFCL's
 runner: 20 steps per turn) and the episode budget (`core.config.EpisodeBudget`: reply length, calls, observation and
-record sizes) end the episode as a failure. `rollout.agent.run_rollouts` drives it.
+record sizes, the environment's state) end the episode as a failure. `rollout.agent.run_rollouts` drives it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Episode(Conversation):
     def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutConfig):
         super().__init__(config)
         self.task, self.sample_index, self.tool_format = task, sample_index, tool_format
-        self.env = BFCLEnv(task)
+        self.env = BFCLEnv(task, max_state_chars=config.budget.max_state_chars)
         self.turn = -1
         self.steps_in_turn = 0
         self.steps: list[dict] = []
@@ -107,8 +107,10 @@ class Episode(Conversation):
         if not self.admit_recorded_calls(sources):
             return
         start = time.perf_counter()
-        observations = self.kept_observations(self.env.execute(reply.calls))
+        observations = self.kept_observations(self.env.execute(reply.calls, parsed=True))
         self.env_seconds += time.perf_counter() - start
+        if self.env.state_over:
+            self._end("state_cap")
         self.messages.extend(toolcalls.tool_messages(reply, observations))
         # As in BFCL's runner, `calls` are the decoded calls, a call to a function the environment lacks included
         # (its observation is the error); `rejected` are attempts that did not decode to a literal-only call.
