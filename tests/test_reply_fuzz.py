@@ -4,8 +4,9 @@ inputs), the LLM explorer and context builder end to end, and every parser of LL
 actions, task blocks, AppWorld code, JSON objects, the test server's tool calls).
 
 The fuzz runs in a child process (`python tests/test_reply_fuzz.py` prints its figures as one JSON line), so its peak
-memory is its own: under 200 MB, no single call over 1 s, every record within the episode budget, 0 exceptions
-escaping. Seeded; about 20 s. AppWorld's episodes apply the same budget (tests/test_appworld.py)."""
+memory is its own: under 200 MB, no single call over 1 s, every record's model-made part (its bytes in the file, less
+the prompt and the record's keys) within the record budget, every recorded call read back by the kit's parser, 0
+exceptions escaping. Seeded; about 20 s. AppWorld's episodes apply the same budget (tests/test_appworld.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_replies_built_to_multiply_work_stay_within_budget():
     assert figures["unreadable_calls"] == [], figures["unreadable_calls"]
     assert figures["peak_mb"] < PEAK_ALLOWED_MB, figures["peak_mb"]
     assert figures["slowest_s"] < SLOWEST_ALLOWED_S, figures["slowest_call"]
-    assert figures["largest_record_bytes"] <= figures["record_bound_bytes"], figures["largest_record"]
+    assert figures["largest_budgeted_bytes"] <= figures["record_budget"], figures["largest_record"]
     # every family ended the way its budget says, in both formats
     assert figures["ends"] == EXPECTED_ENDS, figures["ends"]
     assert figures["parsed"] >= 100 and figures["explorer_triplets"] > 0
@@ -140,7 +141,7 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
     rng = random.Random(22)
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
     config = RolloutConfig()
-    ends, largest, largest_name, unreadable = {}, 0, "", []
+    ends, largest, largest_name, largest_line, unreadable = {}, 0, "", 0, []
     for fmt in ("native", "prompt"):
         for family, replies in families(fmt, rng).items():
             name = f"{family}/{fmt}"
@@ -164,12 +165,16 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
             path = out / f"{family}_{fmt}.jsonl"
             timer(f"{name} write", append_jsonl, path, record)
             size = path.stat().st_size
-            if size > largest:
-                largest, largest_name = size, name
-    # The record holds the budgeted text (JSON-escaping a backslash of BFCL's own escapes adds a sixth at most), the
-    # prompt (BFCL's docs of two classes: tens of kB) and JSON's keys.
-    bound = int(EpisodeBudget().max_record_chars * 7 / 6) + 256 * 1024
-    return {"ends": ends, "unreadable_calls": unreadable, "largest_record_bytes": largest, "largest_record": largest_name, "record_bound_bytes": bound}
+            # What the budget counts: the file's bytes less those of the same record without the model's part (the
+            # task's prompt, BFCL's docs, and the record's own keys and fields)
+            first_reply = next(i for i, m in enumerate(record["messages"]) if m["role"] == "assistant")
+            unbudgeted = dict(record, messages=record["messages"][:first_reply], steps=[])
+            budgeted = size - len((json.dumps(unbudgeted, ensure_ascii=False, default=str) + "\n").encode())
+            if budgeted > largest:
+                largest, largest_name, largest_line = budgeted, name, size
+    return {"ends": ends, "unreadable_calls": unreadable, "largest_record_bytes": largest_line,
+            "largest_budgeted_bytes": largest, "largest_record": largest_name,
+            "record_budget": EpisodeBudget().max_record_chars}
 
 
 def fuzz_explorer(timer: Timer) -> int:

@@ -207,8 +207,9 @@ class BFCLEnv:
 
     `max_state_chars` bounds the backend state as its tools walk it (`state_size`), measured after every call: once
     a call passes it, `state_over` is set, no later call runs (each gets an error observation) and every turn fails
-    without the checker (comparing such a state is the work the bound prevents). None: no bound (the kit's own
-    callers: validation, replay and explorers run calls the kit wrote or ground truth)."""
+    without the checker (comparing such a state is the work the bound prevents). None: no bound (validation and
+    replay run recorded or ground-truth calls; an explorer's run is `calls_per_run` calls, too few to multiply a
+    state: ~2 calls per level of folders and 2 per doubling)."""
 
     def __init__(self, task: BFCLTask, max_state_chars: int | None = None):
         self.task = task
@@ -364,12 +365,12 @@ class BFCLEnv:
     def _check_turn(self, turn: int, calls_made: int, gt_calls: list[str]) -> dict:
         """The body of the official per-turn loop of `multi_turn_checker`, on this env's instances."""
         checker = bfcl_backend.checker_module(self.task.data_version)
-        if self._gt_instances is None:
-            self._gt_instances = _load_instances(self.task)
-            self._gt_methods = _method_table(self._gt_instances)
         verdict = {"turn": turn, "valid": True, "error_type": None, "error_message": None}
         if self.state_over:
             return {**verdict, "valid": False, "error_type": "state_cap", "error_message": STATE_OVER}
+        if self._gt_instances is None:
+            self._gt_instances = _load_instances(self.task)
+            self._gt_methods = _method_table(self._gt_instances)
         gt_results = [_run(self._gt_methods, parse_call(text)) for text in gt_calls]
         if not gt_calls:  # no expected calls: nothing is checked, the model's calls have still changed state
             return verdict
