@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG} {argv[0]}: interrupted; the same command again resumes where it stopped", file=sys.stderr)
         return INTERRUPTED
     except FileNotFoundError as exc:  # what set-up builds or a profile names is missing: the message says what to do
-        detail = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc).strip().splitlines()[0]
+        detail = (f"{exc.strerror}: {exc.filename}" if exc.filename
+                  else next(iter(str(exc).strip().splitlines()), type(exc).__name__))
         print(f"{PROG} {argv[0]}: error: {detail}", file=sys.stderr)
         return 1
     except OSError as exc:

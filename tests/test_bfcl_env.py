@@ -14,6 +14,7 @@ from coevolve_lib.envs.bfcl.benchmark import (
     EMPTY_TURN,
     GORILLA_TO_OPENAPI,
     BFCLEnv,
+    BFCLTask,
     load_tasks,
     restrict_classes,
     split_tasks,
@@ -345,3 +346,25 @@ for category in CATEGORIES:
         largest[task.id] = max(sizes)
 print(json.dumps(largest))
 """
+
+
+def test_state_budget_sees_a_branch_the_tree_no_longer_holds(base_tasks):
+    """A copy's subfolders keep their old `parent`: after `rm` of the original, `cd` into a copied child and `cd ..`
+    land in the removed folder, which `find` and `du` walk from there (found in review: 49 calls made 2,097,153
+    `find` paths while the public tree measured 103)."""
+    from coevolve_lib.envs.bfcl.state_size import state_size
+
+    task = BFCLTask(id="synthetic_0", category="synthetic", data_version="v3", turns=[],
+                    involved_classes=["GorillaFileSystem"], initial_config={"GorillaFileSystem": {"root": {
+                        "workspace": {"type": "directory", "contents": {"a": {"type": "directory", "contents": {
+                            "x": {"type": "directory", "contents": {}}}}}}}}})
+    env = BFCLEnv(task, max_state_chars=100_000)
+    env.execute(["cd(folder='workspace')", "cp(source='a', destination='c')", "rm(file_name='a')",
+                 "cd(folder='c')", "cd(folder='x')", "cd(folder='..')"])
+    assert json.loads(env.execute(["pwd()"])[0])["current_working_directory"] == "/workspace/a"
+    env.execute(["mkdir(dir_name='d')", "cd(folder='d')", "touch(file_name='f.txt')", "cd(folder='..')"])
+    observations = []
+    for k in range(20):
+        observations += env.execute([f"cp(source='d', destination='e{k}')", f"mv(source='e{k}', destination='d')"])
+    assert env.state_over and observations[-1].startswith("Error during execution: the environment's state")
+    assert state_size(env._instances.values(), 10**9) <= 2 * 100_000 + 1_000

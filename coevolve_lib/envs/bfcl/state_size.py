@@ -28,10 +28,34 @@ def state_size(instances: Iterable[object], limit: int) -> int:
     """The size of the backend instances' public state as BFCL's tools walk it (module docstring); a count over
     `limit` is returned as soon as it is reached (the exact figure above `limit` is not computed).
 
-    Private attributes (`_current_dir`, `_last_modified`) are not counted: they point into the counted state or
-    hold a scalar. A cycle through public attributes counts up to the limit and so reads as over it."""
-    total = 0
-    stack: list[tuple[object, int]] = [(instance, 0) for instance in instances]  # (value, length of its key path)
+    Private attributes are counted only where they lead out of the public state: `_current_dir` points into the
+    tree, unless `cp`, `rm` and `cd ..` left it in a branch the tree no longer holds (a copy's subfolders keep their
+    old `parent`), where the tools still reach everything below its topmost detached ancestor. A cycle through
+    public attributes counts up to the limit and so reads as over it."""
+    instances = list(instances)
+    seen: set[int] = set()  # objects the walk reached
+    total = _walk([(instance, 0) for instance in instances], 0, limit, seen)
+    for instance in instances:
+        for name, value in vars(instance).items():
+            if total > limit:
+                break
+            if name.startswith("_") and hasattr(value, "__dict__") and id(value) not in seen:
+                total = _walk([(_detached_top(value, seen), 0)], total, limit, seen)
+    return total
+
+
+def _detached_top(node: object, seen: set[int]) -> object:
+    """The topmost ancestor of `node` (by its back references) that the walk has not reached."""
+    for _ in range(10_000):  # parent chains are as long as the tree is deep; bounded against a cycle
+        parent = next((getattr(node, name) for name in BACK_REFERENCES if getattr(node, name, None) is not None), None)
+        if parent is None or id(parent) in seen:
+            break
+        node = parent
+    return node
+
+
+def _walk(stack: list[tuple[object, int]], total: int, limit: int, seen: set[int]) -> int:
+    """`total` plus the size of what `stack` holds ((value, length of its key path) pairs), stopping over `limit`."""
     while stack:
         value, prefix = stack.pop()
         total += NODE_CHARS
@@ -49,6 +73,7 @@ def state_size(instances: Iterable[object], limit: int) -> int:
                 return total + len(value) * NODE_CHARS
             stack.extend((item, prefix) for item in value)
         elif hasattr(value, "__dict__") and not isinstance(value, type):
+            seen.add(id(value))
             stack.extend((item, prefix) for name, item in vars(value).items()
                          if not name.startswith("_") and name not in BACK_REFERENCES)
         if total > limit:
