@@ -378,7 +378,6 @@ class OpenAIChatModel(ChatModel):
         self.max_backoff_s = max_backoff_s
         self.max_workers = max_workers
         self.timeout, self.deadline_s, self.batch_deadline_s = timeout, deadline_s, batch_deadline_s
-        self.base_url = str(base_url or os.environ.get("OPENAI_BASE_URL") or "the OpenAI API")
         # The client's own retries are off: this class retries, so every failure is counted and budgeted here.
         self.client = openai.OpenAI(
             base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
@@ -399,7 +398,7 @@ class OpenAIChatModel(ChatModel):
             _, pending = wait(futures, timeout=WAIT_NOTICE_S)
             if pending:  # a slow or silent endpoint: say what the command waits for, and for how long at most
                 log.warning("waiting for %d of %d replies from openai:%s at %s (each at most %s, the batch at most %s)",
-                            len(pending), len(items), self.model, self.base_url, _seconds(self.deadline_s),
+                            len(pending), len(items), self.model, str(self.client.base_url).rstrip("/"), _seconds(self.deadline_s),
                             _seconds(self.batch_deadline_s))
             return [future.result() for future in futures]
 
