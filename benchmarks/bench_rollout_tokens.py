@@ -72,7 +72,7 @@ def generation_config(args) -> GenerationConfig:
 
 
 def run_engine(model, tasks, args, engine: str) -> tuple[list[dict], float]:
-    config = RolloutConfig(token_level=True, tool_docs=args.tool_docs, max_batch_size=args.batch, engine=engine,
+    config = RolloutConfig(token_level=True, tool_docs=args.tool_docs, batch_size=args.batch, engine=engine,
                            generation=generation_config(args), max_completion_tokens=args.max_completion_tokens)
     start = time.perf_counter()
     records = run_rollouts(model, tasks, config, samples_per_task=args.samples, progress=False, new_episode=Episode)

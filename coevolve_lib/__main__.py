@@ -17,7 +17,7 @@ COMMANDS = {
     "bfcl-replay": ("coevolve_lib.cli.bfcl_replay",
                     "replay BFCL ground truth through the kit and the official checker"),
     "evaluate": ("coevolve_lib.cli.evaluate",
-                 "zero-shot evaluation of a chat model on its benchmark (BFCL, AppWorld)"),
+                 "zero-shot evaluation of a chat model on its benchmark (BFCL, AppWorld, yours)"),
     "train": ("coevolve_lib.cli.train",
               "CoEvolve training: GRPO on the evolving task pool (--dry-run prints the plan)"),
     "compare": ("coevolve_lib.cli.compare",
@@ -34,6 +34,8 @@ COMMANDS = {
                    "build (or find) a profile's warm start and check it; --ship ships it"),
     "notebook": ("coevolve_lib.cli.notebook",
                  "run a notebook with papermill after checking its parameters"),
+    "extensions": ("coevolve_lib.cli.extensions",
+                   "the environments, signal types and pool updates a profile can name, and where each comes from"),
 }
 
 

@@ -1,7 +1,9 @@
 """Profiles: `configs/<name>.yaml` read into the validated sections of `config.py`, with overrides.
 
-- A profile may start with `inherits: <base>` (another file in `configs/`, e.g. `_paper`): it then states only what
-  differs, merged mapping by mapping over the base. Files whose name starts with `_` are bases, not profiles.
+- A profile is a name of `configs/` (`tiny`) or the path of a `.yaml` file anywhere (`--profile ../my_env/loans.yaml`:
+  an outside environment's own profile). Either may start with `inherits: <base>` (a name of `configs/`, e.g. `tiny`
+  or `_paper`, or a path relative to the inheriting file): it then states only what differs, merged mapping by mapping
+  over the base. Files of configs/ whose name starts with `_` are bases, not profiles.
 - Overrides come as `section.field=value` strings (the CLI's `--set`, a notebook's `overrides`) or as a nested mapping;
   a value is read as YAML (`[a, b]` is a list) and then validated by the field's type (`2e-4` is a float).
 - `$COEVOLVE_SCALE` (e.g. `smoke`, set by `make test`) merges `configs/scales/<scale>.yaml` on top (`at_scale`).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import yaml
@@ -31,7 +34,8 @@ from coevolve_lib.core.config import (
 )
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.paths import REPO_ROOT, shown_path
-from coevolve_lib.engine.signals import SIGNALS
+from coevolve_lib.engine.pool_updates import pool_update
+from coevolve_lib.engine.signals import signal_class
 
 CONFIGS_DIR = REPO_ROOT / "configs"
 SECTIONS = ("model", "rollout", "evaluation", "data_engine", "training")
@@ -59,16 +63,20 @@ def deep_merge(base: dict, overrides: dict) -> dict:
     return out
 
 
-def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
-    path = CONFIGS_DIR / f"{_profile_name(name)}.yaml"
-    if not path.exists() or name in NOT_PROFILES or (name.startswith("_") and not chain):  # a base is inherited only
-        raise ConfigError(f"unknown profile {quoted(name)}; choose from {profile_names()}")
-    if name in chain:
-        raise ConfigError(f"profile {chain[0]!r} inherits from itself through {' -> '.join(chain + (name,))}")
+def _read(name: str, chain: tuple[str, ...] = (), folder: Path | None = None) -> dict:
+    """The sections of profile `name` (a name of configs/, or a `.yaml` path: `profile_path`) merged over those it
+    inherits. `folder`: where the profile that inherits `name` lives (a relative path inherits from beside it)."""
+    path = profile_path(name, inherited=bool(chain), folder=folder)
+    key = str(path.resolve())
+    if key in chain:
+        raise ConfigError(f"profile {shown_path(chain[0])} inherits from itself through "
+                          f"{' -> '.join(shown_path(k) for k in (*chain, key))}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{shown_path(path)} is not valid YAML: {' '.join(str(exc).split())}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"profile {quoted(name)}: {shown_path(path)} cannot be read ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{shown_path(path)} must be a mapping of sections ({', '.join(SECTIONS)}), not a "
                           f"{type(raw).__name__}")
@@ -76,16 +84,38 @@ def _read(name: str, chain: tuple[str, ...] = ()) -> dict:
     unknown = sorted(map(str, set(raw) - set(SECTIONS)))
     if unknown:  # named here, where the file is known (an override's unknown section is refused in `_sections`)
         raise ConfigError(f"{shown_path(path)}: unknown section(s) {unknown}; valid: {list(SECTIONS)}")
-    return deep_merge(_read(base, chain + (name,)), raw) if base else raw
+    return deep_merge(_read(base, (*chain, key), path.parent), raw) if base else raw
 
 
-def _profile_name(name) -> str:
+def is_profile_path(name: str) -> bool:
+    """Whether `name` is a profile file's path (it ends in .yaml / .yml or names a folder), not a name of configs/."""
+    return "/" in name or os.sep in name or name.endswith((".yaml", ".yml"))
+
+
+def profile_path(name, inherited: bool = False, folder: Path | None = None) -> Path:
+    """The file of profile `name`: `configs/<name>.yaml` for a name (a base, `_` first, only when `inherited`), or a
+    `.yaml` path anywhere (relative to the working folder, or for an `inherits:` to `folder`, the inheriting file's).
+    A ConfigError in one line when there is none."""
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"profile must be a profile name, not {quoted(name)}; choose from {profile_names()}")
-    if "/" in name or os.sep in name or name.endswith((".yaml", ".yml")):  # `CONFIGS_DIR / name` would leave configs/
-        raise ConfigError(f"profile {quoted(name)} is a path: a profile is a name of configs/ (configs/<name>.yaml; "
-                          f"copy the file there and give its name); choose from {profile_names()}")
-    return name
+        raise ConfigError(f"profile must be a profile name or a .yaml path, not {quoted(name)}; choose from "
+                          f"{profile_names()}")
+    if is_profile_path(name):
+        path = Path(name).expanduser()
+        if not path.is_absolute() and folder is not None:
+            path = folder / path
+        if path.suffix not in (".yaml", ".yml") or not path.is_file():
+            raise ConfigError(f"profile {quoted(name)} is no .yaml file (a profile is a name of configs/, "
+                              f"{profile_names()}, or the path of a .yaml file)")
+        return path
+    path = CONFIGS_DIR / f"{name}.yaml"
+    if not path.exists() or name in NOT_PROFILES or (name.startswith("_") and not inherited):
+        raise ConfigError(f"unknown profile {quoted(name)}; choose from {profile_names()} or give a .yaml path")
+    return path
+
+
+def profile_label(profile: str) -> str:
+    """A profile's name in folder and file names: its own name, or a path profile's file stem."""
+    return Path(profile).stem if is_profile_path(profile) else profile
 
 
 def capped(raw: dict, caps: dict) -> dict:
@@ -275,21 +305,28 @@ def check_launch(run: RunConfig) -> None:
 
 
 def check_registered(run: RunConfig) -> RunConfig:
-    """What the registries decide: the signal types and the benchmark exist, and the benchmark's environment can do
-    what the profile asks (`Environment.check`); ConfigError, one line, otherwise. Returns `run` in the
-    environment's canonical spellings (`Environment.normalized`)."""
-    unknown = [name for name in run.data_engine.signals.enabled if name not in SIGNALS]
-    if unknown:
-        raise ConfigError(f"data_engine.signals.enabled: unknown signal type(s) {unknown}; registered: "
-                          f"{sorted(SIGNALS)}")
-    try:
-        environment = environment_class(run.evaluation.benchmark)
-    except ValueError as error:
-        raise ConfigError(f"evaluation.benchmark: {error}") from None
+    """What the registries decide (each name found as `core.extensions` says: the kit's registry, an installed entry
+    point, or a `module:Class` reference): the signal types, the pool update and the benchmark exist, the reward is
+    one of the benchmark's, and its environment can do what the profile asks (`Environment.check`); ConfigError, one
+    line, otherwise. Returns `run` in the environment's canonical spellings (`Environment.normalized`)."""
+    for name in run.data_engine.signals.enabled:
+        _found("data_engine.signals.enabled", signal_class, name)
+    _found("training.pool_updates", pool_update, run.training.pool_updates)
+    environment = _found("evaluation.benchmark", environment_class, run.evaluation.benchmark)
+    if run.training.reward not in environment.rewards:
+        raise ConfigError(f"training.reward: {run.training.reward!r} is not a reward of {environment.name}; its "
+                          f"rewards: {sorted(environment.rewards)}")
     problems = environment.check(run)
     if problems:
         raise ConfigError("; ".join(problems))
     return environment.normalized(run)
+
+
+def _found(where: str, find, name: str):
+    try:
+        return find(name)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def eval_config(profile: str = "tiny", overrides: dict | list[str] | None = None, **fields) -> EvalConfig:
@@ -342,7 +379,8 @@ def profile_parser(prog: str, description: str | None, example: str) -> Argument
     """An argument parser with the options every profile-driven command shares: --profile and --set (`example`: a
     typical override for the help text)."""
     parser = ArgumentParser(prog, description)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ (default: tiny)")
+    parser.add_argument("--profile", default="tiny",
+                        help="a profile of configs/ or the path of a .yaml profile file (default: tiny)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help=f"override a profile value, e.g. --set {example} (repeatable)")
     return parser

@@ -56,7 +56,7 @@ def test_ground_truth_policy_succeeds_and_records_everything(native):
     tasks = _keyword_only_tasks(6)
     model = ScriptedModel(tasks, native_tools=native)
     seen = []
-    records = run_rollouts(model, tasks, RolloutConfig(max_batch_size=4), on_record=seen.append, progress=False,
+    records = run_rollouts(model, tasks, RolloutConfig(batch_size=4), on_record=seen.append, progress=False,
                            new_episode=Episode)
     assert len(records) == len(seen) == 6
     assert all(r["success"] and r["score"] == 1.0 and r["terminated"] == "completed" for r in records), \

@@ -80,7 +80,7 @@ def test_signals_and_contexts_read_real_appworld_rollouts(engine):
     give_up = "```python\napis.supervisor.complete_task()\n```"
     env_tasks = engine.rollout_tasks(tasks)
     model = HalfSolving(env_tasks, {t["task_id"]: [solve[t["task_id"]], give_up] for t in tasks})
-    records = run_rollouts(model, env_tasks, RolloutConfig(max_batch_size=2, max_steps_per_episode=3),
+    records = run_rollouts(model, env_tasks, RolloutConfig(batch_size=2, max_steps_per_episode=3),
                            samples_per_task=2, progress=False, new_episode=engine.environment.new_episode)
     assert [r["success"] for r in records] == [True, False, True, False]
     assert records[0]["steps"][0]["calls"][:2] == ["supervisor.show_account_passwords", "supervisor.show_profile"]

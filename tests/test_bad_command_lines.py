@@ -69,10 +69,19 @@ CASES = [  # (command, exit status, what the one line says)
     ("train --dry-run --set evaluation.base_url=127.0.0.1:8000", 2,
      "evaluation.base_url: an http:// or https:// URL is required"),
     # train: profiles
-    ("train --dry-run --profile ''", 2, "profile must be a profile name, not ''"),
-    ("train --dry-run --profile tiny.yaml", 2, "profile 'tiny.yaml' is a path: a profile is a name of configs/"),
-    ("train --dry-run --profile ../configs/tiny", 2, "profile '../configs/tiny' is a path"),
-    ("train --dry-run --profile {tmp}/list", 2, "/list' is a path"),
+    ("train --dry-run --profile ''", 2, "profile must be a profile name or a .yaml path, not ''"),
+    ("train --dry-run --profile tiny.yaml", 2, "profile 'tiny.yaml' is no .yaml file (a profile is a name of configs/"),
+    ("train --dry-run --profile ../configs/tiny", 2, "profile '../configs/tiny' is no .yaml file"),
+    ("train --dry-run --profile {tmp}/list", 2, "/list' is no .yaml file"),
+    ("train --dry-run --profile {tmp}/not_yaml.yaml", 2, "/not_yaml.yaml is not valid YAML"),
+    ("train --dry-run --profile {tmp}/loop.yaml", 2, "loop.yaml inherits from itself through"),
+    ("train --dry-run --set evaluation.benchmark=no_such_module:Env", 2,
+     "evaluation.benchmark: benchmark 'no_such_module:Env': cannot import no_such_module (ModuleNotFoundError"),
+    ("train --dry-run --set evaluation.benchmark=json:dumps", 2,
+     "evaluation.benchmark: benchmark 'json:dumps' is function dumps, not a subclass of coevolve_lib.core.environment"
+     ".Environment"),
+    ("train --dry-run --set training.reward=shaped", 2,
+     "training.reward: 'shaped' is not a reward of bfcl; its rewards: ['binary', 'prefix']"),
     ("train --dry-run --profile _paper", 2, "unknown profile '_paper'; choose from ['paper-qwen2.5-7b'"),
     # train: the run folder
     ("train --dry-run --out {tmp}/a_file", 2, "/a_file is a file; give a run folder"),
@@ -163,6 +172,8 @@ def scratch(tmp_path_factory):
     (tmp / "base.yaml").write_text("base: training.max_steps=2\ncells: {a: []}\n")
     (tmp / "list.yaml").write_text("- a\n- b\n")
     (tmp / "garbage.ipynb").write_text("not json")
+    (tmp / "not_yaml.yaml").write_text("training: [unclosed\n")
+    (tmp / "loop.yaml").write_text("inherits: loop.yaml\n")  # a profile file that inherits from itself
     (tmp / "finished" / "trainer" / "checkpoint-1").mkdir(parents=True)
     (tmp / "finished" / "trainer" / "checkpoint-1" / "coevolve_state.json").write_text("{}")
     (tmp / "bad_run_config").mkdir()
@@ -286,7 +297,7 @@ def test_the_dry_run_plan_is_strict_json(capsys):
 
 @pytest.mark.parametrize("module, command, expected", [
     ("coevolve_lib", "train --dry-run --set training=1", "training must be a mapping of fields, not 1"),
-    ("coevolve_lib", "train --dry-run --profile {tmp}/list", "/list' is a path"),
+    ("coevolve_lib", "train --dry-run --profile {tmp}/list", "/list' is no .yaml file"),
     ("coevolve_lib.cli.openai_server", "--port 99999", "--port must be 0..65535 (got 99999)"),
 ])
 def test_the_same_in_a_process_of_its_own(scratch, module, command, expected):

@@ -177,8 +177,9 @@ SMOKE = {
 }
 
 
-class Killed(Exception):
-    """Stands for the process dying."""
+class Killed(BaseException):
+    """Stands for the process dying: a BaseException, as KeyboardInterrupt is (the kit contains what an environment
+    raises, never a kill)."""
 
 
 def _run(tmp_path, name, **extra):
@@ -329,9 +330,12 @@ def test_reflexion_run_reposes_failed_tasks_with_the_policys_reflection(tmp_path
     assert Counter(r.get("counts", {}).get("reflections", 0) > 0 for r in summary["rounds"]) == Counter({True: 2})
 
 
-def test_every_pool_update_a_profile_can_name_is_registered():
-    from coevolve_lib.core.config import POOL_UPDATES as NAMES
+def test_every_pool_update_of_the_kit_is_registered_and_a_profile_can_name_each():
     from coevolve_lib.engine.pool_updates import POOL_UPDATES
 
-    assert sorted(POOL_UPDATES) == sorted(NAMES)
+    assert sorted(POOL_UPDATES) == ["curriculum", "none", "random", "reflexion", "rest", "signals"]
+    for name in POOL_UPDATES:
+        assert run_config("tiny", {"training": {"pool_updates": name}}).training.pool_updates == name
+    with pytest.raises(ConfigError, match="training.pool_updates: unknown pool update 'sgnals'; registered: "):
+        run_config("tiny", {"training": {"pool_updates": "sgnals"}})
     assert [name for name, update in POOL_UPDATES.items() if not update.has_rounds] == ["none"]

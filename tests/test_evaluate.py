@@ -17,8 +17,9 @@ ROW_KEYS = {"benchmark", "data_version", "eval_set", "metric", "k", "temperature
             "per_task"}
 
 
-class Killed(Exception):
-    pass
+class Killed(BaseException):
+    """Stands for the process dying: a BaseException, as KeyboardInterrupt is (the kit contains what an environment
+    raises, never a kill)."""
 
 
 def test_results_json_and_resume_after_a_kill(tmp_path, monkeypatch):

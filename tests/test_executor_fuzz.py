@@ -337,7 +337,7 @@ def test_rollout_batch_survives_any_model_output(native, tmp_path):
         replies = [(text, None) for case in small for text in _prompt_replies(case, rng) + _prompt_calls(case, rng)]
     tasks = [t for t in load_tasks("v3", "base") if "MathAPI" in t.involved_classes][:3]
     path = tmp_path / "rollouts.jsonl"
-    records = run_rollouts(HostileModel(replies, native), tasks, RolloutConfig(max_batch_size=3),
+    records = run_rollouts(HostileModel(replies, native), tasks, RolloutConfig(batch_size=3),
                            on_record=lambda record: append_jsonl(path, record), progress=False, new_episode=Episode)
     assert len(records) == len(read_jsonl(path)) == 3
     ends = ("completed", "turn_step_cap", "episode_step_cap", *BUDGET_REASONS)

@@ -2,6 +2,7 @@
 and the LLM explorer and context builder against the real loopback OpenAI server, with injected faults."""
 
 import json
+from dataclasses import replace
 import re
 
 import pytest
@@ -62,7 +63,7 @@ def failed_target(tasks):
     signal = {"schema": "signal/v1", "signal_id": "boundary/3/multi_turn_base_0/1", "type": "boundary",
               "rollout_id": "3/multi_turn_base_0/1", "task_id": task.id, "step": 3,
               "evidence": {"group_scores": [1.0, 0.0, 0.0, 1.0], "solved": 2}}
-    return BFCL.target(task, signal, trajectory)
+    return replace(BFCL.target(task), signal=signal, trajectory=trajectory)
 
 
 # --- prompts and JSON -------------------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ def _targets(tasks, failed_target, guided):
         calls = [c for turn in task.ground_truth for c in turn][:3]  # the "trajectory" used these tools
         trajectory = {"steps": [{"turn": 0, "step": 0, "calls": calls, "observations": ["{}"] * len(calls),
                                  "rejected": []}], "score": 0.0, "error_type": "x", "error_message": "y"}
-        out.append(BFCL.target(task, signal if guided else None, trajectory))
+        out.append(replace(BFCL.target(task), signal=signal if guided else None, trajectory=trajectory))
     return out
 
 

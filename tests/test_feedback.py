@@ -78,8 +78,9 @@ def test_signal_round_grows_the_pool_with_provenance(tmp_path, train_tasks):
     assert provenance["context"]["focus_pattern"] and provenance["context"]["signal_id"] == provenance["signal"]["signal_id"]
 
 
-class Killed(Exception):
-    pass
+class Killed(BaseException):
+    """Stands for the process dying: a BaseException, as KeyboardInterrupt is (the kit contains what an environment
+    raises, never a kill)."""
 
 
 @pytest.mark.parametrize("stage", ["explore", "validate", "commit"])
@@ -136,7 +137,7 @@ def test_llm_mode_round_survives_faults_on_the_real_loopback_server(tmp_path, tr
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     with ChatServer(load_chat_model("tiny"), faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=1.0, backoff_s=0.01, max_retries=3)
-        report = feedback_round(1, tmp_path / "round_001", [BFCL.target(task, signal, trajectory)],
+        report = feedback_round(1, tmp_path / "round_001", [replace(BFCL.target(task), signal=signal, trajectory=trajectory)],
                            pool, config, BFCL.round_steps(), model, progress=False)
         requests = server.num_requests
     # 4 faults: 3 absorbed by the client's retries (its budget), the 4th exhausts it: a counted, skipped context

@@ -16,6 +16,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,7 +209,7 @@ def fuzz_explorer(timer: Timer) -> int:
                   "success": False, "terminated": "completed", "error_type": "fuzz", "error_message": "fuzz"}
     signal = {"schema": "signal/v1", "signal_id": f"boundary/1/{task.id}/0", "type": "boundary",
               "rollout_id": f"1/{task.id}/0", "task_id": task.id, "step": 1, "evidence": {"group_scores": [1.0, 0.0]}}
-    target = environment.target(task, signal, trajectory)
+    target = replace(environment.target(task), signal=signal, trajectory=trajectory)
     config = ExploreConfig(explorer="llm", context_builder="llm", runs=3, calls_per_run=len(replies))
     explored = timer("explore", explore, target, config, Hostile())
     return len(explored[1]) if explored else 0

@@ -30,7 +30,7 @@ def pool_tasks(tmp_path_factory):
 
 
 def rollouts(model, tasks, engine, temperature=0.0, samples=2, seed=0, batch=64, cap=4096):
-    config = RolloutConfig(token_level=True, tool_docs="none", max_batch_size=batch, engine=engine,
+    config = RolloutConfig(token_level=True, tool_docs="none", batch_size=batch, engine=engine,
                            max_completion_tokens=cap,
                            generation=GenerationConfig(max_new_tokens=48, temperature=temperature, seed=seed))
     return run_rollouts(model, tasks, config, samples_per_task=samples, progress=False, new_episode=Episode)

@@ -17,6 +17,7 @@ from coevolve_lib.core.models import MODELS_DIR
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
 from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
 
@@ -31,8 +32,9 @@ SMALL = {
 }
 
 
-class Killed(Exception):
-    """Stands for the process dying (nothing in the loop catches it)."""
+class Killed(BaseException):
+    """Stands for the process dying: a BaseException, as KeyboardInterrupt is (the kit contains what an environment
+    raises, never a kill)."""
 
 
 def _run(tmp_path, name, **extra):
@@ -79,10 +81,10 @@ def test_select_groups_puts_groups_with_an_advantage_first_and_keeps_draw_order(
 def test_dynamic_sampling_trains_on_a_share_of_the_drawn_groups_and_keeps_every_episode(tmp_path, monkeypatch):
     # The random-init policy never succeeds; a reward that differs within the groups of about half the tasks (those
     # whose id ends in an even hex digit) lets the test see the selection.
-    def half_mixed(record, reference_actions):
+    def half_mixed(record, task):
         return float(record["sample_index"] == 0 and int(record["task_id"][-1], 16) % 2 == 0)
 
-    monkeypatch.setattr(train_lib, "prefix_reward", half_mixed)
+    monkeypatch.setitem(BFCLEnvironment.rewards, "prefix", half_mixed)
     run, out = _run(tmp_path, "run", **{"training.max_steps": 2, "training.pool_updates": "none",
                                         "training.draw_factor": 3, "training.reward": "prefix"})
     train_lib.train(run, out, progress=False)
@@ -278,7 +280,7 @@ def test_run_config_rejects_unknown_fields_and_bad_batches():
         run_config("tiny", ["trainin.max_steps=3"])
     with pytest.raises(ConfigError, match="whole groups"):
         run_config("tiny", ["training.tasks_per_step=3", "training.launch.num_processes=2"])
-    with pytest.raises(ConfigError, match="training.pool_updates: Input should be 'signals', 'random', 'curriculum', 'rest', 'reflexion' or 'none'"):
+    with pytest.raises(ConfigError, match="training.pool_updates: unknown pool update 'sometimes'; registered: .*'curriculum'.*'signals'"):
         run_config("tiny", ["training.pool_updates=sometimes"])
     with pytest.raises(ConfigError, match="not of the form"):
         parse_overrides(["training.max_steps"])
@@ -292,18 +294,19 @@ def test_cli_dry_run_prints_the_plan(capsys, tmp_path):
 
 
 def test_prefix_reward_counts_reference_calls_reproduced_in_order():
-    reference = ["cd(folder='a')", "mkdir(dir_name='b')", "ls()"]
+    from coevolve_lib.envs.bfcl.rewards import prefix_reward
+
+    task = {"reference_actions": ["cd(folder='a')", "mkdir(dir_name='b')", "ls()"]}
     steps = lambda *calls: [{"calls": [c]} for c in calls]  # noqa: E731
-    assert train_lib.prefix_reward({"success": True, "steps": []}, reference) == 1.0
-    assert train_lib.prefix_reward({"success": False, "steps": steps("cd(folder='a')", "ls()")}, reference) == 1 / 4
+    assert prefix_reward({"success": True, "steps": []}, task) == 1.0
+    assert prefix_reward({"success": False, "steps": steps("cd(folder='a')", "ls()")}, task) == 1 / 4
     same_call_other_order = "mkdir(dir_name='b')"
-    assert train_lib.prefix_reward({"success": False, "steps": steps("cd(folder='a')", same_call_other_order)},
-                                   reference) == 2 / 4
+    assert prefix_reward({"success": False, "steps": steps("cd(folder='a')", same_call_other_order)}, task) == 2 / 4
     too_many = steps("cd(folder='a')", "mkdir(dir_name='b')", "ls()", "ls()", "pwd()", "pwd()")
-    assert train_lib.prefix_reward({"success": False, "steps": too_many}, reference) == 3 / 7
-    assert train_lib.prefix_reward({"success": False, "steps": steps("not a call")}, reference) == 0.0
-    assert train_lib.prefix_reward({"success": False, "steps": steps("cd(a='x', b=1)")},
-                                   ["cd(b=1, a='x')"]) == 1 / 2  # argument order does not matter
+    assert prefix_reward({"success": False, "steps": too_many}, task) == 3 / 7
+    assert prefix_reward({"success": False, "steps": steps("not a call")}, task) == 0.0
+    assert prefix_reward({"success": False, "steps": steps("cd(a='x', b=1)")},
+                         {"reference_actions": ["cd(b=1, a='x')"]}) == 1 / 2  # argument order does not matter
 
 
 def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(monkeypatch, tmp_path):

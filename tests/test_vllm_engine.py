@@ -134,7 +134,7 @@ def process(tiny, world, rank, tasks):
     return model, SimpleNamespace(accelerator=accelerator, vllm_generation=FakeVLLMGeneration(accelerator, client))
 
 
-CONFIG = RolloutConfig(token_level=True, tool_docs="none", engine="vllm", max_batch_size=2)
+CONFIG = RolloutConfig(token_level=True, tool_docs="none", engine="vllm", batch_size=2)
 
 
 def test_vllm_rollouts_keep_generated_ids_and_mask_the_environment(tiny, pool_tasks, world):
@@ -181,7 +181,7 @@ def test_generate_is_collective_in_server_mode_and_with_colocated_tensor_paralle
 
 
 def test_two_processes_stay_in_lockstep_until_both_are_done(tiny, pool_tasks, world):
-    """Process 1 has twice the episodes (two waves of max_batch_size 2), so process 0's end early: it must keep
+    """Process 1 has twice the episodes (two waves of batch_size 2), so process 0's end early: it must keep
     calling, with as many (padding) prompts as process 1 sends, until process 1 is done; every process then gets
     the replies to its own prompts, the same records as alone."""
     shares = [pool_tasks[:1], pool_tasks[1:3]]

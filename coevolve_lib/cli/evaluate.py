@@ -15,7 +15,7 @@ from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.core.config import ConfigError
-from coevolve_lib.core.environment import make_environment
+from coevolve_lib.core.environment import checked_evaluation, environment_class, make_environment
 from coevolve_lib.core.paths import RUNS_DIR
 from coevolve_lib.rollout.agent import rollout_config
 from coevolve_lib.rollout.evaluation import load_evaluated_model
@@ -23,12 +23,15 @@ from coevolve_lib.rollout.evaluation import load_evaluated_model
 
 def main(argv: list[str] | None = None) -> int:
     parser = profiles.ArgumentParser("python -m coevolve_lib evaluate", __doc__)
-    parser.add_argument("--profile", default="tiny", help="profile in configs/ giving the defaults (default: tiny)")
+    parser.add_argument("--profile", default="tiny",
+                        help="a profile of configs/ or a .yaml profile file giving the defaults (default: tiny)")
     parser.add_argument("--model", help="tiny, smollm2-135m, a local path/hub id, or openai:<model>")
-    parser.add_argument("--benchmark", help="bfcl or appworld (APPWORLD_ROOT's data, else the synthetic world)")
-    parser.add_argument("--data-version", help="v3 or v4")
-    parser.add_argument("--category", help="base, miss_func, miss_param or long_context")
-    parser.add_argument("--split", help="BFCL: val, train or all; AppWorld: dev, test_normal, test_challenge")
+    parser.add_argument("--benchmark", help="a registered benchmark (bfcl, appworld, an installed entry point) or a "
+                        "module:Class reference (`python -m coevolve_lib extensions` lists them)")
+    parser.add_argument("--data-version", help="BFCL: v3 or v4")
+    parser.add_argument("--category", help="BFCL: base, miss_func, miss_param or long_context")
+    parser.add_argument("--split", help="the benchmark's split (BFCL: val, train or all; AppWorld: dev, test_normal, "
+                        "test_challenge)")
     parser.add_argument("--limit", help="first N tasks of the split")
     parser.add_argument("--all-tasks", action="store_true", help="ignore the profile's limit: the whole split")
     parser.add_argument("--seed", help="sampling seed")
@@ -59,20 +62,23 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--out {out} is a directory; give the results file's path (e.g. {out / 'result.json'})")
     if args.no_resume:
         out.with_suffix(".rollouts.jsonl").unlink(missing_ok=True)
-    environment = make_environment(cfg.benchmark, run.data_engine, RUNS_DIR / "evaluate" / cfg.benchmark)
+    environment = make_environment(cfg.benchmark, run.data_engine,
+                                   RUNS_DIR / "evaluate" / environment_class(cfg.benchmark).name)
     try:  # an EvaluationError (nothing measured) is one line and status 1, in coevolve_lib.__main__
-        result = environment.evaluate(load_evaluated_model(cfg), cfg, out,
-                                      rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed),
-                                      experiment="zero_shot", progress=not args.quiet)
+        result = checked_evaluation(environment, environment.evaluate(
+            load_evaluated_model(cfg), cfg, out, rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed),
+            experiment="zero_shot", progress=not args.quiet))
     finally:
         environment.close()
     headline, *others = result["metrics"]
     for row in result["metrics"]:
-        print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={row['temperature']}): {row['metric']} "
+        print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={row.get('temperature', cfg.temperature)}): {row['metric']} "
               f"{row['value'] if row['value'] is None else format(row['value'], '.2f')}% ({row['correct']}/{row['n']})")
-    details = result["details"]
-    print(f"model errors {details['model_errors']}"
-          + (f", environment errors {details['environment_errors']}" if "environment_errors" in details else ""))
+    details = result.get("details") or {}
+    counted = [f"{name.replace('_', ' ')} {details[name]}" for name in ("model_errors", "environment_errors")
+               if name in details]
+    if counted:
+        print(", ".join(counted))
     print(json.dumps({"model": result["model"], **{k: headline[k] for k in ("eval_set", "n", "value")},
                       **{row["metric"]: row["value"] for row in others}}))
     return 0

@@ -12,7 +12,7 @@ from coevolve_lib.core.results import HELDOUT_TITLES
 from coevolve_lib.engine import heldout
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.heldout import COMMITTED_SETS, commit_set
-from coevolve_lib.profiles import profile_parser, run_config_from_args
+from coevolve_lib.profiles import profile_label, profile_parser, run_config_from_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     run = run_config_from_args(args)
     if not run.data_engine.heldout.sets():
         raise ConfigError(f"profile {args.profile} has no held-out set (data_engine.heldout.*.size are 0)")
-    engine = DataEngine(run.data_engine, RUNS_DIR / f"heldout_{args.profile}", run.evaluation.benchmark)
+    engine = DataEngine(run.data_engine, RUNS_DIR / f"heldout_{profile_label(args.profile)}", run.evaluation.benchmark)
     for name in run.data_engine.heldout.sets():
         key, tasks = engine.heldout(name, progress=not args.quiet)
         calls = Counter(len(t["reference_actions"]) for t in tasks)

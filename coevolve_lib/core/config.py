@@ -65,7 +65,6 @@ NonNegativeFloat = Annotated[float, BeforeValidator(_no_bool), Field(ge=0.0, all
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 Temperature = Annotated[float, Field(ge=0.0, le=10.0)]
 ToolDocs = Literal["full", "compact", "none"]
-POOL_UPDATES = ("signals", "random", "curriculum", "rest", "reflexion", "none")
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                  "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
                  "warmup_stable_decay", "greedy")
@@ -218,7 +217,7 @@ class EvalConfig:
     """Most seconds one reply of an `openai:` model may take, its retries and back-off included (each try waits at
     most 120 s); a reply still missing then is a model error of its episode, counted, never a crash."""
     batch_deadline_s: PositiveFloat = 3600.0
-    """Most seconds one batch of `openai:` replies may take (one per live episode, `rollout.max_batch_size` at most);
+    """Most seconds one batch of `openai:` replies may take (one per live episode, `rollout.batch_size` at most);
     replies not answered by then are model errors. A batch still waiting after 10 s says so on stderr."""
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     """The profile's rollout section."""
@@ -266,8 +265,8 @@ class SignalConfig:
     """Which signal types run, and their parameters."""
 
     enabled: tuple[str, ...] = ("forgetting", "boundary", "rare")
-    """Signal types to run, by registry name (`engine.signals.SIGNALS`; `profiles.run_config` checks them). The
-    default is the paper's three."""
+    """Signal types to run, by registry name (`engine.signals.SIGNALS`), installed entry point or `module:Class`
+    reference (`engine.signals.signal_class`; `profiles.run_config` checks them). The default is the paper's three."""
     success_threshold: Fraction = 0.5
     """The paper's 0.5 on [0, 1] scores: a score >= it counts as solved, below it as failed, in every signal (a
     boundary group holds at least one of each)."""
@@ -601,19 +600,21 @@ class TrainConfig:
     """Advantage normalisation: `group` (std within the group), `batch` or `none`."""
     max_completion_tokens: PositiveInt = 4096
     """Most tokens after the first prompt per episode, model and environment tokens (the paper: 4096)."""
-    reward: Literal["binary", "prefix"] = "binary"
-    """`binary` (the paper: 1 when the BFCL checker passes, else 0) or `prefix` (a kit addition: 1 on success, else
-    the reference calls reproduced in order from the start, divided by one more than the larger of the reference and
-    executed call counts). Rollout records keep the checker's `score` and `success` and add `reward`, which the
-    signals read."""
-    pool_updates: Literal[POOL_UPDATES] = "signals"
+    reward: str = "binary"
+    """What GRPO optimises, by the name of one of the environment's rewards (`Environment.rewards`; the profile check
+    refuses others): `binary` (the paper, every environment: the episode's score, 1 when its checker passes, else 0),
+    or one the environment adds (BFCL's `prefix`, a kit addition: `envs/bfcl/rewards.py`). Rollout records keep the
+    checker's `score` and `success` and add `reward`, which the signals read."""
+    pool_updates: str = "signals"
     """What changes every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
     trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
     re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/engine/pool_updates.py`): `curriculum` (no new
     tasks; which pool tasks GRPO draws, easiest first by the policy's recorded success, widening to the whole pool),
     `rest` (ReST: the policy's own rollouts with reward >= `training.baselines.rest_threshold` abstracted and validated into
     new tasks), `reflexion` (failed tasks re-posed with the reflector's verbal self-reflection in the query), or
-    `none` (GRPO on the fixed D_0, the paper's GRPO baseline). Signals are extracted and logged in every mode."""
+    `none` (GRPO on the fixed D_0, the paper's GRPO baseline), or one of your own (`engine.pool_updates.pool_update`:
+    registered, an installed entry point, or a `module:Class` reference; the profile check refuses unknown names).
+    Signals are extracted and logged in every mode."""
     baselines: BaselineSettings = field(default_factory=BaselineSettings)
     """Settings of the `curriculum`, `rest` and `reflexion` pool updates."""
     feedback_every: PositiveInt = 10

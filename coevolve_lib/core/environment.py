@@ -2,8 +2,10 @@
 
 The data engine, the feedback round, the rollout loop, evaluation, training and the studies know an environment only
 through `Environment`; this registry is the one place that names a concrete one. A new environment is one package
-(`coevolve_lib/envs/<name>/`, or any importable module) whose class implements `Environment`, one `register` line
-(or one `ENVIRONMENTS` entry here), and a profile whose `evaluation.benchmark` names it (docs/architecture.md).
+(`coevolve_lib/envs/<name>/`, or any importable module, in a package of your own) whose class implements
+`Environment`, and a profile whose `evaluation.benchmark` names it: an `ENVIRONMENTS` entry here, a `register` call,
+an installed entry point of the `coevolve_lib.environments` group, or a `module:Class` reference
+(`core.extensions`; the recipe: docs/architecture.md).
 
 Entries are `"module:Class"` strings, imported on first use, as Gymnasium's `entry_point`s are: a run on BFCL never
 imports AppWorld's client, and the layers under the environments import none of them.
@@ -11,12 +13,15 @@ imports AppWorld's client, and the layers under the environments import none of 
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+from coevolve_lib.core.config import RunError
+from coevolve_lib.core.results import validate_result
+from coevolve_lib.core.extensions import check_class, find, load_reference, registered
 
 
 @dataclass
@@ -34,6 +39,37 @@ class RoundSteps:
     batch); None: nothing to prepare."""
 
 
+class ContractError(RunError):
+    """An environment handed over something the seam's contract does not allow (a rollout record without a field the
+    loop reads, a source without an id, an evaluation without its counts): one line naming the environment, the
+    method and the field (status 1 on the command line)."""
+
+
+EVALUATION_ROW_FIELDS = ("n", "correct")
+"""What every metric row of `Environment.evaluate`'s results document holds besides `core.results`' own fields: the
+tasks measured and those solved (training logs `eval/val_<metric>_n`; the command line prints correct/n)."""
+
+
+def checked_evaluation(environment: "Environment", doc) -> dict:
+    """`doc`, the results document `environment.evaluate` returned, if it keeps the contract (a valid `results/v2`
+    document, `core.results.validate_result`, whose rows have integer `EVALUATION_ROW_FIELDS`); a ContractError naming
+    the environment and the field otherwise."""
+    problems = validate_result(doc)
+    if not problems:
+        problems = [f"$.metrics[{index}].{name}: missing or not an integer" for index, row in enumerate(doc["metrics"])
+                    for name in EVALUATION_ROW_FIELDS if type(row.get(name)) is not int]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ContractError(f"environment {environment.name}: evaluate() returned a results document that breaks the "
+                            f"contract (core.environment.checked_evaluation): {problems[0]}{more}")
+    return doc
+
+
+def binary_reward(record: dict, task: dict) -> float:
+    """The paper's reward: the episode's score (1 when the environment's checker passes, else 0)."""
+    return float(record["score"])
+
+
 class Environment(ABC):
     """One benchmark behind the method, for one run folder. Made by `make_environment(name, config, run_dir)`; the data
     engine owns it and calls `close()` when it is done.
@@ -45,6 +81,8 @@ class Environment(ABC):
 
     name: ClassVar[str]
     """The registry name (`evaluation.benchmark`)."""
+    rewards: ClassVar[dict[str, Callable[[dict, dict], float]]] = {"binary": binary_reward}
+    """What `training.reward` may name: `(rollout record, pool task) -> reward` (BFCL adds `prefix`)."""
 
     def __init__(self, config, run_dir: str | Path):
         self.config = config
@@ -58,9 +96,9 @@ class Environment(ABC):
         `unseen` (environments nothing trains on or explores, for the held-out set `new_envs`; [] if none)."""
 
     @abstractmethod
-    def target(self, source, signal: dict | None = None, trajectory: dict | None = None):
-        """The `engine.contexts.ExplorationTarget` of one source: unguided (D_0, held-out sets), or with the signal
-        and trajectory that chose it."""
+    def target(self, source):
+        """The unguided `engine.contexts.ExplorationTarget` of one source (D_0, held-out sets; a signal round's targets
+        are made from pool tasks, `ExplorationTarget.from_pool_task`)."""
 
     # -- how a round runs --------------------------------------------------------------------------------------
     @abstractmethod
@@ -142,14 +180,19 @@ def register(name: str, environment: str | type[Environment]) -> None:
 
 
 def environment_class(name: str) -> type[Environment]:
-    """The class registered as `name` (its module imported on first use)."""
-    if name not in ENVIRONMENTS:
-        raise ValueError(f"unknown benchmark {name!r}; registered: {sorted(ENVIRONMENTS)}")
-    entry = ENVIRONMENTS[name]
+    """The class `name` gives (`core.extensions.find`: a registry entry, an installed entry point of the
+    `coevolve_lib.environments` group, or a `module:Class` reference); its module imported on first use. A ValueError
+    in one line when nothing gives it or it is no `Environment`."""
+    entry = find("environments", name, ENVIRONMENTS, "benchmark")
     if isinstance(entry, str):
-        module, _, attribute = entry.partition(":")
-        entry = ENVIRONMENTS[name] = getattr(importlib.import_module(module), attribute)
+        entry = load_reference(entry, "benchmark")
+    ENVIRONMENTS[name] = check_class(entry, Environment, name, "benchmark")
     return entry
+
+
+def registered_environments() -> list[tuple[str, str]]:
+    """(name, where from) of every benchmark a profile can name now."""
+    return registered("environments", ENVIRONMENTS)
 
 
 def make_environment(name: str, config, run_dir: str | Path, **options) -> Environment:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from coevolve_lib.core.config import DataEngineConfig, RunError
-from coevolve_lib.core.environment import Environment, RoundSteps, make_environment
+from coevolve_lib.core.environment import ContractError, Environment, RoundSteps, make_environment
 from coevolve_lib.core.models import load_chat_model, local_model
 from coevolve_lib.core.paths import shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
@@ -86,6 +86,21 @@ class DataEngine:
         self.shards: Shards = SINGLE
         """The processes that run D_0 and the rounds together (a multi-process training run sets it)."""
 
+    def sources(self, part: str) -> list:
+        """The environment's `part` sources (`Environment.sources`), each with an `id` of its own: D_0's targets, the
+        held-out sets and their leak guard key on it. A ContractError naming the environment otherwise."""
+        sources = self.environment.sources(part)
+        ids = [getattr(source, "id", None) for source in sources]
+        where = f"environment {self.environment.name}: sources({part!r})"
+        if not all(isinstance(i, str) and i for i in ids):
+            bad = next(i for i, source_id in enumerate(ids) if not (isinstance(source_id, str) and source_id))
+            raise ContractError(f"{where}: source {bad} ({type(sources[bad]).__name__}) has no `id` string")
+        repeated = sorted(i for i, count in Counter(ids).items() if count > 1)
+        if repeated:
+            raise ContractError(f"{where}: {len(repeated)} id(s) given to several sources, e.g. {repeated[0]!r} "
+                                "(each source needs an id of its own)")
+        return sources
+
     def round_steps(self) -> RoundSteps:
         """How this engine's rounds explore, abstract and validate (the environment's)."""
         return self.environment.round_steps()
@@ -105,13 +120,15 @@ class DataEngine:
                                        for key in content_keys(task))
         return FeedbackConfig(explore=self.config.explore, synthesis=self.config.synthesis,
                               max_targets=self.config.max_targets, seed=self.config.explore.seed,
-                              excluded=self._excluded)
+                              excluded=self._excluded,
+                              max_observation_chars=self.config.rollout.budget.max_observation_chars,
+                              environment=self.environment.name)
 
     def initial_pool(self, progress: bool = True) -> dict:
         """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). A RunError when it holds none:
         nothing after it could run (most likely an LLM explorer whose endpoint never answered)."""
         round_dir = self.run_dir / "round_000"
-        report = synthesize_initial(self.environment.sources("pool"), self.pool, round_dir, self.feedback_config(),
+        report = synthesize_initial(self.sources("pool"), self.pool, round_dir, self.feedback_config(),
                                     self.environment.target, self.round_steps(), size=self.config.d0_size,
                                     model=self.explorer_model, progress=progress, shards=self.shards)
         if not self.pool.tasks:
@@ -136,9 +153,10 @@ class DataEngine:
         """(key, tasks) of the held-out set `name` (`engine.heldout`): `new_tasks` explores the pool's own
         environments with the set's seed, `new_envs` the environment's unseen ones."""
         env, cfg = self.environment, self.config
-        sources = env.sources("pool" if name == "new_tasks" else "unseen")
+        sources = self.sources("pool" if name == "new_tasks" else "unseen")
         return heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
-                             getattr(cfg.heldout, name), env.target, env.round_steps(), progress=progress)
+                             getattr(cfg.heldout, name), env.target, env.round_steps(), progress=progress,
+                             max_observation_chars=cfg.rollout.budget.max_observation_chars)
 
     def heldout_sets(self) -> dict[str, tuple[str, list[dict]]]:
         """Every held-out set the profile has (size > 0): name -> (key, tasks)."""

@@ -15,6 +15,7 @@ round done. Costs (LLM calls, tokens, seconds) are kept per stage, for the paper
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections import Counter
@@ -33,6 +34,9 @@ from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import group_triplets
 from coevolve_lib.engine.pool import TaskPool, content_keys
 from coevolve_lib.engine.tasks import accept_unvalidated, to_pool_task
+from coevolve_lib.engine.tasks import verdict as verdict_record
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,6 +54,11 @@ class FeedbackConfig:
     excluded: frozenset[str] = frozenset()
     """Content keys (`engine.pool.content_keys`) of held-out tasks: a validated task that shares one is rejected as
     `heldout_leak`, so no round can add a test task to the pool."""
+    max_observation_chars: int | None = None
+    """Longest observation a triplet keeps (the episodes' `rollout.budget.max_observation_chars`); a longer one is cut
+    and counted (`skipped["observation_cap"]` in the stage's cost). None: kept whole."""
+    environment: str = "the environment"
+    """The environment's name, for the line a fault of its round steps logs."""
 
 
 def select_targets(signals: list[dict], rollouts_by_id: dict[str, dict], max_targets: int | None,
@@ -88,6 +97,43 @@ def screen_heldout(spec: dict, verdict: dict, excluded: frozenset[str]) -> dict:
         return verdict
     return {**verdict, "accepted": False, "reason": "heldout_leak", "reasons": ["heldout_leak"],
             "detail": "its environment and actions, or environment and query, are a held-out task's"}
+
+
+def screen_shape(spec: dict, verdict: dict, min_calls: int) -> dict:
+    """`verdict`, or, when the task it accepts has fewer than `min_calls` reference calls (`too_short`) or an empty query
+    (`empty_query`), that verdict turned into a rejection: whatever an environment's validation decides, no such task
+    reaches the pool (each would be a free reward)."""
+    if not verdict["accepted"]:
+        return verdict
+    reasons = (["too_short"] if len(verdict["reference_actions"]) < min_calls else []) + \
+        (["empty_query"] if not str(spec.get("query") or "").strip() else [])
+    if not reasons:
+        return verdict
+    return {**verdict, "accepted": False, "reason": reasons[0], "reasons": reasons,
+            "detail": f"{len(verdict['reference_actions'])} reference calls (at least {min_calls}), query "
+                      f"{'empty' if 'empty_query' in reasons else 'given'}"}
+
+
+def _fault(environment: str, stage: str, key: str, error: Exception) -> str:
+    """One line for a round step that raised; the round counts it and goes on."""
+    text = f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
+    log.warning("environment %s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key,
+                text)
+    return text
+
+
+def _cut_observations(triplets: list[dict], limit: int | None, cost: Cost) -> list[dict]:
+    """The triplets with each observation cut at `limit` characters (`observation_cut` marks a cut one)."""
+    if limit is None:
+        return triplets
+    out = []
+    for triplet in triplets:
+        observation = triplet.get("observation")
+        if isinstance(observation, str) and len(observation) > limit:
+            triplet = {**triplet, "observation": observation[:limit], "observation_cut": len(observation)}
+            cost.skip("observation_cap")
+        out.append(triplet)
+    return out
 
 
 def _target_key(target: ExplorationTarget) -> str:
@@ -185,9 +231,19 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     stage_start = time.perf_counter()
 
     def explore(target: ExplorationTarget) -> dict:
-        context, triplets, cost = steps.explore(target, config.explore, model)
-        return {"key": _target_key(target), "source": target.source(context), "signal": target.signal,
-                "context": context, "triplets": triplets, "cost": cost}
+        key = _target_key(target)
+        try:
+            context, triplets, cost = steps.explore(target, config.explore, model)
+        except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this target's runs
+            # are skipped and counted, the round goes on)
+            failed = Cost()
+            failed.skip("environment_error")
+            return {"key": key, "source": target.source(None), "signal": target.signal, "context": None,
+                    "triplets": [], "cost": failed.as_dict(), "error": _fault(config.environment, "explore", key, error)}
+        stage_cost = Cost.from_record(cost)
+        triplets = _cut_observations(triplets, config.max_observation_chars, stage_cost)
+        return {"key": key, "source": target.source(context), "signal": target.signal,
+                "context": context, "triplets": triplets, "cost": stage_cost.as_dict()}
 
     explorations = _stage(shards, round_dir, "explorations", [(_target_key(t), t) for t in targets], "key", explore,
                           f"round {round_index}: explore", progress)
@@ -203,8 +259,15 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
 
     def abstract(item: tuple) -> dict:
         group_key, triplets = item
-        specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
-        return {"key": f"{group_key[0]}|{group_key[1]}", "group": list(group_key), "specs": specs, "cost": cost}
+        key = f"{group_key[0]}|{group_key[1]}"
+        try:
+            specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
+        except Exception as error:  # noqa: BLE001 (as in explore: the group is skipped and counted)
+            failed = Cost()
+            failed.skip("environment_error")
+            return {"key": key, "group": list(group_key), "specs": [], "cost": failed.as_dict(),
+                    "error": _fault(config.environment, "abstract", key, error)}
+        return {"key": key, "group": list(group_key), "specs": specs, "cost": cost}
 
     abstractions = _stage(shards, round_dir, "abstractions", [(f"{k[0]}|{k[1]}", (k, t)) for k, t in groups.items()],
                           "key", abstract, f"round {round_index}: abstract", progress)
@@ -226,12 +289,16 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         steps.prepare_validation(pending)
 
     def validate(spec: dict) -> dict:
-        verdict = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
-                   else accept_unvalidated(spec, config.synthesis, known))
-        verdict = screen_heldout(spec, verdict, config.excluded)
-        if verdict["accepted"] and one_validator:
-            known.add(verdict["task_id"])
-        return verdict
+        try:
+            judged = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
+                      else accept_unvalidated(spec, config.synthesis, known))
+        except Exception as error:  # noqa: BLE001 (as in explore: the spec is rejected, counted by its reason)
+            judged = verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], ["environment_error"],
+                                    "", detail=_fault(config.environment, "validate", spec["spec_id"], error))
+        judged = screen_heldout(spec, screen_shape(spec, judged, config.synthesis.min_calls), config.excluded)
+        if judged["accepted"] and one_validator:
+            known.add(judged["task_id"])
+        return judged
 
     verdicts = _stage(shards, round_dir, "verdicts", [(spec["spec_id"], spec) for spec in specs], "spec_id",
                       validate, f"round {round_index}: validate", progress, split=split)

@@ -40,14 +40,14 @@ def offline(explore: ExploreConfig, synthesis: SynthesisConfig) -> tuple[Explore
             replace(synthesis, abstraction="deterministic", judge=False, validate=True))
 
 
-def heldout_key(name: str, source_ids: list[str], environment: dict, explore: ExploreConfig,
+def heldout_key(name: str, source_ids: list[str], environment_identity: dict, explore: ExploreConfig,
                 synthesis: SynthesisConfig, heldout: HeldoutSetConfig) -> str:
     """The set's identity: everything that decides which tasks it holds (`validate` is left out: always on), with
     the environment's part (`Environment.heldout_identity`; BFCL: its data version and classes). The
     unseen-environment set keeps the key it had as the kit's only set; the other names its source environments."""
     explore, synthesis = offline(explore, synthesis)
     synthesis_settings = {k: v for k, v in asdict(synthesis).items() if k != "validate"}
-    identity = {**environment, "explorer": explore.explorer, "explore_steps": explore.calls_per_run,
+    identity = {**environment_identity, "explorer": explore.explorer, "explore_steps": explore.calls_per_run,
                 "synthesis": synthesis_settings, "heldout": asdict(heldout)}
     if name != "new_envs":
         identity.update({"set": name, "sources": sorted(source_ids)})
@@ -58,13 +58,14 @@ def ids_digest(task_ids: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(task_ids)).encode()).hexdigest()
 
 
-def heldout_tasks(name: str, sources: list, environment: dict, explore: ExploreConfig, synthesis: SynthesisConfig,
-                  heldout: HeldoutSetConfig, target: Callable, steps: RoundSteps,
-                  progress: bool = False) -> tuple[str, list[dict]]:
+def heldout_tasks(name: str, sources: list, environment_identity: dict, explore: ExploreConfig,
+                  synthesis: SynthesisConfig, heldout: HeldoutSetConfig, target: Callable, steps: RoundSteps,
+                  progress: bool = False, max_observation_chars: int | None = None) -> tuple[str, list[dict]]:
     """(key, tasks) of the held-out set `name`, explored from the `sources` environments (each with an `id`) through
     the environment's `target` and round `steps`: built once (seconds) and cached; checked against the committed
-    ids. `environment`: the environment's part of the key (`Environment.heldout_identity`)."""
-    key = heldout_key(name, [t.id for t in sources], environment, explore, synthesis, heldout)
+    ids. `environment_identity`: the environment's part of the key (`Environment.heldout_identity`);
+    `max_observation_chars`: the triplets' observation budget (`FeedbackConfig`)."""
+    key = heldout_key(name, [t.id for t in sources], environment_identity, explore, synthesis, heldout)
     folder = CACHE_DIR / "heldout" / key
     if not (folder / "round_000" / "report.json").exists():
         # built aside and moved into place whole: two processes (e.g. `make test`'s two halves) never share a
@@ -73,7 +74,7 @@ def heldout_tasks(name: str, sources: list, environment: dict, explore: ExploreC
         shutil.rmtree(staging, ignore_errors=True)
         explore, synthesis = offline(explore, synthesis)
         unguided = FeedbackConfig(explore=replace(explore, runs=heldout.runs, seed=heldout.seed, guided=False),
-                                  synthesis=synthesis)
+                                  synthesis=synthesis, max_observation_chars=max_observation_chars)
         synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided, target, steps,
                            size=heldout.size, progress=progress)
         shutil.rmtree(folder, ignore_errors=True)  # a set left half-built by an older version

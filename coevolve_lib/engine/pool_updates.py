@@ -66,6 +66,7 @@ from typing import ClassVar
 
 from coevolve_lib.core.config import BaselineSettings
 from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.extensions import check_class, find
 from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls
@@ -404,7 +405,8 @@ class RoundInputs:
 
 class PoolUpdate(ABC):
     """What `training.pool_updates` names: what happens to the pool every F steps. A new one is one subclass and one
-    `@register_pool_update` (its name also goes into `core.config.POOL_UPDATES`, the profile's choices)."""
+    `@register_pool_update` in the kit, or in a package of your own, found as an entry point of the
+    `coevolve_lib.pool_updates` group or a `module:Class` reference in the profile (`pool_update`)."""
 
     name: ClassVar[str]
     has_rounds: ClassVar[bool] = True
@@ -433,6 +435,16 @@ POOL_UPDATES: dict[str, PoolUpdate] = {}
 def register_pool_update(cls: type[PoolUpdate]) -> type[PoolUpdate]:
     POOL_UPDATES[cls.name] = cls()
     return cls
+
+
+def pool_update(name: str) -> PoolUpdate:
+    """The pool update `name` gives (`core.extensions.find`: a registered one, an installed entry point of the
+    `coevolve_lib.pool_updates` group, or a `module:Class` reference), kept under `name`. A ValueError in one line
+    otherwise."""
+    found = find("pool_updates", name, POOL_UPDATES, "pool update")
+    if not isinstance(found, PoolUpdate):
+        found = POOL_UPDATES[name] = check_class(found, PoolUpdate, name, "pool update")()
+    return found
 
 
 @register_pool_update

@@ -31,6 +31,7 @@ from collections import Counter, defaultdict, deque
 from typing import ClassVar
 
 from coevolve_lib.core.config import RARE_PATTERNS, SignalConfig
+from coevolve_lib.core.extensions import check_class, find
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,16 @@ def register(cls: type[Signal]) -> type[Signal]:
         log.warning("signal type %r: %s replaces %s", name, cls.__qualname__, SIGNALS[name].__qualname__)
     SIGNALS[name] = cls
     return cls
+
+
+def signal_class(name: str) -> type[Signal]:
+    """The signal type `name` gives (`core.extensions.find`: a registered type, an installed entry point of the
+    `coevolve_lib.signals` group, or a `module:Class` reference); one loaded from outside is registered under its
+    `type`, the name its records carry. A ValueError in one line otherwise."""
+    found = check_class(find("signals", name, SIGNALS, "signal type"), Signal, name, "signal type")
+    if name not in SIGNALS:
+        register(found)
+    return found
 
 
 def outcome(rollout: dict) -> float:
@@ -353,11 +364,8 @@ class SignalExtractor:
     """Runs the enabled signal types over each training step's rollouts. Malformed rollouts are skipped and counted."""
 
     def __init__(self, config: SignalConfig):
-        unknown = [name for name in config.enabled if name not in SIGNALS]
-        if unknown:
-            raise ValueError(f"unknown signal type(s) {unknown}; registered: {sorted(SIGNALS)}")
         self.config = config
-        self.signals: dict[str, Signal] = {name: SIGNALS[name](config) for name in config.enabled}
+        self.signals: dict[str, Signal] = {name: signal_class(name)(config) for name in config.enabled}
         self.required = tuple(sorted({f for signal in self.signals.values() for f in signal.required_fields()}))
         self.skipped = 0  # rollouts skipped as malformed so far
 

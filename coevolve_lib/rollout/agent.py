@@ -2,7 +2,7 @@
 
 An episode (`Conversation` plus the environment's `feed` and `record`; BFCL's is `envs.bfcl.episode.Episode`) takes
 each reply, runs its calls in its own environment and appends the observations, until the episode ends. Up to
-`max_batch_size` episodes are live at once; their model calls go to a rollout engine (`rollout.engines`: KV caches
+`batch_size` episodes are live at once; their model calls go to a rollout engine (`rollout.engines`: KV caches
 kept across turns on CPU, continuous batching on CUDA, vLLM in paper training runs; `make_engine` picks one).
 
 A trajectory record (schema `rollout/v1`) holds the task, the full message list, every step's parsed calls,
@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 from tqdm.auto import tqdm
 
 from coevolve_lib.core.config import EpisodeBudget, RolloutSettings
+from coevolve_lib.core.environment import ContractError
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.engines import (
@@ -39,7 +40,47 @@ from coevolve_lib.rollout.engines import (
 from coevolve_lib.rollout.vllm import VLLMEngine
 
 ROLLOUT_SCHEMA = "rollout/v1"
+ENVIRONMENT_ERROR = "environment_error"
+"""The `terminated` of an episode its environment failed: a tool, `feed` or `record` raised (`run_rollouts` contains it:
+the episode fails, the batch goes on), or an environment's own fault (AppWorld: its server)."""
 log = logging.getLogger(__name__)
+
+
+ROLLOUT_FIELDS = {"task_id": str, "sample_index": int, "messages": list, "steps": list, "score": (int, float),
+                  "success": bool, "terminated": (str, type(None))}
+"""What every rollout record must hold, whatever its environment (what the training loop, the signals and evaluation
+read; docs/records.md's rollout/v1): `steps` is a list of `{"calls": [str, ...], ...}` and `score` lies in [0, 1].
+Token-level records also hold `prompt_ids`, `completion_ids` and `completion_mask` (lists of ints, the last two of
+one length)."""
+TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
+
+
+def rollout_problem(record, token_level: bool) -> str | None:
+    """The first way `record` breaks the rollout contract (`ROLLOUT_FIELDS`), as `field: what`; None when it keeps it."""
+    if not isinstance(record, dict):
+        return f"the record is a {type(record).__name__}, not a mapping"
+    for name, types in ROLLOUT_FIELDS.items():
+        if name not in record:
+            return f"{name}: missing"
+        if isinstance(record[name], bool) is not (types is bool) or not isinstance(record[name], types):
+            return f"{name}: {type(record[name]).__name__} {record[name]!r:.60}, not {_type_names(types)}"
+    if not 0.0 <= record["score"] <= 1.0:
+        return f"score: {record['score']!r}, not in [0, 1]"
+    for index, step in enumerate(record["steps"]):
+        if not (isinstance(step, dict) and isinstance(step.get("calls"), list)
+                and all(isinstance(call, str) for call in step["calls"])):
+            return f"steps[{index}]: not a mapping with `calls`, a list of call strings"
+    if token_level:
+        for name in TOKEN_FIELDS:
+            if not (isinstance(record.get(name), list) and all(type(i) is int for i in record[name])):
+                return f"{name}: missing or not a list of token ids (token-level rollouts)"
+        if len(record["completion_ids"]) != len(record["completion_mask"]):
+            return "completion_mask: not as long as completion_ids"
+    return None
+
+
+def _type_names(types) -> str:
+    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
 
 
 @dataclass
@@ -56,7 +97,7 @@ class RolloutConfig:
     """Model steps with tool calls allowed in one user turn (BFCL's MAXIMUM_STEP_LIMIT); more fails the episode."""
     max_steps_per_episode: int = 30
     """Model steps with tool calls allowed in one episode (the paper's max interaction steps); more fails it."""
-    max_batch_size: int = 16
+    batch_size: int = 16
     """Live episodes whose model calls are batched together."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings of every model call (temperature 0 = greedy, as in the paper's evaluation)."""
@@ -86,7 +127,7 @@ def rollout_config(settings: RolloutSettings, temperature: float | None = None, 
     temperature = settings.temperature if temperature is None else temperature
     return RolloutConfig(
         tool_format=settings.tool_format, tool_docs=settings.tool_docs, max_steps_per_turn=settings.max_steps_per_turn,
-        max_steps_per_episode=settings.max_steps_per_episode, max_batch_size=settings.batch_size,
+        max_steps_per_episode=settings.max_steps_per_episode, batch_size=settings.batch_size,
         generation=GenerationConfig(max_new_tokens=settings.max_new_tokens, temperature=temperature,
                                     top_p=settings.top_p, seed=seed),
         token_level=token_level, max_completion_tokens=max_completion_tokens, engine=settings.engine,
@@ -111,6 +152,9 @@ class Conversation:
         self.completion_mask: list[int] = []  # ... and which of those tokens the model generated
         self.rendered = 0  # messages that the ids cover
         self.calls = self.observation_chars = self.record_chars = 0  # what the episode budget counts
+        self.environment_error: str | None = None
+        """What the environment raised, when it failed the episode (`run_rollouts` sets it)."""
+        self.taken: Generation | None = None  # the last reply `take_tokens` counted
 
     @property
     def done(self) -> bool:
@@ -135,6 +179,7 @@ class Conversation:
 
     def take_tokens(self, generation: Generation) -> None:
         """Count a reply, keep its ids (token-level mode), and end the episode at the completion cap."""
+        self.taken = generation
         if self.prompt_ids is not None and generation.token_ids is not None:
             self.completion_ids += generation.token_ids
             self.completion_mask += [1] * len(generation.token_ids)
@@ -225,6 +270,12 @@ class Conversation:
             self.terminated = reason
             log.warning("an episode passed its budget: %s (rollout.budget); it ends as a failure", reason)
 
+    def fail_environment(self, error: BaseException, where: str) -> None:
+        """End the episode as `environment_error` (its environment raised `error` in `where`), logged in one line."""
+        self.environment_error = f"{where} raised {type(error).__name__}: {' '.join(str(error).split())[:500]}"
+        self.terminated = ENVIRONMENT_ERROR
+        log.warning("%s; the episode ends as environment_error, the batch goes on", self.environment_error)
+
     def token_fields(self) -> dict:
         """The record's token-level fields (none in message-level mode)."""
         return {} if self.prompt_ids is None else {
@@ -301,6 +352,49 @@ def make_engine(name: str, model, generation: GenerationConfig, token_level: boo
     raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(ENGINES)}")
 
 
+def _episode_source(new_episode) -> str:
+    """The environment's name for messages (`Environment.new_episode` is bound to it), else the factory's name."""
+    environment = getattr(new_episode, "__self__", None)
+    return str(getattr(environment, "name", None) or getattr(new_episode, "__qualname__", type(new_episode).__name__))
+
+
+def _new_episode(new_episode, source: str, task, index: int, tool_format: str, config) -> Conversation:
+    try:
+        return new_episode(task, index, tool_format=tool_format, config=config)
+    except Exception as error:  # noqa: BLE001 (a start state the environment cannot load: one line, not a trace)
+        raise ContractError(f"environment {source}: new_episode() raised {type(error).__name__} for a task "
+                            f"({' '.join(str(error).split())[:300]}); an episode must start from every task its "
+                            "environment's rollout_tasks() made") from None
+
+
+def _task_id(task) -> str | None:
+    """A rollout task's id: a mapping's `task_id`, else the object's `task_id` or `id` (BFCL's and AppWorld's tasks)."""
+    if isinstance(task, dict):
+        return task.get("task_id")
+    return getattr(task, "task_id", None) or getattr(task, "id", None)
+
+
+def _episode_record(episode: Conversation, task, index: int, source: str, model_name: str,
+                    token_level: bool) -> dict:
+    """The episode's record, checked against the rollout contract. An episode whose environment failed (in `feed` or
+    in `record`) is a failure whatever its state scores: `environment_error`, with what was raised."""
+    try:
+        record = episode.record(model_name)
+    except Exception as error:  # noqa: BLE001
+        episode.fail_environment(error, f"environment {source}: record()")
+        record = {"schema": ROLLOUT_SCHEMA, "task_id": _task_id(task), "sample_index": index, "model": model_name,
+                  "messages": episode.messages, "steps": [], "prompt_tokens": episode.prompt_tokens,
+                  "completion_tokens": episode.completion_tokens, **episode.token_fields()}
+    if episode.environment_error is not None:
+        record.update({"score": 0.0, "success": False, "terminated": ENVIRONMENT_ERROR,
+                       "error_type": "environment:exception", "error_message": episode.environment_error})
+    problem = rollout_problem(record, token_level)
+    if problem is not None:
+        raise ContractError(f"environment {source}: record() returned a rollout record that breaks the contract "
+                            f"(rollout.agent.ROLLOUT_FIELDS): {problem}")
+    return record
+
+
 def run_rollouts(
     model: ChatModel,
     tasks: Iterable,
@@ -314,7 +408,7 @@ def run_rollouts(
     """Roll out every task `samples_per_task` times; returns the records in input order (task by task, sample by
     sample).
 
-    At most `config.max_batch_size` episodes are live at once; each waits for its reply from the rollout engine
+    At most `config.batch_size` episodes are live at once; each waits for its reply from the rollout engine
     (`config.engine`, see `rollout.engines`), runs it, and asks again, so an episode never waits for another's
     tool calls. `on_record` sees each record as soon as its episode ends (e.g. to append it to a JSONL file), so an
     interrupted run keeps every finished episode. `trainer`: the GRPO trainer, for the `vllm` engine.
@@ -326,7 +420,7 @@ def run_rollouts(
         raise ValueError(f"token-level rollouts need a local model; {model.name} is {type(model).__name__}")
     engine = make_engine(config.engine, model, config.generation, config.token_level, trainer=trainer)
     queue = deque(enumerate((task, index) for task in tasks for index in range(samples_per_task)))
-    live: dict[int, Conversation] = {}
+    live: dict[int, tuple[Conversation, object, int]] = {}  # position -> (episode, its task, its sample index)
     records: list[tuple[int, dict]] = []
 
     def ask(position: int, episode: Conversation) -> None:
@@ -339,22 +433,29 @@ def run_rollouts(
             engine.submit(Request(position, cap, messages=episode.messages,
                                   tools=episode.tools if tool_format == "native" else None))
 
+    source = _episode_source(new_episode)
     try:
         with tqdm(total=len(queue), desc=f"rollouts {model.name}", unit="episode", disable=not progress) as bar:
             while queue or live:
-                while queue and len(live) < config.max_batch_size:
+                while queue and len(live) < config.batch_size:
                     position, (task, index) = queue.popleft()
-                    live[position] = new_episode(task, index, tool_format=tool_format, config=config)
-                    ask(position, live[position])
+                    live[position] = (_new_episode(new_episode, source, task, index, tool_format, config), task,
+                                      index)
+                    ask(position, live[position][0])
                 for position, reply in engine.collect():
-                    episode = live[position]
-                    episode.feed(reply)
+                    episode, task, index = live[position]
+                    try:
+                        episode.feed(reply)
+                    except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything)
+                        if episode.taken is not reply:  # it raised before counting the reply: the record (and
+                            episode.take_tokens(reply)  # GRPO) still needs the tokens the model generated
+                        episode.fail_environment(error, f"environment {source}: a tool or feed()")
                     if not episode.done:
                         ask(position, episode)
                         continue
                     engine.release(position)
                     del live[position]
-                    record = episode.record(model.name)
+                    record = _episode_record(episode, task, index, source, model.name, config.token_level)
                     records.append((position, record))
                     if on_record is not None:
                         on_record(record)

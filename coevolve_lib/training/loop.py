@@ -40,6 +40,7 @@ from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 
+from coevolve_lib.core.environment import checked_evaluation
 from coevolve_lib.core.config import BUDGET_REASONS, ConfigError, DataEngineConfig, RunConfig, TrainConfig
 from coevolve_lib.core.models import HFChatModel, hub_offline, missing_model_message, set_torch_threads
 from coevolve_lib.core.paths import repo_relative, shown_path
@@ -52,39 +53,18 @@ from coevolve_lib.core.records import (
     write_json_atomic,
     write_jsonl_atomic,
 )
-from coevolve_lib.core.safe_calls import CallParseError, parse_call
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
 from coevolve_lib.engine.feedback import SINGLE, Shards
-from coevolve_lib.engine.pool_updates import POOL_UPDATES, RoundInputs
+from coevolve_lib.engine.pool_updates import RoundInputs, pool_update
 from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
-from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.rollout.evaluation import task_outcomes
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs, lora_config
 
 STATE_FILE = "coevolve_state.json"
 log = logging.getLogger(__name__)
-
-
-def prefix_reward(record: dict, reference_actions: list[str]) -> float:
-    """1 for a successful episode; else the reference calls it reproduced in order from the start, over one more
-    than the larger of the reference and executed call counts (extra calls cost as much as missing ones, and a
-    failed episode stays below 1 even when every call matched, e.g. without a final answer)."""
-    if record["success"]:
-        return 1.0
-    executed = [call for step in record["steps"] for call in step["calls"]]
-    matched = 0
-    for done, wanted in zip(executed, reference_actions):
-        try:
-            done_call, wanted_call = parse_call(done), parse_call(wanted)
-        except CallParseError:
-            break
-        if (done_call.name, done_call.args, done_call.kwargs_dict) != \
-                (wanted_call.name, wanted_call.args, wanted_call.kwargs_dict):
-            break
-        matched += 1
-    return matched / (max(len(reference_actions), len(executed)) + 1)
 
 
 def percent(outcomes: dict[str, list[int]]) -> float | None:
@@ -177,10 +157,11 @@ class PoolRollouts:
                                    progress=False, trainer=trainer)
         self.seconds += time.perf_counter() - start
         k = self.cfg.group_size
-        # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read).
+        # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read): the
+        # environment's reward the profile names (`Environment.rewards`).
+        reward = self.engine.environment.rewards[self.cfg.reward]
         for record, task in zip(records, (t for t in tasks for _ in range(k))):
-            record["reward"] = prefix_reward(record, task["reference_actions"]) if self.cfg.reward == "prefix" \
-                else float(record["score"])
+            record["reward"] = float(reward(record, task))
             record["model_tokens"] = sum(record["completion_mask"])
         chosen = set(select_groups([[r["reward"] for r in records[i * k:(i + 1) * k]] for i in range(len(tasks))],
                                    trained_groups))
@@ -258,7 +239,7 @@ class CoEvolveLoop:
         self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
         self.shards = engine.shards
         """The run's processes, as the sharded rounds split work over them."""
-        self.pool_update = POOL_UPDATES[run.training.pool_updates]
+        self.pool_update = pool_update(run.training.pool_updates)
         self.extractor = SignalExtractor(run.data_engine.signals)
         self.totals = {"train_s": 0.0, "feedback_s": 0.0, "eval_s": 0.0}
         self.mark = time.perf_counter()
@@ -334,9 +315,10 @@ class CoEvolveLoop:
         limit = self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit
         if val and limit != 0:  # the benchmark's own metric: its first row is the headline, later rows by name
             settings = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
-            doc = self.engine.environment.evaluate(policy, settings,
-                                                   self.out_dir / "eval" / f"val_step_{step:05d}.json",
-                                                   greedy, experiment="coevolve_train")
+            environment = self.engine.environment
+            doc = checked_evaluation(environment, environment.evaluate(
+                policy, settings, self.out_dir / "eval" / f"val_step_{step:05d}.json", greedy,
+                experiment="coevolve_train"))
             headline, *others = doc["metrics"]
             result.update({"eval/val_success": headline["value"], "eval/val_n": headline["n"]})
             for row in others:
@@ -429,9 +411,11 @@ class CoEvolveLoop:
             "train/model_tokens_mean": round(sum(r["model_tokens"] for r in records) / max(len(records), 1), 1),
             "train/calls_mean": round(sum(len(r["steps"]) for r in records) / max(len(records), 1), 2),
             "train/model_tokens": sum(r["model_tokens"] for r in records),
-            # episodes ended by an episode budget (core.config.EpisodeBudget), per budget
+            # episodes their environment failed (a tool raised: rollout.agent.ENVIRONMENT_ERROR), and those ended by an
+            # episode budget (core.config.EpisodeBudget), per budget
+            "train/environment_errors": sum(r["terminated"] == ENVIRONMENT_ERROR for r in records),
             **{f"budget/{reason}": sum(r["terminated"] == reason for r in records) for reason in BUDGET_REASONS},
-            **{f"signals/{name}": counts.get(name, 0) for name in self.extractor.signals},
+            **{f"signals/{signal.type}": counts.get(signal.type, 0) for signal in self.extractor.signals.values()},
             "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.engine.pool.tasks),
             "pool/version": self.rollouts.allowed_version,
             **({"pool/admitted": len(self.rollouts.admitted)} if self.rollouts.admitted is not None else {}),
@@ -616,7 +600,7 @@ def collective_timeout_s(run: RunConfig, d0_targets: int | None = None) -> int:
     processes = cfg.launch.num_processes
     round_targets = data.max_targets if data.max_targets is not None else data.d0_size
     d0_share = -(-(d0_targets if d0_targets is not None else data.d0_size) // processes)
-    round_share = -(-round_targets // processes) if POOL_UPDATES[cfg.pool_updates].sharded else round_targets
+    round_share = -(-round_targets // processes) if pool_update(cfg.pool_updates).sharded else round_targets
     return max(MIN_COLLECTIVE_TIMEOUT_S, int(max(d0_share, round_share) * target_s))
 
 
@@ -664,7 +648,7 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     owned = engine is None
     engine = DataEngine(run.data_engine, out_dir, run.evaluation.benchmark) if owned else engine
     try:
-        d0_targets = len(engine.environment.sources("pool"))
+        d0_targets = len(engine.sources("pool"))
         state = distributed_state(run, d0_targets)
         if state.num_processes > 1:
             engine.shards = Shards(state.process_index, state.num_processes, state.wait_for_everyone)
@@ -749,7 +733,7 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
         start = time.perf_counter()
         policy_path = engine.policy()
         timings["warm_start_s"] = round(time.perf_counter() - start, 2)
-        POOL_UPDATES[cfg.pool_updates].start(engine, cfg.baselines, cfg.max_steps, cfg.tasks_per_step)
+        pool_update(cfg.pool_updates).start(engine, cfg.baselines, cfg.max_steps, cfg.tasks_per_step)
         if (out_dir / "run_config.json").exists():  # a resumed run: D_0 and the warm start came from the cache
             timings = read_json(out_dir / "run_config.json").get("timings_before_training", timings)
         write_json_atomic(out_dir / "run_config.json", {"profile": run.profile, "model": run.model,

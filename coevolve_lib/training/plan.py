@@ -219,7 +219,7 @@ def run_training(profile: str = "tiny", overrides: dict | list[str] | None = Non
     """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones.
     `engine`: a data engine the notebook has open on `out_dir` (in-process runs reuse it, `train.train`)."""
     run = profiles.run_config(profile, overrides)
-    out_dir = Path(out_dir or RUNS_DIR / f"train_{profile}")
+    out_dir = Path(out_dir or RUNS_DIR / f"train_{profiles.profile_label(profile)}")
     if run.training.launch.num_processes == 1:
         return train(run, out_dir, resume=resume, progress=progress, engine=engine)
     settings = flatten_overrides(overrides)

@@ -25,7 +25,8 @@ from pathlib import Path
 from coevolve_lib.core.environment import Environment, RoundSteps
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target
-from coevolve_lib.envs.appworld.agent import AppWorldEpisodes, evaluate_appworld
+from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
+from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.benchmark import AppWorldTask, load_task, load_tasks
 from coevolve_lib.envs.appworld.calls import DATA_VERSION, api_tool_docs, is_failed_output
 from coevolve_lib.envs.appworld.client import AppWorldServerError
@@ -116,11 +117,10 @@ class AppWorldEnvironment(Environment):
         """The `train` split's tasks (their start states) for the pool; no unseen environments (no held-out set)."""
         return load_tasks(SOURCE_SPLIT, self.root) if part == "pool" else []
 
-    def target(self, source: AppWorldTask, signal: dict | None = None,
-               trajectory: dict | None = None) -> ExplorationTarget:
+    def target(self, source: AppWorldTask) -> ExplorationTarget:
         """An unguided exploration target: the task's start state and its apps (the instruction is only context)."""
         return ExplorationTarget(source.task_id, self, DATA_VERSION, {"appworld_task": source.task_id},
-                                 self.task_apps(source.task_id), source.instruction, signal, trajectory)
+                                 self.task_apps(source.task_id), source.instruction)
 
     # -- how a round runs ----------------------------------------------------------------------------------------
     def round_steps(self) -> RoundSteps:
@@ -189,7 +189,7 @@ class AppWorldEnvironment(Environment):
     @classmethod
     def check(cls, run) -> list[str]:
         """What the AppWorld environment supports so far: both explorers and context builders, the deterministic
-        abstraction with validation, no held-out set or warm start, the binary reward and the pool updates of
+        abstraction with validation, no held-out set or warm start, its one reward (binary) and the pool updates of
         APPWORLD_POOL_UPDATES."""
         data, problems, needs = run.data_engine, [], []
         if run.evaluation.split in ("val", "all"):
@@ -206,8 +206,6 @@ class AppWorldEnvironment(Environment):
             needs.append("data_engine.warm_start.enabled=false (the warm start is BFCL's)")
         if data.d0_source_split != "train":
             needs.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
-        if run.training.reward != "binary":
-            needs.append("training.reward=binary (the prefix reward reads BFCL calls)")
         if run.training.pool_updates not in APPWORLD_POOL_UPDATES:
             needs.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
         if needs:

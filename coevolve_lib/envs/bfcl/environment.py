@@ -33,6 +33,7 @@ from coevolve_lib.envs.bfcl.benchmark import (
 from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
 from coevolve_lib.envs.bfcl.evaluate import evaluate
 from coevolve_lib.envs.bfcl.explore import explore
+from coevolve_lib.envs.bfcl.rewards import prefix_reward
 from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
 from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.envs.bfcl.warm_start import (
@@ -54,6 +55,7 @@ class BFCLEnvironment(Environment):
     """BFCL multi-turn base, on the profile's data version and classes."""
 
     name = "bfcl"
+    rewards = {**Environment.rewards, "prefix": prefix_reward}
 
     def _split(self, split: str) -> list:
         cfg = self.config
@@ -72,10 +74,10 @@ class BFCLEnvironment(Environment):
     def sources(self, part: str) -> list:
         return self._split("val") if part == "unseen" else self.partition()[part]
 
-    def target(self, source, signal: dict | None = None, trajectory: dict | None = None) -> ExplorationTarget:
+    def target(self, source) -> ExplorationTarget:
         text = "\n".join(m["content"] for turn in source.turns for m in turn if m.get("role") == "user")
         return ExplorationTarget(source.id, self, source.data_version, source.initial_config,
-                                 list(source.involved_classes), text, signal, trajectory)
+                                 list(source.involved_classes), text)
 
     def round_steps(self) -> RoundSteps:
         return RoundSteps(explore=explore, abstract=abstract, validate=validate)

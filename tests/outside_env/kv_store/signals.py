@@ -1,0 +1,10 @@
+"""The store's signal type: every failed rollout (a random-init policy fails everything, so rounds have targets)."""
+
+from coevolve_lib.engine.signals import Signal
+
+
+class AnyFailure(Signal):
+    type = "any_failure"
+
+    def observe(self, step, rollouts):
+        return [self.fire(r, step, {"score": r["score"]}) for r in rollouts if r["score"] < 0.5]
