@@ -12,15 +12,14 @@ from coevolve_lib.core.safe_calls import Call, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.benchmark import (
     EMPTY_TURN,
-    GORILLA_TO_OPENAPI,
     BFCLEnv,
     BFCLTask,
     load_tasks,
     restrict_classes,
     split_tasks,
-    tools_to_openai,
 )
 from coevolve_lib.envs.bfcl.replay import official_verdict
+from coevolve_lib.rollout.toolcalls import DOC_TYPES, tools_to_openai
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +68,7 @@ def test_split_is_seeded_disjoint_and_category_independent(base_tasks):
 def test_tools_to_openai_maps_types_recursively(base_tasks):
     from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI as official
 
-    assert GORILLA_TO_OPENAPI == official
+    assert DOC_TYPES == official
     doc = {"name": "f", "description": "d", "parameters": {"type": "dict", "properties": {
         "x": {"type": "float", "description": "a"},
         "t": {"type": "tuple", "items": {"type": "dict", "properties": {"y": {"type": "any"}}}},

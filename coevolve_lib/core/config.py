@@ -185,17 +185,17 @@ class RolloutSettings:
 
 @dataclass(config=STRICT)
 class EvalConfig:
-    """Zero-shot (or checkpoint) evaluation on BFCL multi-turn."""
+    """Zero-shot (or checkpoint) evaluation on the run's benchmark (BFCL multi-turn by default)."""
 
     model: str = "tiny"
     """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible endpoint."""
     profile: str = "tiny"
     """Profile the values came from (recorded in results)."""
     benchmark: str = "bfcl"
-    """The run's benchmark, by registry name (`core.environment.ENVIRONMENTS`; its `check` runs at load): its
-    environments seed D_0 and the rounds, and its `split` is evaluated. `bfcl` (BFCL multi-turn) or `appworld`
-    (AppWorld's server on APPWORLD_ROOT's official data, else on the synthetic world the kit builds offline;
-    docs/appworld.md)."""
+    """The run's benchmark (its `check` runs at load): its environments seed D_0 and the rounds, and its `split` is
+    evaluated. `bfcl` (BFCL multi-turn), `appworld` (AppWorld's server on APPWORLD_ROOT's official data, else on the
+    synthetic world the kit builds offline; docs/appworld.md), or an environment of your own: an installed entry point
+    or a `module:Class` reference (`core.extensions`; `python -m coevolve_lib extensions` lists them)."""
     data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version: `v3` (the paper's) or `v4`."""
     category: str = "multi_turn_base"

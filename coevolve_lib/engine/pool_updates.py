@@ -304,7 +304,7 @@ def reflexion_spec(task: dict, reflection: str, record: dict, memory: int) -> di
         "spec_id": content_id(task["initial_config"], new_query, actions),
         "intent": task["intent"], "query": new_query, "action_sequence": actions,
         "completion_criterion": task["completion_criterion"], "initial_config": task["initial_config"],
-        "involved_classes": list(task["involved_classes"]), "data_version": task.get("data_version", "v3"),
+        "involved_classes": list(task["involved_classes"]), "data_version": task["data_version"],
         "source": {"task_id": task["task_id"], "signal_id": f"reflexion/{record['rollout_id']}",
                    "signal_type": "reflexion", "context_id": None, "run_ids": [record["rollout_id"]]},
         "abstraction": "reflexion",

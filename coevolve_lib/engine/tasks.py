@@ -28,7 +28,7 @@ def task_spec(draft: dict, source: dict, abstraction: str) -> dict:
         "completion_criterion": draft["completion_criterion"],
         "initial_config": source["initial_config"],
         "involved_classes": list(source["involved_classes"]),
-        "data_version": source.get("data_version", "v3"),
+        "data_version": source["data_version"],
         "source": {"task_id": source["task_id"], "signal_id": source.get("signal_id"),
                    "signal_type": source.get("signal_type"), "context_id": source.get("context_id"),
                    "run_ids": draft["run_ids"]},

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS, Call, CallParseError, call_from_json, parse_call_list
@@ -164,3 +165,43 @@ def tool_messages(reply: ParsedReply, observations: list[str]) -> list[dict]:
         if call_id:
             message["tool_call_id"] = call_id
     return messages
+
+
+DOC_TYPES = {
+    "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
+    "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object",
+    "tuple": "array", "any": "string", "byte": "integer", "short": "integer", "long": "integer",
+    "double": "number", "char": "string", "ArrayList": "array", "Array": "array", "HashMap": "object",
+    "Hashtable": "object", "Queue": "array", "Stack": "array", "Any": "string", "String": "string",
+    "Bigint": "integer",
+}
+"""Equal to `bfcl_eval.constants.type_mappings.DOC_TYPES` in both releases (a test checks it);
+copied so that building tool schemas does not import a BFCL release."""
+
+
+
+def tools_to_openai(func_docs: Iterable[dict]) -> list[dict]:
+    """Function docs (`name`, `description`, `parameters` in the `DOC_TYPES` vocabulary) -> OpenAI function tools,
+    the types mapped recursively (as BFCL's `convert_to_tool` does for OpenAI-style models), for a chat template's
+    `tools` and an endpoint's `tools`."""
+    tools = []
+    for doc in func_docs:
+        parameters = _openai_schema(doc.get("parameters") or {"type": "dict", "properties": {}})
+        parameters["type"] = "object"
+        tools.append({"type": "function", "function": {
+            "name": doc["name"], "description": doc.get("description", ""), "parameters": parameters}})
+    return tools
+
+
+def _openai_schema(schema: dict) -> dict:
+    out = dict(schema)
+    doc_type = schema.get("type", "string")
+    out["type"] = DOC_TYPES.get(doc_type, "string")
+    if doc_type == "float":  # the official converter marks floats this way
+        out["format"] = "float"
+        out["description"] = out.get("description", "") + " This is a float type value."
+    if isinstance(schema.get("properties"), dict):
+        out["properties"] = {key: _openai_schema(value) for key, value in schema["properties"].items()}
+    if isinstance(schema.get("items"), dict):
+        out["items"] = _openai_schema(schema["items"])
+    return out

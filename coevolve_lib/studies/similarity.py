@@ -187,7 +187,7 @@ def bin_table(bins: list[dict]):
     return pd.DataFrame(rows).set_index("bin").round(2)
 
 
-def result_rows(rounds: list[dict], data_version: str = "v3") -> list[dict]:
+def result_rows(rounds: list[dict], data_version: str) -> list[dict]:
     """results/v2 metric rows: per round (`pool/round_<r>`) sr@k, ed_rel (vs the val tasks), ed_rel_d0,
     max_sim_mean and max_sim_bin_mean per bin; and the bins of the whole pool (`pool/all`)."""
     rows = []

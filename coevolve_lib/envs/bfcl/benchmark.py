@@ -18,7 +18,7 @@ import datetime
 import inspect
 import json
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -26,17 +26,6 @@ from coevolve_lib.core.safe_calls import Call, CallParseError, check_allowed, pa
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl import call_guards
 from coevolve_lib.envs.bfcl.state_size import state_size
-
-GORILLA_TO_OPENAPI = {
-    "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
-    "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object",
-    "tuple": "array", "any": "string", "byte": "integer", "short": "integer", "long": "integer",
-    "double": "number", "char": "string", "ArrayList": "array", "Array": "array", "HashMap": "object",
-    "Hashtable": "object", "Queue": "array", "Stack": "array", "Any": "string", "String": "string",
-    "Bigint": "integer",
-}
-"""Equal to `bfcl_eval.constants.type_mappings.GORILLA_TO_OPENAPI` in both releases (a test checks it);
-copied so that building tool schemas does not import a BFCL release."""
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
 EXEC_ERROR = "Error during execution"
@@ -174,32 +163,6 @@ STATE_OVER = "Error during execution: the environment's state passed its budget 
 
 def _task_index(task_id: str) -> int:
     return int(task_id.rsplit("_", 1)[1])
-
-
-def tools_to_openai(func_docs: Iterable[dict]) -> list[dict]:
-    """Gorilla func docs -> OpenAI function tools, with the official type mapping applied recursively
-    (like `bfcl_eval.model_handler.utils.convert_to_tool` for OpenAI-style models)."""
-    tools = []
-    for doc in func_docs:
-        parameters = _openai_schema(doc.get("parameters") or {"type": "dict", "properties": {}})
-        parameters["type"] = "object"
-        tools.append({"type": "function", "function": {
-            "name": doc["name"], "description": doc.get("description", ""), "parameters": parameters}})
-    return tools
-
-
-def _openai_schema(schema: dict) -> dict:
-    out = dict(schema)
-    gorilla_type = schema.get("type", "string")
-    out["type"] = GORILLA_TO_OPENAPI.get(gorilla_type, "string")
-    if gorilla_type == "float":  # the official converter marks floats this way
-        out["format"] = "float"
-        out["description"] = out.get("description", "") + " This is a float type value."
-    if isinstance(schema.get("properties"), dict):
-        out["properties"] = {key: _openai_schema(value) for key, value in schema["properties"].items()}
-    if isinstance(schema.get("items"), dict):
-        out["items"] = _openai_schema(schema["items"])
-    return out
 
 
 class BFCLEnv:

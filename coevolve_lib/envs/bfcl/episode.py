@@ -13,7 +13,7 @@ import logging
 import time
 
 from coevolve_lib.core.models import Generation
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, tools_to_openai
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask
 from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig
 
@@ -71,7 +71,7 @@ class Episode(Conversation):
             return
         docs = self._docs_at_turn(self.turn)
         if self.tool_format == "native":
-            self.tools = tools_to_openai(docs) or None
+            self.tools = toolcalls.tools_to_openai(docs) or None
         user_messages = list(self.task.turns[self.turn])
         if self.turn in self.task.missed_functions:
             new_names = set(self.task.missed_functions[self.turn])

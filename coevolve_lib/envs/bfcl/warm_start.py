@@ -39,7 +39,7 @@ from coevolve_lib.core.paths import LIBRARY_DATA
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, tools_to_openai
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
 from coevolve_lib.envs.bfcl.worlds import world_tasks
 from coevolve_lib.rollout import toolcalls
@@ -69,7 +69,7 @@ def sft_conversation(task: BFCLTask, tool_docs: str = "none") -> dict:
     tools = None
     if tool_docs != "none":
         docs = task.tools_at_turn(len(task.turns) - 1)
-        tools = tools_to_openai(toolcalls.compact_docs(docs) if tool_docs == "compact" else docs)
+        tools = toolcalls.tools_to_openai(toolcalls.compact_docs(docs) if tool_docs == "compact" else docs)
     return {"messages": messages, "tools": tools}
 
 
