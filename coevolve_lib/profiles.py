@@ -33,7 +33,7 @@ from coevolve_lib.core.config import (
     quoted,
 )
 from coevolve_lib.core.environment import environment_class
-from coevolve_lib.core.paths import REPO_ROOT, shown_path
+from coevolve_lib.core.paths import REPO_ROOT, is_profile_path, shown_path
 from coevolve_lib.engine.pool_updates import pool_update
 from coevolve_lib.engine.signals import signal_class
 
@@ -87,11 +87,6 @@ def _read(name: str, chain: tuple[str, ...] = (), folder: Path | None = None) ->
     return deep_merge(_read(base, (*chain, key), path.parent), raw) if base else raw
 
 
-def is_profile_path(name: str) -> bool:
-    """Whether `name` is a profile file's path (it ends in .yaml / .yml or names a folder), not a name of configs/."""
-    return "/" in name or os.sep in name or name.endswith((".yaml", ".yml"))
-
-
 def profile_path(name, inherited: bool = False, folder: Path | None = None) -> Path:
     """The file of profile `name`: `configs/<name>.yaml` for a name (a base, `_` first, only when `inherited`), or a
     `.yaml` path anywhere (relative to the working folder, or for an `inherits:` to `folder`, the inheriting file's).
@@ -111,11 +106,6 @@ def profile_path(name, inherited: bool = False, folder: Path | None = None) -> P
     if not path.exists() or name in NOT_PROFILES or (name.startswith("_") and not inherited):
         raise ConfigError(f"unknown profile {quoted(name)}; choose from {profile_names()} or give a .yaml path")
     return path
-
-
-def profile_label(profile: str) -> str:
-    """A profile's name in folder and file names: its own name, or a path profile's file stem."""
-    return Path(profile).stem if is_profile_path(profile) else profile
 
 
 def capped(raw: dict, caps: dict) -> dict:

@@ -368,6 +368,27 @@ def test_wrong_and_codeless_replies_fail_and_count_format_errors(world, episodes
     assert by_task["synnote_1"]["positive_reward"] and 0 < by_task["synnote_1"]["pass_fraction"] < 1
 
 
+def test_code_that_makes_the_episode_raise_is_an_environment_error_left_out_of_tgc(world, episodes, monkeypatch):
+    """Anything but a server fault raised while a reply runs (here: the kit's `step`) ends that episode as
+    `environment_error`, as AppWorld's own faults do: TGC leaves it out, and the batch goes on."""
+    tasks = load_tasks(SYNTHETIC_SPLIT, world.root)[:2]
+    original = AppWorldEnv.step
+
+    def step(env, reply):
+        if env.task.task_id == tasks[0].task_id:
+            raise RuntimeError("the episode's bookkeeping broke")
+        return original(env, reply)
+
+    monkeypatch.setattr(AppWorldEnv, "step", step)
+    replies = {task.task_id: [_block(world.solutions[task.task_id])] for task in tasks}
+    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutConfig(batch_size=2), progress=False,
+                           new_episode=episodes)
+    broken, whole = records
+    assert broken["terminated"] == "environment_error" and broken["environment_error"]
+    assert broken["error_type"] == "environment:exception" and "RuntimeError" in broken["error_message"]
+    assert whole["success"] and tgc(records) == 1.0  # measured on the episode the environment did not break
+
+
 def test_appworld_episodes_keep_to_the_episode_budget(world, episodes):
     """A reply over `max_reply_chars` never reaches the server, an output over `max_observation_chars` is cut and
     ends the episode, and the code blocks of an episode count against `max_calls_per_episode`."""

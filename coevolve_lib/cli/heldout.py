@@ -7,12 +7,12 @@ import json
 from collections import Counter
 
 from coevolve_lib.core.config import ConfigError
-from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.core.results import HELDOUT_TITLES
 from coevolve_lib.engine import heldout
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.heldout import COMMITTED_SETS, commit_set
-from coevolve_lib.profiles import profile_label, profile_parser, run_config_from_args
+from coevolve_lib.profiles import profile_parser, run_config_from_args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from coevolve_lib import profiles
-from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.training import loop
 from coevolve_lib.training.plan import plan
 
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     run = profiles.run_config_from_args(args)
-    out_dir = Path(args.out or RUNS_DIR / f"train_{profiles.profile_label(args.profile)}")
+    out_dir = Path(args.out or RUNS_DIR / f"train_{profile_label(args.profile)}")
     if out_dir.exists() and not out_dir.is_dir():  # found now, not after D_0 is built
         raise profiles.ConfigError(f"--out {out_dir} is a file; give a run folder (a new one, or a run to resume)")
     if args.dry_run:

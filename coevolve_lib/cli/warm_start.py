@@ -8,12 +8,12 @@ from pathlib import Path
 
 from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.models import set_torch_threads
-from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.envs.bfcl import warm_start
 from coevolve_lib.envs.bfcl.warm_start import ship_warm_start
-from coevolve_lib.profiles import profile_label, profile_parser, run_config_from_args
+from coevolve_lib.profiles import profile_parser, run_config_from_args
 from coevolve_lib.training.policy_check import check_policy
 
 

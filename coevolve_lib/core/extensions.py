@@ -82,11 +82,14 @@ def find(kind: str, name: str, registry: dict, what: str):
                          f"({ENTRY_POINT_GROUPS[kind]}): {sorted(points)}; or a module:Class reference")
 
 
-def check_class(found, base: type, reference: str, what: str) -> type:
-    """`found` if it is a subclass of `base`, else an ExtensionError saying what it is."""
+def check_class(found, base: type, reference: str, what: str, named: str = "name") -> type:
+    """`found` if it is a subclass of `base` with a non-empty string attribute `named` (the name its records and
+    messages carry), else an ExtensionError saying what it is."""
     if not (isinstance(found, type) and issubclass(found, base)):
         raise ExtensionError(f"{what} {reference!r} is {type(found).__name__} {getattr(found, '__qualname__', '')!s}"
                              f", not a subclass of {base.__module__}.{base.__qualname__}".replace("  ", " "))
+    if not isinstance(getattr(found, named, None), str) or not getattr(found, named):
+        raise ExtensionError(f"{what} {reference!r} has no `{named}` (a non-empty string its records carry)")
     return found
 
 

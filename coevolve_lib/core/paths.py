@@ -16,6 +16,17 @@ FIGURES_DIR = Path(os.environ.get("COEVOLVE_FIGURES_DIR", REPO_ROOT / "figures")
 RUNS_DIR = Path(os.environ.get("COEVOLVE_RUNS_DIR", REPO_ROOT / "runs"))
 
 
+def is_profile_path(name: str) -> bool:
+    """Whether a profile is given as a file's path (it ends in .yaml / .yml or names a folder), not as a name of
+    configs/ (`profiles.profile_path`)."""
+    return "/" in name or os.sep in name or name.endswith((".yaml", ".yml"))
+
+
+def profile_label(profile: str) -> str:
+    """A profile's name in folder and file names: its own name, or a path profile's file stem."""
+    return Path(profile).stem if is_profile_path(profile) else profile
+
+
 def repo_relative(path: str | Path) -> str:
     """`path` relative to the repository root, `../...` when it lies outside the checkout (e.g. a test's folder):
     results must not name a machine's folders."""

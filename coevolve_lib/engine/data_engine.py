@@ -122,7 +122,7 @@ class DataEngine:
                               max_targets=self.config.max_targets, seed=self.config.explore.seed,
                               excluded=self._excluded,
                               max_observation_chars=self.config.rollout.budget.max_observation_chars,
-                              environment=self.environment.name)
+                              environment=f"environment {self.environment.name}")
 
     def initial_pool(self, progress: bool = True) -> dict:
         """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). A RunError when it holds none:

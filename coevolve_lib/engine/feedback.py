@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
+from coevolve_lib.core.config import ConfigError, ExploreConfig, RunError, SynthesisConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.models import ChatModel
@@ -58,7 +58,7 @@ class FeedbackConfig:
     """Longest observation a triplet keeps (the episodes' `rollout.budget.max_observation_chars`); a longer one is cut
     and counted (`skipped["observation_cap"]` in the stage's cost). None: kept whole."""
     environment: str = "the environment"
-    """The environment's name, for the line a fault of its round steps logs."""
+    """Who runs the round steps, for the line a fault of theirs logs (`environment <name>`)."""
 
 
 def select_targets(signals: list[dict], rollouts_by_id: dict[str, dict], max_targets: int | None,
@@ -114,11 +114,15 @@ def screen_shape(spec: dict, verdict: dict, min_calls: int) -> dict:
                       f"{'empty' if 'empty_query' in reasons else 'given'}"}
 
 
+KIT_ERRORS = (ConfigError, RunError)
+"""What a round step may raise that is no fault of the environment's tools (a bad setting, an endpoint that never
+answers): the run stops in one line, as everywhere else."""
+
+
 def _fault(environment: str, stage: str, key: str, error: Exception) -> str:
     """One line for a round step that raised; the round counts it and goes on."""
     text = f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
-    log.warning("environment %s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key,
-                text)
+    log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key, text)
     return text
 
 
@@ -234,6 +238,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         key = _target_key(target)
         try:
             context, triplets, cost = steps.explore(target, config.explore, model)
+        except KIT_ERRORS:
+            raise
         except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this target's runs
             # are skipped and counted, the round goes on)
             failed = Cost()
@@ -262,6 +268,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         key = f"{group_key[0]}|{group_key[1]}"
         try:
             specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
+        except KIT_ERRORS:
+            raise
         except Exception as error:  # noqa: BLE001 (as in explore: the group is skipped and counted)
             failed = Cost()
             failed.skip("environment_error")
@@ -292,6 +300,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         try:
             judged = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
                       else accept_unvalidated(spec, config.synthesis, known))
+        except KIT_ERRORS:
+            raise
         except Exception as error:  # noqa: BLE001 (as in explore: the spec is rejected, counted by its reason)
             judged = verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], ["environment_error"],
                                     "", detail=_fault(config.environment, "validate", spec["spec_id"], error))

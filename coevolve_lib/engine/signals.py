@@ -31,7 +31,7 @@ from collections import Counter, defaultdict, deque
 from typing import ClassVar
 
 from coevolve_lib.core.config import RARE_PATTERNS, SignalConfig
-from coevolve_lib.core.extensions import check_class, find
+from coevolve_lib.core.extensions import ORIGINS, ExtensionError, check_class, find
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +134,16 @@ def register(cls: type[Signal]) -> type[Signal]:
 def signal_class(name: str) -> type[Signal]:
     """The signal type `name` gives (`core.extensions.find`: a registered type, an installed entry point of the
     `coevolve_lib.signals` group, or a `module:Class` reference); one loaded from outside is registered under its
-    `type`, the name its records carry. A ValueError in one line otherwise."""
-    found = check_class(find("signals", name, SIGNALS, "signal type"), Signal, name, "signal type")
+    `type`, the name its records carry, which must be its own (not a kit type's). A ValueError in one line
+    otherwise."""
+    found = check_class(find("signals", name, SIGNALS, "signal type"), Signal, name, "signal type", named="type")
     if name not in SIGNALS:
+        taken = SIGNALS.get(found.type)
+        if taken is not None and taken is not found:
+            raise ExtensionError(f"signal type {name!r} has the type {found.type!r} of {taken.__module__}."
+                                 f"{taken.__qualname__}; give it a type of its own")
         register(found)
+        ORIGINS.setdefault(("signals", found.type), ORIGINS.get(("signals", name), f"loaded as {name}"))
     return found
 
 

@@ -271,10 +271,12 @@ class Conversation:
             log.warning("an episode passed its budget: %s (rollout.budget); it ends as a failure", reason)
 
     def fail_environment(self, error: BaseException, where: str) -> None:
-        """End the episode as `environment_error` (its environment raised `error` in `where`), logged in one line."""
-        self.environment_error = f"{where} raised {type(error).__name__}: {' '.join(str(error).split())[:500]}"
+        """End the episode as `environment_error` (its environment raised `error` in `where`), logged in one line; a
+        second failure (its `record` after its `feed`) is logged, and the first one stays the episode's."""
+        text = f"{where} raised {type(error).__name__}: {' '.join(str(error).split())[:500]}"
+        self.environment_error = self.environment_error or text
         self.terminated = ENVIRONMENT_ERROR
-        log.warning("%s; the episode ends as environment_error, the batch goes on", self.environment_error)
+        log.warning("%s; the episode ends as environment_error, the batch goes on", text)
 
     def token_fields(self) -> dict:
         """The record's token-level fields (none in message-level mode)."""
@@ -353,16 +355,19 @@ def make_engine(name: str, model, generation: GenerationConfig, token_level: boo
 
 
 def _episode_source(new_episode) -> str:
-    """The environment's name for messages (`Environment.new_episode` is bound to it), else the factory's name."""
-    environment = getattr(new_episode, "__self__", None)
-    return str(getattr(environment, "name", None) or getattr(new_episode, "__qualname__", type(new_episode).__name__))
+    """Who made the episodes, for messages: `environment <name>` (`Environment.new_episode` is bound to it), else
+    the factory (`episodes of <its name>`)."""
+    name = getattr(getattr(new_episode, "__self__", None), "name", None)
+    if isinstance(name, str) and name:
+        return f"environment {name}"
+    return f"episodes of {getattr(new_episode, '__qualname__', type(new_episode).__name__)}"
 
 
 def _new_episode(new_episode, source: str, task, index: int, tool_format: str, config) -> Conversation:
     try:
         return new_episode(task, index, tool_format=tool_format, config=config)
     except Exception as error:  # noqa: BLE001 (a start state the environment cannot load: one line, not a trace)
-        raise ContractError(f"environment {source}: new_episode() raised {type(error).__name__} for a task "
+        raise ContractError(f"{source}: new_episode() raised {type(error).__name__} for a task "
                             f"({' '.join(str(error).split())[:300]}); an episode must start from every task its "
                             "environment's rollout_tasks() made") from None
 
@@ -381,16 +386,17 @@ def _episode_record(episode: Conversation, task, index: int, source: str, model_
     try:
         record = episode.record(model_name)
     except Exception as error:  # noqa: BLE001
-        episode.fail_environment(error, f"environment {source}: record()")
+        episode.fail_environment(error, f"{source}: record()")
         record = {"schema": ROLLOUT_SCHEMA, "task_id": _task_id(task), "sample_index": index, "model": model_name,
-                  "messages": episode.messages, "steps": [], "prompt_tokens": episode.prompt_tokens,
+                  "messages": episode.messages, "steps": getattr(episode, "steps", []),
+                  "prompt_tokens": episode.prompt_tokens,
                   "completion_tokens": episode.completion_tokens, **episode.token_fields()}
     if episode.environment_error is not None:
         record.update({"score": 0.0, "success": False, "terminated": ENVIRONMENT_ERROR,
                        "error_type": "environment:exception", "error_message": episode.environment_error})
     problem = rollout_problem(record, token_level)
     if problem is not None:
-        raise ContractError(f"environment {source}: record() returned a rollout record that breaks the contract "
+        raise ContractError(f"{source}: record() returned a rollout record that breaks the contract "
                             f"(rollout.agent.ROLLOUT_FIELDS): {problem}")
     return record
 
@@ -449,7 +455,7 @@ def run_rollouts(
                     except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything)
                         if episode.taken is not reply:  # it raised before counting the reply: the record (and
                             episode.take_tokens(reply)  # GRPO) still needs the tokens the model generated
-                        episode.fail_environment(error, f"environment {source}: a tool or feed()")
+                        episode.fail_environment(error, f"{source}: a tool or feed()")
                     if not episode.done:
                         ask(position, episode)
                         continue

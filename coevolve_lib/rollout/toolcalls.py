@@ -175,9 +175,9 @@ DOC_TYPES = {
     "Hashtable": "object", "Queue": "array", "Stack": "array", "Any": "string", "String": "string",
     "Bigint": "integer",
 }
-"""Equal to `bfcl_eval.constants.type_mappings.DOC_TYPES` in both releases (a test checks it);
-copied so that building tool schemas does not import a BFCL release."""
-
+"""The parameter types an environment's function docs (`Environment.tool_docs`) may name -> JSON Schema's. The
+vocabulary is the one BFCL's docs use (equal to BFCL's own `bfcl_eval.constants.type_mappings` table in both releases,
+a test checks it; written out so that building tool schemas imports no BFCL release)."""
 
 
 def tools_to_openai(func_docs: Iterable[dict]) -> list[dict]:

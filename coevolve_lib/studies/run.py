@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig
 from coevolve_lib.core.models import HFChatModel
-from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, repo_relative
+from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, profile_label, repo_relative
 from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
 from coevolve_lib.engine.data_engine import DataEngine
@@ -84,12 +84,12 @@ def run_folder(runs_dir: str | Path, run: RunConfig) -> Path:
 
 
 def default_runs_dir(profile: str) -> Path:
-    return RUNS_DIR / "studies" / profile
+    return RUNS_DIR / "studies" / profile_label(profile)
 
 
 def results_file(results_dir: str | Path, study: str, profile: str, seeds: list[int], steps: int) -> Path:
     """Where a study's rows go: one file per study, profile, seed set and training length."""
-    return Path(results_dir) / study / f"{profile}_seeds{'-'.join(map(str, seeds))}_steps{steps}.json"
+    return Path(results_dir) / study / f"{profile_label(profile)}_seeds{'-'.join(map(str, seeds))}_steps{steps}.json"
 
 
 def settings_hash(profile: str, seeds: list[int], overrides: list[str], study: Study) -> str:

@@ -101,12 +101,13 @@ def rewards_vary(rewards: list[float]) -> bool:
     return len(set(rewards)) > 1
 
 
-def select_groups(group_rewards: list[list[float]], count: int) -> list[int]:
+def select_groups(group_rewards: list[list[float]], count: int, faulty: set[int] = frozenset()) -> list[int]:
     """Dynamic sampling (DAPO): the indices of the `count` groups to train on among the drawn ones: groups whose
-    rewards vary first, then the others, each in draw order; returned in draw order."""
-    varied = [i for i, rewards in enumerate(group_rewards) if rewards_vary(rewards)]
-    uniform = [i for i, rewards in enumerate(group_rewards) if not rewards_vary(rewards)]
-    return sorted((varied + uniform)[:count])
+    rewards vary first, then the others, each in draw order, and the `faulty` groups (an episode of theirs ended as
+    `environment_error`: its reward says what the environment did, not the policy) after all of them; returned in
+    draw order."""
+    ranked = sorted(range(len(group_rewards)), key=lambda i: (i in faulty, not rewards_vary(group_rewards[i])))
+    return sorted(ranked[:count])
 
 
 class PoolRollouts:
@@ -163,8 +164,9 @@ class PoolRollouts:
         for record, task in zip(records, (t for t in tasks for _ in range(k))):
             record["reward"] = float(reward(record, task))
             record["model_tokens"] = sum(record["completion_mask"])
+        faulty = {index // k for index, r in enumerate(records) if r["terminated"] == ENVIRONMENT_ERROR}
         chosen = set(select_groups([[r["reward"] for r in records[i * k:(i + 1) * k]] for i in range(len(tasks))],
-                                   trained_groups))
+                                   trained_groups, faulty))
         trained = [r for index, r in enumerate(records) if index // k in chosen]
         output = {"prompt_ids": [r["prompt_ids"] for r in trained], "completion_ids": [r["completion_ids"] for r in trained],
                   "env_mask": [r["completion_mask"] for r in trained], "reward": [r["reward"] for r in trained],

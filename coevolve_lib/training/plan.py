@@ -15,7 +15,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, TrainConfig
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.paper_models import GB, kv_bytes_per_token, paper_model, parameter_count
-from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, shown_path
+from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
 from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs
@@ -219,7 +219,7 @@ def run_training(profile: str = "tiny", overrides: dict | list[str] | None = Non
     """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones.
     `engine`: a data engine the notebook has open on `out_dir` (in-process runs reuse it, `train.train`)."""
     run = profiles.run_config(profile, overrides)
-    out_dir = Path(out_dir or RUNS_DIR / f"train_{profiles.profile_label(profile)}")
+    out_dir = Path(out_dir or RUNS_DIR / f"train_{profile_label(profile)}")
     if run.training.launch.num_processes == 1:
         return train(run, out_dir, resume=resume, progress=progress, engine=engine)
     settings = flatten_overrides(overrides)

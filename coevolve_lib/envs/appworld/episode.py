@@ -206,6 +206,9 @@ class AppWorldEpisode(Conversation):
             self.env_seconds += time.perf_counter() - start
         self._release(self.server)
         environment_error = self.terminated == "environment_error"
+        if environment_error and not self.faults:  # the rollout loop caught what this episode's code raised
+            self.faults.append({"attempt": self.attempts, "step": len(self.steps), "kind": "exception",
+                                "message": str(self.environment_error)[:2000]})
         success = bool(score and score["success"]) and self.terminated == "completed"
         if environment_error:
             error_type = f"environment:{self.faults[-1]['kind']}"

@@ -35,7 +35,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from coevolve_lib.core.config import ExploreConfig, WarmStartConfig
-from coevolve_lib.core.paths import LIBRARY_DATA
+from coevolve_lib.core.paths import LIBRARY_DATA, profile_label
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
@@ -313,7 +313,7 @@ def file_sha256(path: str | Path) -> str:
 def shipped_warm_start(profile: str, recipe_key: str) -> Path | None:
     """The shipped warm start of `profile` when it was built from the recipe `recipe_key`; None when there is none or
     its recipe differs (the caller then builds one). A file whose hash differs from the manifest is an error."""
-    folder = SHIPPED_DIR / profile
+    folder = SHIPPED_DIR / profile_label(profile)
     if not (folder / "manifest.json").exists():
         return None
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -333,7 +333,7 @@ def ship_warm_start(built: str | Path, profile: str, recipe: dict, recipe_key: s
     """Copy the model files of a built warm start to SHIPPED_DIR/<profile> with their manifest."""
     import shutil
 
-    folder = SHIPPED_DIR / profile
+    folder = SHIPPED_DIR / profile_label(profile)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     files = {}
