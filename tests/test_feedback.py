@@ -137,8 +137,9 @@ def test_llm_mode_round_survives_faults_on_the_real_loopback_server(tmp_path, tr
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     with ChatServer(load_chat_model("tiny"), faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=1.0, backoff_s=0.01, max_retries=3)
-        report = feedback_round(1, tmp_path / "round_001", [replace(BFCL.target(task), signal=signal, trajectory=trajectory)],
-                           pool, config, BFCL.round_steps(), model, progress=False)
+        target = replace(BFCL.target(task), signal=signal, trajectory=trajectory)
+        report = feedback_round(1, tmp_path / "round_001", [target], pool, config, BFCL.round_steps(), model,
+                                progress=False)
         requests = server.num_requests
     # 4 faults: 3 absorbed by the client's retries (its budget), the 4th exhausts it: a counted, skipped context
     # call that the context builder then retries once.

@@ -280,7 +280,8 @@ def test_run_config_rejects_unknown_fields_and_bad_batches():
         run_config("tiny", ["trainin.max_steps=3"])
     with pytest.raises(ConfigError, match="whole groups"):
         run_config("tiny", ["training.tasks_per_step=3", "training.launch.num_processes=2"])
-    with pytest.raises(ConfigError, match="training.pool_updates: unknown pool update 'sometimes'; registered: .*'curriculum'.*'signals'"):
+    with pytest.raises(ConfigError, match="training.pool_updates: unknown pool update 'sometimes'; registered: "
+                                          ".*'curriculum'.*'signals'"):
         run_config("tiny", ["training.pool_updates=sometimes"])
     with pytest.raises(ConfigError, match="not of the form"):
         parse_overrides(["training.max_steps"])

@@ -65,14 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     environment = make_environment(cfg.benchmark, run.data_engine,
                                    RUNS_DIR / "evaluate" / environment_class(cfg.benchmark).name)
     try:  # an EvaluationError (nothing measured) is one line and status 1, in coevolve_lib.__main__
+        rollout = rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
         result = checked_evaluation(environment, environment.evaluate(
-            load_evaluated_model(cfg), cfg, out, rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed),
-            experiment="zero_shot", progress=not args.quiet))
+            load_evaluated_model(cfg), cfg, out, rollout, experiment="zero_shot", progress=not args.quiet))
     finally:
         environment.close()
     headline, *others = result["metrics"]
     for row in result["metrics"]:
-        print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={row.get('temperature', cfg.temperature)}): {row['metric']} "
+        temperature = row.get("temperature", cfg.temperature)
+        print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={temperature}): {row['metric']} "
               f"{row['value'] if row['value'] is None else format(row['value'], '.2f')}% ({row['correct']}/{row['n']})")
     details = result.get("details") or {}
     counted = [f"{name.replace('_', ' ')} {details[name]}" for name in ("model_errors", "environment_errors")

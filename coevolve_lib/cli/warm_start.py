@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     if not run.data_engine.warm_start.enabled:
         raise ConfigError(f"profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)")
     set_torch_threads(run.training.torch_threads)
-    engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{profile_label(args.profile)}", run.evaluation.benchmark)
+    engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{profile_label(args.profile)}",
+                        run.evaluation.benchmark)
     engine.initial_pool(progress=not args.quiet)
     path = engine.policy(progress=not args.quiet, use_shipped=not args.ship)
     check = check_policy(engine, path, max_completion_tokens=run.training.max_completion_tokens,

@@ -100,9 +100,9 @@ def screen_heldout(spec: dict, verdict: dict, excluded: frozenset[str]) -> dict:
 
 
 def screen_shape(spec: dict, verdict: dict, min_calls: int) -> dict:
-    """`verdict`, or, when the task it accepts has fewer than `min_calls` reference calls (`too_short`) or an empty query
-    (`empty_query`), that verdict turned into a rejection: whatever an environment's validation decides, no such task
-    reaches the pool (each would be a free reward)."""
+    """`verdict`, or, when the task it accepts has fewer than `min_calls` reference calls (`too_short`) or an empty
+    query (`empty_query`), that verdict turned into a rejection: whatever an environment's validation decides, no such
+    task reaches the pool (each would be a free reward)."""
     if not verdict["accepted"]:
         return verdict
     reasons = (["too_short"] if len(verdict["reference_actions"]) < min_calls else []) + \
@@ -245,7 +245,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             failed = Cost()
             failed.skip("environment_error")
             return {"key": key, "source": target.source(None), "signal": target.signal, "context": None,
-                    "triplets": [], "cost": failed.as_dict(), "error": _fault(config.environment, "explore", key, error)}
+                    "triplets": [], "cost": failed.as_dict(),
+                    "error": _fault(config.environment, "explore", key, error)}
         stage_cost = Cost.from_record(cost)
         triplets = _cut_observations(triplets, config.max_observation_chars, stage_cost)
         return {"key": key, "source": target.source(context), "signal": target.signal,

@@ -56,7 +56,7 @@ TOKEN_FIELDS = ("prompt_ids", "completion_ids", "completion_mask")
 
 
 def rollout_problem(record, token_level: bool) -> str | None:
-    """The first way `record` breaks the rollout contract (`ROLLOUT_FIELDS`), as `field: what`; None when it keeps it."""
+    """The first way `record` breaks the rollout contract (`ROLLOUT_FIELDS`), as `field: what`; None if it keeps it."""
     if not isinstance(record, dict):
         return f"the record is a {type(record).__name__}, not a mapping"
     for name, types in ROLLOUT_FIELDS.items():

@@ -1,5 +1,5 @@
-"""TGC and SGC of a model on an AppWorld split (`evaluate_appworld`): one greedy episode per task through the kit's rollout
-loop and AppWorld's own evaluator (episodes: `envs/appworld/episode.py`), written as a `results/v2` document."""
+"""TGC and SGC of a model on an AppWorld split (`evaluate_appworld`): one greedy episode per task through the kit's
+rollout loop and AppWorld's own evaluator (episodes: `envs/appworld/episode.py`), written as a `results/v2` document."""
 
 from __future__ import annotations
 

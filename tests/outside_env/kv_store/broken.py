@@ -1,4 +1,4 @@
-"""The store with an evaluation that breaks the seam's contract (its rows count nothing), for the kit's contract test."""
+"""The store with an evaluation that breaks the seam's contract (its rows count nothing), for the contract test."""
 
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.core.results import write_result
