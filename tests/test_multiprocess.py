@@ -167,7 +167,10 @@ def test_fsdp_with_local_rollouts_is_refused_in_one_line(tmp_path):
                "training.launch.num_processes=2"]
     proc = launch(command)
     assert proc.returncode != 0
-    assert proc.stderr.count("accelerate launched this run with FSDP: FSDP shards the policy") == 2
+    # Each process refuses on its own; the first to exit makes torchrun stop the other, which may not have got as far
+    # (measured in a fresh clone, whose first imports compile every module: 1 of 2 lines), so at least one line, and
+    # no process started D_0.
+    assert proc.stderr.count("accelerate launched this run with FSDP: FSDP shards the policy") >= 1
     assert not (tmp_path / "run" / "round_000").exists()
     planned = subprocess.run([sys.executable, "-m", "coevolve_lib", "train", "--profile", "paper-qwen3-4b",
                               "--dry-run", "--set",
