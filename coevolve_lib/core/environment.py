@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from coevolve_lib.core.config import RunError
-from coevolve_lib.core.results import validate_result
 from coevolve_lib.core.extensions import check_class, find, load_reference, registered
+from coevolve_lib.core.results import validate_result
 
 
 @dataclass

@@ -51,11 +51,12 @@ def _check_fields(obj: dict, fields: dict, where: str) -> list[str]:
         value = obj[name]
         # bool is an int in Python, but a `true` k or seed is a mistake
         if isinstance(value, bool) or not isinstance(value, types):
-            problems.append(f"{where}.{name}: {type(value).__name__} {value!r:.60} is not {_names(types)}")
+            problems.append(f"{where}.{name}: {type(value).__name__} {value!r:.60} is not {type_names(types)}")
     return problems
 
 
-def _names(types) -> str:
+def type_names(types) -> str:
+    """`(int, float)` -> "int or float": a field's types as an error message names them."""
     return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
 
 

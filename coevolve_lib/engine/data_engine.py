@@ -92,8 +92,8 @@ class DataEngine:
         sources = self.environment.sources(part)
         ids = [getattr(source, "id", None) for source in sources]
         where = f"environment {self.environment.name}: sources({part!r})"
-        if not all(isinstance(i, str) and i for i in ids):
-            bad = next(i for i, source_id in enumerate(ids) if not (isinstance(source_id, str) and source_id))
+        bad = next((i for i, source_id in enumerate(ids) if not (isinstance(source_id, str) and source_id)), None)
+        if bad is not None:
             raise ContractError(f"{where}: source {bad} ({type(sources[bad]).__name__}) has no `id` string")
         repeated = sorted(i for i, count in Counter(ids).items() if count > 1)
         if repeated:

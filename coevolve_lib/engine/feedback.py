@@ -119,11 +119,14 @@ KIT_ERRORS = (ConfigError, RunError)
 answers): the run stops in one line, as everywhere else."""
 
 
-def _fault(environment: str, stage: str, key: str, error: Exception) -> str:
-    """One line for a round step that raised; the round counts it and goes on."""
+def _fault(environment: str, stage: str, key: str, error: Exception) -> tuple[str, dict]:
+    """A round step that raised: one logged line, and (what was raised, the stage cost that counts the skip); the
+    round goes on."""
     text = f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
     log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key, text)
-    return text
+    cost = Cost()
+    cost.skip("environment_error")
+    return text, cost.as_dict()
 
 
 def _cut_observations(triplets: list[dict], limit: int | None, cost: Cost) -> list[dict]:
@@ -242,11 +245,9 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             raise
         except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this target's runs
             # are skipped and counted, the round goes on)
-            failed = Cost()
-            failed.skip("environment_error")
+            text, cost = _fault(config.environment, "explore", key, error)
             return {"key": key, "source": target.source(None), "signal": target.signal, "context": None,
-                    "triplets": [], "cost": failed.as_dict(),
-                    "error": _fault(config.environment, "explore", key, error)}
+                    "triplets": [], "cost": cost, "error": text}
         stage_cost = Cost.from_record(cost)
         triplets = _cut_observations(triplets, config.max_observation_chars, stage_cost)
         return {"key": key, "source": target.source(context), "signal": target.signal,
@@ -272,10 +273,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         except KIT_ERRORS:
             raise
         except Exception as error:  # noqa: BLE001 (as in explore: the group is skipped and counted)
-            failed = Cost()
-            failed.skip("environment_error")
-            return {"key": key, "group": list(group_key), "specs": [], "cost": failed.as_dict(),
-                    "error": _fault(config.environment, "abstract", key, error)}
+            text, cost = _fault(config.environment, "abstract", key, error)
+            return {"key": key, "group": list(group_key), "specs": [], "cost": cost, "error": text}
         return {"key": key, "group": list(group_key), "specs": specs, "cost": cost}
 
     abstractions = _stage(shards, round_dir, "abstractions", [(f"{k[0]}|{k[1]}", (k, t)) for k, t in groups.items()],
@@ -304,8 +303,9 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         except KIT_ERRORS:
             raise
         except Exception as error:  # noqa: BLE001 (as in explore: the spec is rejected, counted by its reason)
+            text, _ = _fault(config.environment, "validate", spec["spec_id"], error)  # a verdict counts by its reason
             judged = verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], ["environment_error"],
-                                    "", detail=_fault(config.environment, "validate", spec["spec_id"], error))
+                                    "", detail=text)
         judged = screen_heldout(spec, screen_shape(spec, judged, config.synthesis.min_calls), config.excluded)
         if judged["accepted"] and one_validator:
             known.add(judged["task_id"])

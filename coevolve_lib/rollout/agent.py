@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from coevolve_lib.core.config import EpisodeBudget, RolloutSettings
 from coevolve_lib.core.environment import ContractError
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.core.results import type_names
 from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.engines import (
     ENGINES,
@@ -63,7 +64,7 @@ def rollout_problem(record, token_level: bool) -> str | None:
         if name not in record:
             return f"{name}: missing"
         if isinstance(record[name], bool) is not (types is bool) or not isinstance(record[name], types):
-            return f"{name}: {type(record[name]).__name__} {record[name]!r:.60}, not {_type_names(types)}"
+            return f"{name}: {type(record[name]).__name__} {record[name]!r:.60}, not {type_names(types)}"
     if not 0.0 <= record["score"] <= 1.0:
         return f"score: {record['score']!r}, not in [0, 1]"
     for index, step in enumerate(record["steps"]):
@@ -77,10 +78,6 @@ def rollout_problem(record, token_level: bool) -> str | None:
         if len(record["completion_ids"]) != len(record["completion_mask"]):
             return "completion_mask: not as long as completion_ids"
     return None
-
-
-def _type_names(types) -> str:
-    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
 
 
 @dataclass
