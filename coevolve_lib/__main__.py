@@ -34,6 +34,8 @@ COMMANDS = {
                    "build (or find) a profile's warm start and check it; --ship ships it"),
     "notebook": ("coevolve_lib.cli.notebook",
                  "run a notebook with papermill after checking its parameters"),
+    "record-explorer": ("coevolve_lib.cli.record_explorer",
+                        "record the explorer calls of the Table 12 rows make reproduce replays (transformers serve)"),
     "extensions": ("coevolve_lib.cli.extensions",
                    "the environments, signal types and pool updates a profile can name, and where each comes from"),
 }

@@ -249,8 +249,9 @@ def test_a_dead_explorer_endpoint_stops_at_d0_in_one_line(capsys, monkeypatch, t
                     "--set", "data_engine.explore.explorer=llm", "--set", "data_engine.explore.runs=1",
                     "--set", "data_engine.explore.calls_per_run=1"])
     captured = capsys.readouterr()
-    assert_one_line(returned, captured.out, captured.err, 1, "explorer calls failed: does openai:x's endpoint "
-                    "answer (OPENAI_BASE_URL)?); once that is fixed, delete ")
+    assert_one_line(returned, captured.out, captured.err, 1, "explorer calls failed after their retries: does "
+                    "openai:x's endpoint answer (OPENAI_BASE_URL), and without errors (its log says why)?); once that "
+                    "is fixed, delete ")
     assert "D_0 has no task (" in captured.err and str(tmp_path / "warm_start_tiny" / "round_000") in captured.err
 
 

@@ -63,6 +63,8 @@ def test_a_truncated_last_line_is_skipped_and_redone(tmp_path):
     rollouts.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
     result = evaluate(cfg, out, progress=False)
     assert result["details"]["resumed_episodes"] == 1 and metric_row(result)["n"] == 2
+    # the redone episode's line starts after the cut one, not on it: a third run finds both episodes done
+    assert evaluate(cfg, out, progress=False)["details"]["resumed_episodes"] == 2
 
 
 def test_unknown_profile_or_field_is_a_clear_error():

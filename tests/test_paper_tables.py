@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.results import write_result
 from coevolve_lib.studies import tables as paper_tables
 from coevolve_lib.studies.catalog import COMPARISON
@@ -184,3 +185,28 @@ def test_table12_puts_each_explorer_beside_the_paper_row_it_stands_for():
     assert kit.loc["openai:qwen-plus", "kit CoEvolve held-out (a) new tasks, pool envs %"].startswith("50.0")
     assert kit.loc["openai:qwen-plus", "kit synthesis only held-out (a) new tasks, pool envs %"].startswith("0.0")
     assert "Qwen3-4B" in table.notes[0]  # the paper's explorer no endpoint was given for
+
+
+def test_table12_says_a_replayed_explorer_whose_d0_held_no_task_trained_nothing():
+    from coevolve_lib.studies.catalog import explorers
+
+    study = explorers({"Qwen3-4B": "openai:policy"}, "", {"Qwen3-4B": "coevolve_lib/data/llm_calls/x.jsonl"})
+    rows = [{"variant": v.name, "metric": "greedy_success", "eval_set": "heldout/new_tasks/abc", "seed": 0, "steps": 2,
+             "tasks_per_step": 8, "group_size": 8, "per_task": {"t0": 1.0, "t1": 0.0}}
+            for v in study.variants if v.name.startswith("default")]
+    d0 = {"targets": 13, "explorer_calls": 112, "triplets": 8, "valid_triplets": 0, "specs": 0, "accepted": 0,
+          "explore_skipped": {"model_error": 104, "no_valid_action": 8}, "rejection_reasons": {}}
+    doc = {"profile": "tiny", "model": "m", "config": {"seeds": [0], "variants": [
+        {"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row} for v in study.variants]},
+        "metrics": rows, "details": {"not_trained": [{"variant": f"explorer1_{kind}", "seed": 0, "reason": "D_0 has no "
+                                                      "task", "d0": d0} for kind in ("static", "coevolve")]}}
+    table = paper_tables.table12(doc)
+    row = table.kit.loc["openai:policy (replayed: coevolve_lib/data/llm_calls/x.jsonl)"]
+    assert row["paper row"] == "Qwen3-4B" and row["paper CoEvolve"] == "56.50"
+    cells = [value for column, value in row.items() if column.startswith("kit ")]
+    assert cells and all(value == "not trained (D_0 empty)" for value in cells)
+    assert table.kit.loc["the profile's (tiny)", "kit synthesis only held-out (a) new tasks, pool envs %"].startswith("50.0")
+    [static, coevolve] = [n for n in table.notes if "not trained" in n]
+    assert static.startswith("explorer1_static") and "112 explorer calls" in static and "model_error 104" in static
+    with pytest.raises(ConfigError, match="not in explorer_models"):
+        explorers({}, "", {"Qwen3-4B": "x.jsonl"})

@@ -13,9 +13,10 @@ from dataclasses import replace
 
 import pytest
 from helpers import BFCL
-from real_server import free_port, transformers_serve
 
+from coevolve_lib.cli.transformers_serve import free_port, transformers_serve
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
+from coevolve_lib.core.llm_calls import RecordedChatModel
 from coevolve_lib.core.models import OpenAIChatModel
 from coevolve_lib.core.paths import LIBRARY_DATA, REPO_ROOT
 from coevolve_lib.core.records import read_jsonl
@@ -34,17 +35,23 @@ def served(tmp_path_factory):
         yield base_url, log
 
 
-def evaluate_command(model: str, out, *extra: str) -> list[str]:
+def evaluate_command(model: str, out, *extra: str, limit: int = TASKS) -> list[str]:
     return [sys.executable, "-m", "coevolve_lib", "evaluate", "--profile", "tiny", "--model", model, "--split", "train",
-            "--limit", str(TASKS), "--out", str(out), "--quiet", *extra]
+            "--limit", str(limit), "--out", str(out), "--quiet", *extra]
 
 
-def evaluate(model: str, out, runs, *extra: str) -> dict:
-    done = subprocess.run(evaluate_command(model, out, *extra), cwd=REPO_ROOT,
+def evaluate(model: str, out, runs, *extra: str, limit: int = TASKS, status: int = 0):
+    """The evaluation's results document (`status` 0), else its stderr."""
+    done = subprocess.run(evaluate_command(model, out, *extra, limit=limit), cwd=REPO_ROOT,
                           env={**os.environ, "COEVOLVE_RUNS_DIR": str(runs)}, capture_output=True, text=True,
                           timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(out.read_text())
+    assert done.returncode == status, done.stderr[-3000:]
+    return json.loads(out.read_text()) if status == 0 else done.stderr
+
+
+IGNORED = "Ignoring unsupported fields in the request"
+"""What `transformers serve` logs for a field it drops (measured in 5.17: `n`, `logprobs`, `tool_choice`,
+`response_format` and others are answered with HTTP 200 and dropped, not refused): the kit must send none of them."""
 
 
 def test_served_and_in_process_evaluations_make_the_same_calls_task_by_task(served, tmp_path):
@@ -69,6 +76,22 @@ def test_served_and_in_process_evaluations_make_the_same_calls_task_by_task(serv
         text = log.read_text()
         assert "500 Internal Server Error" in text and "JSONDecodeError" in text
     assert len(served_records) >= TASKS - 2
+    assert IGNORED not in log.read_text()
+
+
+def test_a_server_slower_than_the_deadline_is_one_line_and_the_rerun_measures_everything(served, tmp_path):
+    """The server is slower than the reply deadline (`evaluation.deadline_s`, 10 ms here): each episode's reply gives
+    up in bounded time, the command says so in one line (status 1, no traceback), and the same command with the
+    profile's deadline measures every episode (nothing was kept from the first)."""
+    base_url, _ = served
+    out, started = tmp_path / "slow.json", time.monotonic()
+    stderr = evaluate(f"openai:{POLICY}", out, tmp_path, "--base-url", base_url, "--set", "evaluation.deadline_s=0.01",
+                      limit=4, status=1)
+    lines = [line for line in stderr.splitlines() if "every episode ended in a model error" in line]
+    assert len(lines) == 1 and "Traceback" not in stderr and "no time left for another try" in lines[0], stderr
+    assert time.monotonic() - started < 120
+    again = evaluate(f"openai:{POLICY}", out, tmp_path, "--base-url", base_url, limit=4)
+    assert again["metrics"][0]["n"] == 4 and again["details"]["resumed_episodes"] == 0
 
 
 def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path):
@@ -84,9 +107,10 @@ def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path
     config = FeedbackConfig(explore=ExploreConfig(explorer="llm", context_builder="llm", runs=2, calls_per_run=2),
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     model = OpenAIChatModel(str(POLICY), base_url=base_url, timeout=60.0)
+    recording = RecordedChatModel(str(POLICY), tmp_path / "llm_calls.jsonl", model)
     before = log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
     report = feedback_round(1, tmp_path / "round_001", [target], TaskPool(tmp_path / "pool.jsonl"), config,
-                            BFCL.round_steps(), model, progress=False)
+                            BFCL.round_steps(), recording, progress=False)
     requests = log.read_text().count('"POST /v1/chat/completions HTTP/1.1"') - before
     calls = {stage: cost["calls"] for stage, cost in report["cost"].items()}
     skipped = report["cost"]["explore"]["skipped"]
@@ -94,9 +118,42 @@ def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path
     assert requests == sum(calls.values()) + model.num_retries and calls["explore"] >= 1
     assert (tmp_path / "round_001" / "report.json").exists() and report["triplets"] <= 2 * 2
     assert report["accepted"] + sum(report["rejection_reasons"].values()) == report["specs"]
+    assert IGNORED not in log.read_text()
     if skipped.get("model_error"):  # measured: the tiny policy writes a malformed <tool_call> even when no tools
         # were sent, and the server's own response parser raises on it (HTTP 500); the kit retries, then counts it
         assert "json parser could not parse region as JSON" in log.read_text()
+    # The round again, from its recording alone (no client, no endpoint): the same files, but for the seconds this
+    # run measured (the stages' wall times); the pool byte for byte. One record line per ask, errors included.
+    assert len(read_jsonl(tmp_path / "llm_calls.jsonl")) == sum(calls.values())
+    replay_dir = tmp_path / "replay"
+    again = feedback_round(1, replay_dir / "round_001", [target], TaskPool(replay_dir / "pool.jsonl"), config,
+                           BFCL.round_steps(), RecordedChatModel(str(POLICY), tmp_path / "llm_calls.jsonl"),
+                           progress=False)
+    assert without_wall_times(again) == without_wall_times(report)
+    recorded = sorted(path.name for path in (tmp_path / "round_001").iterdir())
+    assert recorded == sorted(path.name for path in (replay_dir / "round_001").iterdir())
+    for name in recorded:
+        assert contents(tmp_path / "round_001" / name) == contents(replay_dir / "round_001" / name), name
+    for name in ("pool.jsonl", "pool.jsonl.rounds.json"):  # the pool holds what the round accepted (often none)
+        assert read_bytes(tmp_path / name) == read_bytes(replay_dir / name), name
+
+
+def without_wall_times(value):
+    """A round report without its measured seconds (`seconds`, `wall_seconds`): what a replay cannot repeat."""
+    if isinstance(value, dict):
+        return {k: without_wall_times(v) for k, v in value.items() if k not in ("seconds", "wall_seconds")}
+    return [without_wall_times(v) for v in value] if isinstance(value, list) else value
+
+
+def read_bytes(path):
+    return path.read_bytes() if path.exists() else None
+
+
+def contents(path):
+    """A round file's records without their measured seconds."""
+    text = path.read_text()
+    return without_wall_times(json.loads(text) if path.suffix == ".json" else [json.loads(line) for line in
+                                                                              text.splitlines()])
 
 
 def test_a_server_killed_mid_evaluation_costs_counted_model_errors_and_the_rerun_resumes(tmp_path):

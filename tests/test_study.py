@@ -161,3 +161,17 @@ def test_unfinished_runs_train_side_by_side_in_their_own_processes(tmp_path):
         assert "train_runtime" in log
     summaries = [json.loads((p["folder"] / "summary.json").read_text()) for p in plans]
     assert plans[0]["folder"] != plans[1]["folder"] and all(s["steps"] == 2 for s in summaries)
+
+
+def test_a_run_whose_d0_holds_no_task_is_kept_in_the_results_as_not_trained(tmp_path):
+    """Exploration runs of 2 calls cannot give a task of 3 (`synthesis.min_calls`): D_0 is empty, the run cannot
+    train, and the study records that, with what D_0 did, instead of stopping or dropping the run."""
+    study = study_lib.Study("stuck", ("table12",), (study_lib.Variant("short_runs",
+                                                                      ("data_engine.explore.calls_per_run=2",)),))
+    rows = study_lib.run_study(study, "tiny", [0], SMALL, tmp_path / "runs", results_path=tmp_path / "r.json",
+                               progress=False)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert rows == [] and saved["metrics"] == [] and validate_result(saved) == []
+    [entry] = saved["details"]["not_trained"]
+    assert entry["variant"] == "short_runs" and entry["seed"] == 0 and entry["reason"].startswith("D_0 has no task")
+    assert entry["d0"]["accepted"] == 0 and entry["d0"]["triplets"] > 0 and entry["d0"]["explorer_calls"] == 0

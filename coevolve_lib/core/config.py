@@ -20,6 +20,7 @@ One name per meaning: `max_steps` counts optimizer steps (training and warm star
 
 from __future__ import annotations
 
+import dataclasses
 import reprlib
 from dataclasses import field
 from typing import Annotated, Literal
@@ -482,6 +483,14 @@ class DataEngineConfig:
     explorer_batch_deadline_s: PositiveFloat = 3600.0
     """Most seconds one batch of explorer-LLM calls may take together; calls not answered by then are model errors
     of the round. A batch still waiting after 10 s says so on stderr."""
+    llm_calls: Literal["live", "record", "replay"] = "live"
+    """How the explorer model's calls are answered (`core.llm_calls`): `live` (asked, nothing kept), `record` (asked,
+    and every reply appended to `llm_record`; replies already there are not asked again, so a resumed run does not pay
+    twice) or `replay` (answered from `llm_record` alone, with no endpoint: the recorded run again, byte for byte).
+    Not part of the run's identity (`run_identity`): a replayed run is the recorded run, in the same folder."""
+    llm_record: str | None = None
+    """The record file of `llm_calls` = record | replay (None: `llm_calls.jsonl` in the run folder). A relative path is
+    read from the repository root (the committed recordings are under `coevolve_lib/data/llm_calls/`)."""
     data_version: Literal["v3", "v4"] = "v3"
     """BFCL data version whose environments are explored."""
     classes: list[str] | None = None
@@ -716,6 +725,20 @@ class TrainConfig:
         return self.feedback_every if self.eval_every is None else self.eval_every
 
 
+NOT_IDENTITY = ("data_engine.llm_calls", "data_engine.llm_record")
+"""Settings that say how a run gets its explorer's replies, not which run it is: a run replayed from its recording is
+the recorded run (same hash, same folder, resumable in either mode)."""
+
+
+def run_identity(run: "RunConfig") -> dict:
+    """The run's whole resolved config, as a dict, without the `NOT_IDENTITY` settings: what its hash is taken of."""
+    config = dataclasses.asdict(run)
+    for dotted in NOT_IDENTITY:
+        section, name = dotted.split(".")
+        config[section].pop(name)
+    return config
+
+
 @dataclass(config=STRICT)
 class RunConfig:
     """Everything one training run needs: the profile's model and its sections."""
@@ -731,6 +754,10 @@ class RunConfig:
 
     def __post_init__(self):
         data = self.data_engine
+        if data.llm_calls != "live" and not data.explorer_model:
+            raise ValueError(f"data_engine.llm_calls={data.llm_calls} records or replays the explorer model's calls, "
+                             "and data_engine.explorer_model is unset (every stage runs offline): set both, or keep "
+                             "llm_calls=live")
         llm_stages = [name for name, on in (("explore.explorer=llm", data.explore.explorer == "llm"),
                                             ("explore.context_builder=llm", data.explore.context_builder == "llm"),
                                             ("synthesis.abstraction=llm", data.synthesis.abstraction == "llm"),

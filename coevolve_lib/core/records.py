@@ -25,11 +25,15 @@ arguments) are such text, and they occur only inside JSON strings, where backsla
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
-    """Append one record and flush it to disk before returning."""
+    """Append one record and flush it to disk before returning. After a line cut by a killed process, the record
+    starts a line of its own (else it would join the cut line, and be skipped with it when read)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8", errors=ENCODING_ERRORS) as f:
-        f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+    line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8", errors=ENCODING_ERRORS)
+    with open(path, "ab+") as f:  # appends go to the end whatever was read
+        if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+            line = b"\n" + line
+        f.write(line)
         f.flush()
         os.fsync(f.fileno())
 

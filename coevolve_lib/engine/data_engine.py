@@ -22,6 +22,7 @@ from pathlib import Path
 
 from coevolve_lib.core.config import DataEngineConfig, RunError
 from coevolve_lib.core.environment import ContractError, Environment, RoundSteps, make_environment
+from coevolve_lib.core.llm_calls import explorer_model, record_path
 from coevolve_lib.core.models import load_chat_model, local_model
 from coevolve_lib.core.paths import shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
@@ -66,6 +67,18 @@ def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], drawn_befo
     return records
 
 
+class EmptyPool(RunError):
+    """D_0 accepted no task (a RunError: a run cannot train on nothing). `report` is D_0's round report, which says
+    what the explorer did instead (calls, actions without a valid call, rejections and their reasons)."""
+
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
+
+    def __reduce__(self):  # raised in a study's worker process, re-raised in its parent
+        return type(self), (str(self), self.report)
+
+
 class DataEngine:
     """One run folder of the data engine for a `DataEngineConfig` on one environment: a registry name
     (`evaluation.benchmark`, made here for the run folder) or an `Environment` already made."""
@@ -81,7 +94,9 @@ class DataEngine:
         if config.explorer_model:  # an endpoint's calls get the profile's deadline (a local model needs none)
             options = ({"deadline_s": config.explorer_deadline_s, "batch_deadline_s": config.explorer_batch_deadline_s}
                        if config.explorer_model.startswith("openai:") else {})
-            self.explorer_model = load_chat_model(config.explorer_model, **options)
+            self.explorer_model = explorer_model(config.explorer_model, config.llm_calls,
+                                                 record_path(self.run_dir, config.llm_record),
+                                                 lambda spec: load_chat_model(spec, **options))
         self._excluded: frozenset[str] | None = None
         self.shards: Shards = SINGLE
         """The processes that run D_0 and the rounds together (a multi-process training run sets it)."""
@@ -125,19 +140,22 @@ class DataEngine:
                               environment=f"environment {self.environment.name}")
 
     def initial_pool(self, progress: bool = True) -> dict:
-        """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). A RunError when it holds none:
-        nothing after it could run (most likely an LLM explorer whose endpoint never answered)."""
+        """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). `EmptyPool` when it holds none:
+        nothing after it could run (an LLM explorer whose endpoint never answered, or that wrote no valid call)."""
         round_dir = self.run_dir / "round_000"
         report = synthesize_initial(self.sources("pool"), self.pool, round_dir, self.feedback_config(),
                                     self.environment.target, self.round_steps(), size=self.config.d0_size,
                                     model=self.explorer_model, progress=progress, shards=self.shards)
         if not self.pool.tasks:
-            failed = report["cost"]["explore"]["skipped"].get("model_error", 0)
-            why = (f"{failed} explorer calls failed: does {self.config.explorer_model}'s endpoint answer "
-                   "(OPENAI_BASE_URL)?" if failed else f"{report['valid_triplets']} exploration calls ran, "
-                   f"{report['accepted']} tasks were accepted")
-            raise RunError(f"D_0 has no task ({report['targets']} environments explored; {why}); once that is "
-                           f"fixed, delete {shown_path(round_dir)} to build D_0 again")
+            skipped = report["cost"]["explore"]["skipped"]
+            failed, refused = skipped.get("model_error", 0), skipped.get("no_valid_action", 0)
+            why = (f"{failed} explorer calls failed after their retries: does {self.config.explorer_model}'s "
+                   "endpoint answer (OPENAI_BASE_URL), and without errors (its log says why)?" if failed else
+                   f"{report['valid_triplets']} exploration calls ran, {report['accepted']} tasks were accepted")
+            if refused:
+                why += f"; {refused} explorer replies held no valid call"
+            raise EmptyPool(f"D_0 has no task ({report['targets']} environments explored; {why}); once that is "
+                            f"fixed, delete {shown_path(round_dir)} to build D_0 again", report)
         return report
 
     def policy(self, progress: bool = True, use_shipped: bool = True) -> str:

@@ -381,3 +381,12 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
     return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, steps, model, size, progress,
                           shards=shards)
+
+
+def round_counts(report: dict) -> dict:
+    """What a round did, in counts, from its report: targets, explorer-LLM calls, exploration steps and the valid
+    ones, abstracted tasks, accepted ones, and the explorer's skips and validation's rejections by reason."""
+    return {"targets": report["targets"], "explorer_calls": report["cost"]["explore"]["calls"],
+            "triplets": report["triplets"], "valid_triplets": report["valid_triplets"], "specs": report["specs"],
+            "accepted": report["accepted"], "explore_skipped": report["cost"]["explore"]["skipped"],
+            "rejection_reasons": report["rejection_reasons"]}

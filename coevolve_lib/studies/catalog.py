@@ -14,7 +14,7 @@ the others when they run at the same scale (the same study overrides and seeds).
 
 from __future__ import annotations
 
-from coevolve_lib.core.config import SignalConfig
+from coevolve_lib.core.config import ConfigError, SignalConfig
 from coevolve_lib.studies.run import Study, Variant
 
 COEVOLVE = Variant("coevolve", ("training.pool_updates=signals",), "+ Feedback")
@@ -81,15 +81,28 @@ LLM_EXPLORER = ("data_engine.explore.explorer=llm", "data_engine.explore.context
 """What an LLM explorer drives: re-exploration (Figs. 9-10), the exploration contexts (Fig. 11), abstraction (Fig. 12)."""
 
 
-def explorers(models: dict[str, str], default_row: str = "") -> Study:
+def explorer_overrides(model: str, recording: str | None = None) -> tuple[str, ...]:
+    """The settings of a run whose LLM stages (`LLM_EXPLORER`) are `model`'s: asked live, or, with a `recording`,
+    answered from it alone (`data_engine.llm_calls=replay`)."""
+    replayed = ("data_engine.llm_calls=replay", f"data_engine.llm_record={recording}") if recording else ()
+    return (f"data_engine.explorer_model={model}", *LLM_EXPLORER, *replayed)
+
+
+def explorers(models: dict[str, str], default_row: str = "", recordings: dict[str, str] | None = None) -> Study:
     """Table 12: each explorer builds D_0 and runs the feedback rounds; "synthesis only" is GRPO on its D_0, "CoEvolve"
     adds its feedback rounds. First the profile's own explorer (`default_row`: the paper's row it stands for, e.g.
     "Qwen-Max" on the paper profiles), then `models`: the paper's row -> a chat model (`openai:<name>` behind
-    OPENAI_BASE_URL, or a local model folder)."""
+    OPENAI_BASE_URL, or a local model folder). `recordings`: the paper's row -> a recording of that explorer's calls
+    (`core.llm_calls`), replayed instead of asking the model (no endpoint; `python -m coevolve_lib record-explorer`
+    makes one); a row without one asks its model live."""
+    recordings = recordings or {}
+    unknown = sorted(set(recordings) - set(models))
+    if unknown:
+        raise ConfigError(f"explorer_recordings: row(s) {unknown} are not in explorer_models ({sorted(models)})")
     variants = [Variant("default_static", ("training.pool_updates=none",), default_row),
                 Variant("default_coevolve", COEVOLVE.overrides, default_row)]
     for index, (row, model) in enumerate(models.items()):
-        llm = (f"data_engine.explorer_model={model}", *LLM_EXPLORER)
+        llm = explorer_overrides(model, recordings.get(row))
         variants += [Variant(f"explorer{index + 1}_static", (*llm, "training.pool_updates=none"), row),
                      Variant(f"explorer{index + 1}_coevolve", (*llm, *COEVOLVE.overrides), row)]
     return Study("explorers", ("table12",), tuple(variants))

@@ -28,7 +28,7 @@ PARAMETER_TYPES = {
     "pass_k": NonNegativeInt,  # 07
     "d0_sizes": list[PositiveInt], "feedback_every": list[PositiveInt],  # 09
     "k": PositiveInt,  # 11
-    "explorer_models": dict[str, str], "default_row": str,  # 12
+    "explorer_models": dict[str, str], "default_row": str, "explorer_recordings": dict[str, str],  # 12
     "split": str, "task_id": str, "max_steps": PositiveInt, "max_new_tokens": PositiveInt,  # 13 (AppWorld)
     "appworld_profile": str | None,  # 14
     "study_seeds": dict[str, Seeds], "allow_missing": bool,  # 20

@@ -63,6 +63,7 @@ EXPERIMENTS = (
 )
 """In running order. The last one assembles `tables.md` from the results the others wrote."""
 ASSEMBLY = EXPERIMENTS[-1]
+EXPLORER_EXPERIMENT = next(e for e in EXPERIMENTS if "explorers" in e.studies)
 
 
 def settings(profile: str) -> dict:
@@ -97,6 +98,14 @@ def parameters(experiment: Experiment, profile: str, seeds: list[int] | None, al
     return chosen
 
 
+def recorded_explorers(profile: str) -> dict[str, tuple[str, str]]:
+    """The Table 12 rows notebook 12 replays for `profile` (configs/reproduce.yaml's `explorer_recordings`): the
+    paper's row -> (its explorer model, its recording)."""
+    values = parameters(EXPLORER_EXPERIMENT, profile, None, False)
+    models, recordings = values.get("explorer_models") or {}, values.get("explorer_recordings") or {}
+    return {row: (models.get(row, ""), recording) for row, recording in recordings.items()}
+
+
 def planned_runs(experiment: Experiment, values: dict) -> list[dict]:
     """The training runs an experiment needs, with their folders, status and launch commands."""
     defaults = {**notebook_defaults(experiment.notebook), **values}
@@ -104,7 +113,8 @@ def planned_runs(experiment: Experiment, values: dict) -> list[dict]:
     for name in experiment.studies:
         built = {"sensitivity": lambda: sensitivity(defaults["d0_sizes"], defaults["feedback_every"]),
                  "baselines": lambda: baselines(defaults["reflector"]),
-                 "explorers": lambda: explorers(defaults["explorer_models"], defaults["default_row"])}
+                 "explorers": lambda: explorers(defaults["explorer_models"], defaults["default_row"],
+                                               defaults["explorer_recordings"])}
         study = built[name]() if name in built else STUDIES[name]
         runs += study_runs(study, values["profile"], defaults.get("seeds", [0]), defaults.get("overrides", []))
     return runs

@@ -26,12 +26,13 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from coevolve_lib import profiles
-from coevolve_lib.core.config import RunConfig
+from coevolve_lib.core.config import RunConfig, run_identity
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, profile_label, repo_relative
 from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
-from coevolve_lib.engine.data_engine import DataEngine
+from coevolve_lib.engine.data_engine import DataEngine, EmptyPool
+from coevolve_lib.engine.feedback import round_counts
 from coevolve_lib.rollout.agent import RolloutConfig, rollout_config
 from coevolve_lib.rollout.evaluation import pass_at_k, task_outcomes
 from coevolve_lib.training.loop import train
@@ -74,8 +75,8 @@ def variant_run(profile: str, overrides: list[str], variant: Variant, seed: int)
 
 
 def run_hash(run: RunConfig) -> str:
-    """The hash of a run's whole resolved config: equal hashes, the same run."""
-    return config_hash(asdict(run))
+    """The hash of a run's whole resolved config (`run_identity`): equal hashes, the same run."""
+    return config_hash(run_identity(run))
 
 
 def run_folder(runs_dir: str | Path, run: RunConfig) -> Path:
@@ -149,6 +150,8 @@ def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> 
             planned_run = futures[future]
             try:
                 future.result()
+            except EmptyPool:  # an outcome, not a failure: run_study records it (D_0's report is on disk)
+                pass
             except Exception as error:
                 log = planned_run["folder"] / "train.log"
                 tail = log.read_text()[-2000:] if log.exists() else ""
@@ -164,14 +167,18 @@ def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: li
     `results_path` (default `results_file(RESULTS_DIR, ...)`). `jobs` > 1 trains that many runs at once
     (`train_in_parallel`; single-process CPU profiles)."""
     overrides = flatten_overrides(overrides)
-    rows = []
+    rows, not_trained = [], []
     plans = planned_runs(study, profile, seeds, overrides, runs_dir)
     if jobs > 1:
         train_in_parallel(plans, jobs, progress)
     for planned in plans:
         run, folder = planned["run"], planned["folder"]
         if not finished(folder, run.training.max_steps):
-            train(run, folder, progress=progress, start_evaluations=folder.parent / START_EVALUATIONS)
+            try:
+                train(run, folder, progress=progress, start_evaluations=folder.parent / START_EVALUATIONS)
+            except EmptyPool as empty:  # e.g. an explorer LLM that wrote no valid call: what it did is the result
+                not_trained.append(untrained(planned, empty))
+                continue
         variant = next(v for v in study.variants if v.name == planned["variant"])
         rows += measure(study, run, variant, planned["seed"], folder)
         if study.zero_shot and variant == study.variants[0]:
@@ -182,10 +189,18 @@ def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: li
     settings = {"profile": profile, "seeds": list(seeds), "overrides": overrides, "pass_k": study.pass_k,
                 "variants": [asdict(v) for v in study.variants], "rank_by": first.data_engine.heldout.rank_by}
     write_result(Path(results_path or results_file(RESULTS_DIR, study.name, profile, list(seeds), steps)),
-                 experiment=study.name, profile=profile, model=rows[0]["model"],
+                 experiment=study.name, profile=profile, model=rows[0]["model"] if rows else first.model,
                  config_hash=settings_hash(profile, seeds, overrides, study), table=",".join(study.tables),
-                 run_dir=repo_relative(runs_dir or default_runs_dir(profile)), config=settings, metrics=rows)
+                 run_dir=repo_relative(runs_dir or default_runs_dir(profile)), config=settings, metrics=rows,
+                 details={"not_trained": not_trained})
     return rows
+
+
+def untrained(planned: dict, empty: EmptyPool) -> dict:
+    """A study run that could not train, as its results file keeps it: the variant, the seed, why, and what its D_0
+    round did (`round_counts`)."""
+    return {"variant": planned["variant"], "seed": planned["seed"], "reason": str(empty),
+            "d0": round_counts(empty.report)}
 
 
 def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout: RolloutConfig, samples: int,

@@ -366,15 +366,19 @@ def table12(explorers: dict | None) -> KitTable:
         rows = [{"exploration model": name, "paper synthesis only": r[1], "paper CoEvolve": r[2], "kit": "not run"}
                 for name, r in paper_rows.items()]
         return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"))
-    rows = []
+    rows, notes = [], []
+    untrained = {entry["variant"]: entry for entry in explorers.get("details", {}).get("not_trained", [])}
     for variant in explorers["config"]["variants"]:
         group, kind = variant["name"].rsplit("_", 1)
         if kind != "static":
             continue
-        model = next((o.split("=", 1)[1] for o in variant["overrides"] if o.startswith("data_engine.explorer_model=")),
-                     f"the profile's ({explorers['profile']})")
+        settings = dict(o.split("=", 1) for o in variant["overrides"])
+        model = settings.get("data_engine.explorer_model", f"the profile's ({explorers['profile']})")
+        if settings.get("data_engine.llm_calls") == "replay":
+            model += f" (replayed: {settings['data_engine.llm_record']})"
         paper_row = paper_rows.get(variant["paper_row"], ["-", "-", "-"])
-        only, coevolve = _kit_cells(explorers, f"{group}_static"), _kit_cells(explorers, f"{group}_coevolve")
+        only, coevolve = (_explorer_cells(explorers, f"{group}_{kind}", untrained, notes)
+                          for kind in ("static", "coevolve"))
         rows.append({"exploration model": model, "paper row": variant["paper_row"] or "-",
                      "paper synthesis only": paper_row[1], "paper CoEvolve": paper_row[2],
                      **{column.replace("kit ", "kit synthesis only ", 1): cell for column, cell in only.items()
@@ -382,9 +386,24 @@ def table12(explorers: dict | None) -> KitTable:
                      **{column.replace("kit ", "kit CoEvolve ", 1): cell for column, cell in coevolve.items()
                         if column != "scale"}, "scale": only["scale"]})
     missing = [name for name in paper_rows if name not in {r["paper row"] for r in rows}]
-    notes = [f"not run: the paper's {', '.join(missing)} explorer(s); give them to notebook 12 as `explorer_models` "
-             "(an OpenAI-compatible endpoint each)"] if missing else []
+    notes += [f"not run: the paper's {', '.join(missing)} explorer(s); give them to notebook 12 as `explorer_models` "
+              "(an OpenAI-compatible endpoint each)"] if missing else []
     return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"), notes)
+
+
+def _explorer_cells(doc: dict, variant: str, untrained: dict, notes: list[str]) -> dict:
+    """A Table 12 variant's cells: its measured success, or, for a run that could not train (its D_0 held no task),
+    "not trained" in every cell and a note with what its D_0 round did."""
+    cells = _kit_cells(doc, variant)
+    if variant not in untrained:
+        return cells
+    d0 = untrained[variant]["d0"]
+    skipped = ", ".join(f"{reason} {count}" for reason, count in sorted(d0["explore_skipped"].items())) or "none"
+    rejected = ", ".join(f"{reason} {count}" for reason, count in sorted(d0["rejection_reasons"].items())) or "none"
+    notes.append(f"{variant} not trained: its D_0 held no task ({d0['targets']} environments, {d0['explorer_calls']} "
+                 f"explorer calls, {d0['triplets']} steps of which {d0['valid_triplets']} valid, {d0['specs']} "
+                 f"abstracted tasks, {d0['accepted']} accepted; explorer skips: {skipped}; rejections: {rejected})")
+    return {column: "not trained (D_0 empty)" if column != "scale" else value for column, value in cells.items()}
 
 
 def _similarity_rows(doc: dict, metric: str, eval_set: str | None = None) -> list[dict]:

@@ -41,7 +41,15 @@ from datetime import timedelta
 from pathlib import Path
 
 from coevolve_lib.core.environment import checked_evaluation
-from coevolve_lib.core.config import BUDGET_REASONS, ConfigError, DataEngineConfig, RunConfig, TrainConfig
+from coevolve_lib.core.config import (
+    BUDGET_REASONS,
+    NOT_IDENTITY,
+    ConfigError,
+    DataEngineConfig,
+    RunConfig,
+    TrainConfig,
+    run_identity,
+)
 from coevolve_lib.core.models import HFChatModel, hub_offline, missing_model_message, set_torch_threads
 from coevolve_lib.core.paths import repo_relative, shown_path
 from coevolve_lib.core.records import (
@@ -564,7 +572,10 @@ def check_run_folder(run: RunConfig, out_dir: Path) -> None:
                           "has (damaged, or written by an older kit): give another --out, or delete the folder to "
                           "train this run there from the start")
     recorded = recorded["config"]
-    before, now = flat(recorded), flat(as_json(asdict(run)))
+    # how the explorer's replies are got (live, recorded, replayed) is not the run's identity
+    before, now = flat(recorded), flat(as_json(run_identity(run)))
+    for key in NOT_IDENTITY:
+        before.pop(key, None)
     differing = sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
     if differing:
         shown = ", ".join(f"{key} {before.get(key)!r} -> {now.get(key)!r}" for key in differing[:4])

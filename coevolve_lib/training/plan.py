@@ -14,6 +14,7 @@ from pathlib import Path
 from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, TrainConfig
 from coevolve_lib.core.environment import environment_class
+from coevolve_lib.core.llm_calls import record_path
 from coevolve_lib.core.paper_models import GB, kv_bytes_per_token, paper_model, parameter_count
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
 from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
@@ -166,12 +167,16 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
     commands = {"train": " ".join(train_command(run, out, overrides))}
     extra, notes = vllm_commands(run, out, overrides)
     commands.update(extra)
-    explorer = run.data_engine.explorer_model
-    if explorer and explorer.startswith("openai:"):
+    explorer, replayed = run.data_engine.explorer_model, run.data_engine.llm_calls == "replay"
+    if explorer and replayed:
+        recording = shown_path(record_path(out_dir, run.data_engine.llm_record))
+        notes.append(f"the explorer's calls are replayed from {recording} (data_engine.llm_calls=replay): no endpoint "
+                     "is asked")
+    if explorer and explorer.startswith("openai:") and not replayed:
         commands["explorer_env"] = (f"export OPENAI_BASE_URL=<OpenAI-compatible endpoint serving "
                                     f"{explorer.removeprefix('openai:')}> OPENAI_API_KEY=<its key>")
-    if explorer and explorer.startswith("openai:") and not os.environ.get("OPENAI_BASE_URL"):
-        notes.append("OPENAI_BASE_URL is not set: the explorer LLM needs an OpenAI-compatible endpoint")
+        if not os.environ.get("OPENAI_BASE_URL"):
+            notes.append("OPENAI_BASE_URL is not set: the explorer LLM needs an OpenAI-compatible endpoint")
     if launch.accelerate_config and not (REPO_ROOT / launch.accelerate_config).exists():
         notes.append(f"accelerate config {launch.accelerate_config} does not exist (paths are relative to the repo)")
     if launch.num_machines > 1:

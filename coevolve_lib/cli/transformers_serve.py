@@ -1,8 +1,11 @@
 """`transformers serve` (transformers' own OpenAI-compatible server, the `serving` extras `make setup` installs) on
-loopback, for the tests that must talk to a real server, not the kit's own (`coevolve_lib/cli/openai_server.py`).
+loopback: the real server the tests talk to (not the kit's own, `coevolve_lib/cli/openai_server.py`), and the
+endpoint `python -m coevolve_lib record-explorer` records an offline explorer's calls from.
 
 Start-up and shutdown are bounded: the server must answer `/health` within `START_S`, and is stopped with SIGTERM,
-then SIGKILL after `STOP_S`. Its log (stdout and stderr) is kept in a file, for the tests to read what it said."""
+then SIGKILL after `STOP_S`. Its log (stdout and stderr) is kept in a file. It runs in the repository root, so that
+a model folder given relative to it is the model's name in requests (`openai:coevolve_lib/data/warm_start/tiny`),
+the same on every machine (a recording's keys hold it)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from coevolve_lib.core.paths import REPO_ROOT
 
 START_S = 90
 """Longest the server may take to answer /health (it loads the forced model first: seconds on CPU)."""
@@ -35,7 +40,7 @@ def transformers_serve(model_folder: str | Path, log_path: Path, port: int | Non
                str(port), "--device", "cpu", "--log-level", "info", str(model_folder)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     try:
         deadline = time.monotonic() + START_S
         while True:
