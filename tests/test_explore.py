@@ -172,7 +172,7 @@ def test_from_pool_task():
     assert (target.task_id, target.description, target.signal) == ("abc", record["query"], None)
     context, triplets, cost = explore(target, ExploreConfig(runs=2, calls_per_run=3))
     assert context is None and len(triplets) == 6 and triplets[0]["run_id"] == "unguided/abc/run0"
-    assert cost == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0, "skipped": {}}
+    assert cost == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "skipped": {}}
 
 
 # --- schema explorer ----------------------------------------------------------------------------------------------

@@ -6,7 +6,14 @@ from dataclasses import asdict
 import pytest
 
 from coevolve_lib.core.config import ConfigError, RunError
-from coevolve_lib.core.llm_calls import RECORD_NAME, RecordedChatModel, explorer_model, record_path, request_key
+from coevolve_lib.core.llm_calls import (
+    RECORD_NAME,
+    RecordedChatModel,
+    explorer_model,
+    llm_scope,
+    record_path,
+    request_key,
+)
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.records import write_json_atomic
 from coevolve_lib.profiles import run_config
@@ -56,7 +63,8 @@ def test_an_ask_the_recording_never_saw_is_one_line_naming_it_and_the_file(tmp_p
     with pytest.raises(RunError) as error:
         replay.generate(ask("explore the file system"))
     message = str(error.value)
-    assert "\n" not in message and "ask 2" in message and "'explore the file system'" in message
+    assert "\n" not in message and "scope ''" in message and "n 0" in message
+    assert "'explore the file system'" in message
     assert RECORD_NAME in message and "1 recorded replies" in message and "llm_calls=record" in message
     with pytest.raises(RunError, match="no recording at"):
         explorer_model("counting", "replay", tmp_path / "missing.jsonl", lambda spec: Counting())
@@ -122,3 +130,19 @@ def test_a_recorded_model_error_replays_as_one_and_is_asked_again_when_recording
     [answered] = RecordedChatModel("counting", path, live).generate(ask("a"))  # the rerun that records asks again
     assert answered.error is None and answered.text == "a #2"
     assert RecordedChatModel("counting", path).generate(ask("a")) == [answered]  # the new line replaced the error
+
+
+def test_asks_are_numbered_within_their_unit_of_work_so_a_resumed_round_finds_its_replies(tmp_path):
+    """Two targets of a round ask the same prompt; the run is killed after the first, and the resumed run redoes only
+    the second: in its scope the ask is number 0 again, and it gets the second target's recorded reply."""
+    path, live = tmp_path / RECORD_NAME, Counting()
+    recording = RecordedChatModel("counting", path, live)
+    for target in ("t1", "t2"):
+        with llm_scope(recording, f"round 0/explore/{target}"):
+            recording.generate(ask("a", "a"))  # two runs of the target ask the same first prompt
+    resumed = RecordedChatModel("counting", path)
+    with llm_scope(resumed, "round 0/explore/t2"):
+        assert [g.text for g in resumed.generate(ask("a", "a"))] == ["a #3", "a #4"]
+    assert resumed.scope == "" and live.asks == 4
+    with llm_scope(Counting(), "ignored"):  # any other model: nothing to number
+        pass

@@ -3,6 +3,7 @@ another study), results on the held-out set and the BFCL val split, bootstrap in
 learning-curve figure; the ablation studies' variants."""
 
 import json
+import pickle
 from dataclasses import replace
 
 import pytest
@@ -12,6 +13,7 @@ from coevolve_lib import profiles
 from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core import paper
 from coevolve_lib.core.results import validate_result
+from coevolve_lib.engine.data_engine import EmptyPool
 from coevolve_lib.studies import report
 from coevolve_lib.studies.catalog import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
@@ -175,3 +177,7 @@ def test_a_run_whose_d0_holds_no_task_is_kept_in_the_results_as_not_trained(tmp_
     [entry] = saved["details"]["not_trained"]
     assert entry["variant"] == "short_runs" and entry["seed"] == 0 and entry["reason"].startswith("D_0 has no task")
     assert entry["d0"]["accepted"] == 0 and entry["d0"]["triplets"] > 0 and entry["d0"]["explorer_calls"] == 0
+
+    # a study's worker process raises it and its parent reads it back whole (train_in_parallel)
+    again = pickle.loads(pickle.dumps(EmptyPool(entry["reason"], {"targets": 13})))
+    assert isinstance(again, EmptyPool) and str(again) == entry["reason"] and again.report == {"targets": 13}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-from pathlib import Path
 
 from coevolve_lib.cli.transformers_serve import transformers_serve
 from coevolve_lib.core.config import ConfigError
@@ -49,12 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         folder = spec.removeprefix("openai:")
         if not spec.startswith("openai:") or not (REPO_ROOT / folder / "config.json").exists():
             raise ConfigError(f"row {row}: {spec} is not openai:<a local model folder> that transformers serve can "
-                              "serve; record an endpoint's calls with notebook 12 and data_engine.llm_calls=record")
-        recording.unlink(missing_ok=True)
+                              "serve; to record an endpoint's calls, train the row's runs against it with "
+                              f"--set data_engine.llm_calls=record --set data_engine.llm_record={recorded[row][1]}")
+        partial = recording.with_name(f"{recording.stem}.partial{recording.suffix}")  # the committed one stays
+        partial.unlink(missing_ok=True)  # until the new one is whole
         shutil.rmtree(scratch / row, ignore_errors=True)
         (scratch / row).mkdir(parents=True)
         study = explorers({row: spec}, values.get("default_row", ""))
-        recording_settings = ["data_engine.llm_calls=record", f"data_engine.llm_record={recorded[row][1]}"]
+        recording_settings = ["data_engine.llm_calls=record", f"data_engine.llm_record={shown_path(partial)}"]
         with transformers_serve(folder, scratch / row / "server.log") as (base_url, _, _):
             os.environ["OPENAI_BASE_URL"] = base_url
             for variant in study.variants:
@@ -69,6 +70,6 @@ def main(argv: list[str] | None = None) -> int:
                     except EmptyPool as empty:
                         outcome = f"not trained: {empty}"
                     print(f"{row} {variant.name} seed {seed}: {outcome}")
-        print(f"{shown_path(recording)}: {len(read_jsonl(recording))} replies, "
-              f"{Path(recording).stat().st_size / 1e6:.2f} MB")
+        partial.replace(recording)
+        print(f"{shown_path(recording)}: {len(read_jsonl(recording))} replies, {recording.stat().st_size / 1e6:.2f} MB")
     return 0

@@ -18,11 +18,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from coevolve_lib.core.config import RunError
 from coevolve_lib.core.paths import REPO_ROOT
 
 START_S = 90
 """Longest the server may take to answer /health (it loads the forced model first: seconds on CPU)."""
 STOP_S = 10
+"""Seconds the server may take to stop after SIGTERM before it is killed."""
 
 
 def free_port() -> int:
@@ -36,7 +38,10 @@ def transformers_serve(model_folder: str | Path, log_path: Path, port: int | Non
     """Serve `model_folder` (a local model folder, preloaded) on a loopback port (`port`, else a free one); yields
     `(base_url, log_path, process)`."""
     port = port or free_port()
-    command = [str(Path(sys.executable).with_name("transformers")), "serve", "--host", "127.0.0.1", "--port",
+    binary = Path(sys.executable).with_name("transformers")
+    if not binary.exists():
+        raise RunError(f"{binary} is not installed: `make setup` installs transformers with its serving extras")
+    command = [str(binary), "serve", "--host", "127.0.0.1", "--port",
                str(port), "--device", "cpu", "--log-level", "info", str(model_folder)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with open(log_path, "w") as log:

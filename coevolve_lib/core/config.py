@@ -485,8 +485,9 @@ class DataEngineConfig:
     of the round. A batch still waiting after 10 s says so on stderr."""
     llm_calls: Literal["live", "record", "replay"] = "live"
     """How the explorer model's calls are answered (`core.llm_calls`): `live` (asked, nothing kept), `record` (asked,
-    and every reply appended to `llm_record`; replies already there are not asked again, so a resumed run does not pay
-    twice) or `replay` (answered from `llm_record` alone, with no endpoint: the recorded run again, byte for byte).
+    and every reply appended to `llm_record`; replies already there are not asked again, but recorded model errors
+    are, so a resumed run does not pay twice) or `replay` (answered from `llm_record` alone, with no endpoint: the
+    recorded run again, every file byte for byte but the rounds' `timings.json`).
     Not part of the run's identity (`run_identity`): a replayed run is the recorded run, in the same folder."""
     llm_record: str | None = None
     """The record file of `llm_calls` = record | replay (None: `llm_calls.jsonl` in the run folder). A relative path is
@@ -725,17 +726,24 @@ class TrainConfig:
         return self.feedback_every if self.eval_every is None else self.eval_every
 
 
-NOT_IDENTITY = ("data_engine.llm_calls", "data_engine.llm_record")
-"""Settings that say how a run gets its explorer's replies, not which run it is: a run replayed from its recording is
-the recorded run (same hash, same folder, resumable in either mode)."""
+NOT_IDENTITY = ("llm_calls", "llm_record")
+"""The data-engine settings that say how a run gets its explorer's replies, not which run it is: a run replayed from
+its recording is the recorded run (same hash, same folder, resumable in either mode)."""
 
 
-def run_identity(run: "RunConfig") -> dict:
-    """The run's whole resolved config, as a dict, without the `NOT_IDENTITY` settings: what its hash is taken of."""
-    config = dataclasses.asdict(run)
-    for dotted in NOT_IDENTITY:
-        section, name = dotted.split(".")
-        config[section].pop(name)
+def data_engine_identity(config: "DataEngineConfig | dict") -> dict:
+    """A data-engine config (or the dict a run recorded) as a dict, without the `NOT_IDENTITY` settings: what a hash
+    of it is taken of."""
+    config = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+    return {k: v for k, v in config.items() if k not in NOT_IDENTITY}
+
+
+def run_identity(run: "RunConfig | dict") -> dict:
+    """A run's whole resolved config (a RunConfig, or the dict a run folder recorded), as a dict, with its data engine
+    as `data_engine_identity` gives it: what the run's hash is taken of, and what a resumed run must match."""
+    config = dataclasses.asdict(run) if dataclasses.is_dataclass(run) else dict(run)
+    if isinstance(config.get("data_engine"), dict):
+        config["data_engine"] = data_engine_identity(config["data_engine"])
     return config
 
 

@@ -3,34 +3,33 @@
 The explorer LLM (contexts, exploration, abstraction, judge, an explorer-written reflection) is the one part of a run
 that costs money and does not repeat: a hosted model answers the same request differently next month. `record`
 appends every request's reply to a JSON Lines file (`data_engine.llm_record`, default `<run folder>/llm_calls.jsonl`)
-and `replay` answers from that file alone, with no endpoint, so a recorded run can be rerun, and so reviewed or
-extended, byte for byte.
+and `replay` answers from that file alone, with no endpoint, so a recorded run can be rerun, reviewed or extended.
 
-A request is keyed by a hash of what decides its reply: the model's name, the messages, the tools and the sampling
-settings (`request_key`). The same request may be asked more than once (two targets that build the same prompt, a
-sampled reply asked again): the n-th ask of a key gets the n-th recorded reply of that key, so a replay gives every
-ask the reply it got when recorded, in the order the run asked them. A round's order of asks is fixed by its seeds.
+An ask is found by three things: its scope, the unit of work that asked it (`llm_scope`: a round's target, group of
+triplets or task spec, a Reflexion trajectory); the hash of what decides its reply (`request_key`: the model's name,
+the messages, the tools, the sampling settings); and its number `n` among the asks of that key in that scope (the
+R runs of a target ask the same first prompt R times). Every unit a resumed round redoes asks from n = 0 again, as
+it did the first time, so a killed run resumed in either mode finds the same replies.
 
 - `record` answers from the file what is already there and asks the live model only for the rest, appending each
   batch's new replies when the batch returns: a killed run resumed in `record` mode pays again for at most the one
   batch it was waiting on. Model errors are recorded too, so that a replay reproduces them, but `record` asks them
   again (an endpoint that was down is not the model's answer); the new line replaces the error for that ask.
-- `replay` with an ask the file lacks stops the run with one line naming the call (model, the ask's number and
-  key, the start of its last message) and the file: the run asked something the recording never saw (another
-  config, another seed, or a changed prompt).
+- `replay` with an ask the file lacks stops the run with one line naming it (scope, key, n, the start of its last
+  message) and the file: the run asked something the recording never saw (another config, seed or prompt).
 
 Each process of a multi-process run records to, and replays from, a file of its own (`record_path`), so replay
-wants the same number of processes. What is replayed is the reply: text, tool calls, token counts and finish reason;
-its seconds are the recorded ones, so a replayed round's costs (Table 7's ratio) are the recorded round's. Wall-time
-fields of a round report (`seconds`, `wall_seconds`) are measured anew and differ; everything else is equal.
-"""
+wants the same number of processes. What is replayed is the reply: text, tool calls, token counts, seconds and
+finish reason. A round keeps the wall times it measures apart, in `timings.json` (`engine.feedback.write_round`): a
+replayed round measures its own, and writes every other file byte for byte as the recorded round did."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -69,45 +68,62 @@ class RecordedChatModel(ChatModel):
 
     def __init__(self, name: str, path: str | Path, live: ChatModel | None = None):
         self.name, self.path, self.live = name, Path(path), live
-        self.replies: dict[str, dict[int, dict]] = defaultdict(dict)
-        """key -> ask number -> reply; a later line for the same ask (an error asked again) replaces the earlier."""
+        self.replies: dict[tuple[str, str, int], dict] = {}
+        """(scope, key, n) -> reply; a later line for the same ask (an error asked again) replaces the earlier."""
         for line in read_jsonl(self.path):
-            if isinstance(line.get("key"), str) and type(line.get("n")) is int and isinstance(line.get("reply"), dict):
-                self.replies[line["key"]][line["n"]] = line["reply"]
-        self.recorded = sum(map(len, self.replies.values()))
+            ask = (line.get("scope"), line.get("key"), line.get("n"))
+            if isinstance(ask[0], str) and isinstance(ask[1], str) and type(ask[2]) is int \
+                    and isinstance(line.get("reply"), dict):
+                self.replies[ask] = line["reply"]
+        self.recorded = len(self.replies)
         """Replies the file held when the model was made."""
-        self.asked: Counter = Counter()
-        """Asks per key so far: the next ask of a key is its ask number `asked[key]`."""
-        self.asks = 0
+        self.scope = ""
+        """The unit of work asking now (`llm_scope`)."""
+        self.numbers: Counter = Counter()
+        """(scope, key) -> asks so far: the next ask of that key in that scope is number `numbers[scope, key]`."""
         self.native_tools = live.native_tools if live is not None else True
 
     def generate(self, conversations, tools=None, config=GenerationConfig()) -> list[Generation]:
         asks, out = [], []
         for index, messages in enumerate(conversations):
             key = request_key(self.name, messages, tools[index] if tools else None, config)
-            asks.append((key, self.asked[key]))
-            self.asked[key] += 1
-            self.asks += 1
-            reply = self.replies[key].get(asks[-1][1])
+            asks.append((self.scope, key, self.numbers[self.scope, key]))
+            self.numbers[self.scope, key] += 1
+            reply = self.replies.get(asks[-1])
             wanted = reply is not None and (self.live is None or reply.get("error") is None)
             out.append(Generation(**{name: reply.get(name) for name in REPLY_FIELDS}) if wanted else None)
         missing = [index for index, generation in enumerate(out) if generation is None]
         if missing and self.live is None:
-            first = missing[0]
-            raise RunError(f"replay of {self.name}: ask {self.asks - len(asks) + first + 1} (key {asks[first][0][:12]}, "
-                           f"{_asked(conversations[first])!r}) is not in {shown_path(self.path)} ({self.recorded} "
-                           "recorded replies): the run asks what the recording never saw (another config, seed or "
-                           "prompt); record it with data_engine.llm_calls=record")
+            scope, key, number = asks[missing[0]]
+            raise RunError(f"replay of {self.name}: no recorded reply to the ask of scope {scope!r}, key {key[:12]}, "
+                           f"n {number} ({_asked(conversations[missing[0]])!r}) in {shown_path(self.path)} "
+                           f"({self.recorded} recorded replies): the run asks what the recording never saw (another "
+                           "config, seed or prompt); record it with data_engine.llm_calls=record")
         if missing:
             fresh = self.live.generate([conversations[i] for i in missing],
                                        [tools[i] for i in missing] if tools else None, config)
             for index, generation in zip(missing, fresh):
                 out[index] = generation
-                (key, number), reply = asks[index], {name: getattr(generation, name) for name in REPLY_FIELDS}
-                self.replies[key][number] = reply
-                append_jsonl(self.path, {"schema": SCHEMA, "key": key, "n": number, "model": self.name,
+                (scope, key, number), reply = asks[index], {name: getattr(generation, name) for name in REPLY_FIELDS}
+                self.replies[asks[index]] = reply
+                append_jsonl(self.path, {"schema": SCHEMA, "scope": scope, "key": key, "n": number, "model": self.name,
                                          "asked": _asked(conversations[index]), "reply": reply})
         return out
+
+
+@contextlib.contextmanager
+def llm_scope(model: ChatModel | None, scope: str):
+    """Number the asks `model` gets inside the block from 0, apart from every other scope's, when it records or
+    replays (a no-op for any other model). A round names each unit of work it may redo on resume (a target, a group,
+    a spec), so that a unit redone asks what it asked the first time under the same numbers."""
+    if not isinstance(model, RecordedChatModel):
+        yield
+        return
+    outer, model.scope = model.scope, scope
+    try:
+        yield
+    finally:
+        model.scope = outer
 
 
 def _asked(messages: list[dict]) -> str:

@@ -31,8 +31,10 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8", errors=ENCODING_ERRORS)
     with open(path, "ab+") as f:  # appends go to the end whatever was read
-        if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
-            line = b"\n" + line
+        if f.seek(0, os.SEEK_END):
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                line = b"\n" + line
         f.write(line)
         f.flush()
         os.fsync(f.fileno())

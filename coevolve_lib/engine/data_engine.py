@@ -149,13 +149,19 @@ class DataEngine:
         if not self.pool.tasks:
             skipped = report["cost"]["explore"]["skipped"]
             failed, refused = skipped.get("model_error", 0), skipped.get("no_valid_action", 0)
-            why = (f"{failed} explorer calls failed after their retries: does {self.config.explorer_model}'s "
-                   "endpoint answer (OPENAI_BASE_URL), and without errors (its log says why)?" if failed else
-                   f"{report['valid_triplets']} exploration calls ran, {report['accepted']} tasks were accepted")
+            replayed = self.config.llm_calls == "replay"
+            if failed and replayed:
+                why = f"{failed} explorer calls were recorded as model errors"
+            elif failed:
+                why = (f"{failed} explorer calls failed after their retries: does {self.config.explorer_model}'s "
+                       "endpoint answer (OPENAI_BASE_URL), and without errors (its log says why)?")
+            else:
+                why = f"{report['valid_triplets']} exploration calls ran, {report['accepted']} tasks were accepted"
             if refused:
                 why += f"; {refused} explorer replies held no valid call"
-            raise EmptyPool(f"D_0 has no task ({report['targets']} environments explored; {why}); once that is "
-                            f"fixed, delete {shown_path(round_dir)} to build D_0 again", report)
+            redo = (f"replayed from {shown_path(self.explorer_model.path)}: record it again to change that" if replayed
+                    else f"once that is fixed, delete {shown_path(round_dir)} to build D_0 again")
+            raise EmptyPool(f"D_0 has no task ({report['targets']} environments explored; {why}); {redo}", report)
         return report
 
     def policy(self, progress: bool = True, use_shipped: bool = True) -> str:

@@ -9,7 +9,7 @@ A round takes exploration targets (signal trajectories; for D_0, benchmark envir
 Every finished unit of work is one appended JSON line in the round's folder (`explorations.jsonl`,
 `abstractions.jsonl`, `verdicts.jsonl`); a killed round started again skips what is there and redoes at most the
 unit that was cut. The pool commit is idempotent per round, and `report.json` (written last, atomically) marks the
-round done. Costs (LLM calls, tokens, seconds) are kept per stage, for the paper's Table 7 feedback-time ratio.
+round done. Costs (LLM calls, tokens) are kept per stage in the report; the round's wall times in `timings.json`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from coevolve_lib.core.config import ConfigError, ExploreConfig, RunError, SynthesisConfig
 from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.llm_calls import llm_scope
 from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic
@@ -218,6 +219,22 @@ def deduplicated(specs: list[dict], verdicts: dict[str, dict]) -> dict[str, dict
     return out
 
 
+def write_round(round_dir: Path, report: dict, seconds: float, stage_seconds: dict[str, float] | None = None) -> None:
+    """A finished round's two files: `timings.json`, the wall seconds it took (in all, and by stage), which no rerun
+    repeats, then `report.json`, what it did (written last: it marks the round finished). Keeping the times apart
+    keeps every other file of the round the same when it runs again with the same LLM replies (`core.llm_calls`)."""
+    stages = {"stage_seconds": {k: round(v, 2) for k, v in stage_seconds.items()}} if stage_seconds else {}
+    write_json_atomic(Path(round_dir) / "timings.json", {"seconds": round(seconds, 2), **stages})
+    write_json_atomic(Path(round_dir) / "report.json", report)
+
+
+def round_timings(round_dir: str | Path) -> dict:
+    """The wall times of a finished round (`timings.json`, `write_round`); {} for one an older kit wrote, whose
+    report held them."""
+    path = Path(round_dir) / "timings.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
                    config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None = None,
                    max_new_tasks: int | None = None, progress: bool = True, report_extra: dict | None = None,
@@ -240,7 +257,8 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     def explore(target: ExplorationTarget) -> dict:
         key = _target_key(target)
         try:
-            context, triplets, cost = steps.explore(target, config.explore, model)
+            with llm_scope(model, f"round {round_index}/explore/{key}"):
+                context, triplets, cost = steps.explore(target, config.explore, model)
         except KIT_ERRORS:
             raise
         except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this target's runs
@@ -258,7 +276,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     wanted = [explorations[_target_key(t)] for t in targets]
     for exploration in wanted:
         costs["explore"].merge(Cost.from_record(exploration["cost"]))
-    wall_seconds["explore"] = round(time.perf_counter() - stage_start, 2)
+    wall_seconds["explore"] = time.perf_counter() - stage_start
     stage_start = time.perf_counter()
 
     # Stage 3a: abstraction, one line per (task, signal) group.
@@ -269,7 +287,9 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         group_key, triplets = item
         key = f"{group_key[0]}|{group_key[1]}"
         try:
-            specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis, model)
+            with llm_scope(model, f"round {round_index}/abstract/{key}"):
+                specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis,
+                                             model)
         except KIT_ERRORS:
             raise
         except Exception as error:  # noqa: BLE001 (as in explore: the group is skipped and counted)
@@ -282,7 +302,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     specs = [spec for key in groups for spec in abstractions[f"{key[0]}|{key[1]}"]["specs"]]  # the groups' order
     for a in abstractions.values():
         costs["abstract"].merge(Cost.from_record(a["cost"]))
-    wall_seconds["abstract"] = round(time.perf_counter() - stage_start, 2)
+    wall_seconds["abstract"] = time.perf_counter() - stage_start
     stage_start = time.perf_counter()
 
     # Stage 3b: validation by execution, one line per spec; duplicates of the pool or of this round are rejected. An
@@ -298,8 +318,9 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
 
     def validate(spec: dict) -> dict:
         try:
-            judged = (steps.validate(spec, config.synthesis, model, known_task_ids=known) if config.synthesis.validate
-                      else accept_unvalidated(spec, config.synthesis, known))
+            with llm_scope(model, f"round {round_index}/validate/{spec['spec_id']}"):
+                judged = (steps.validate(spec, config.synthesis, model, known_task_ids=known)
+                          if config.synthesis.validate else accept_unvalidated(spec, config.synthesis, known))
         except KIT_ERRORS:
             raise
         except Exception as error:  # noqa: BLE001 (as in explore: the spec is rejected, counted by its reason)
@@ -316,7 +337,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     verdicts = deduplicated(specs, verdicts)
     for verdict in verdicts.values():
         costs["validate"].merge(Cost.from_record(verdict.get("cost", {})))
-    wall_seconds["validate"] = round(time.perf_counter() - stage_start, 2)
+    wall_seconds["validate"] = time.perf_counter() - stage_start
 
     # Stage 3c: append the accepted tasks (in a deterministic order) to the pool.
     accepted = []
@@ -354,12 +375,11 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         "added_to_pool": sum(t["pool_version"] == round_index for t in pool.tasks),
         "pool_size": len(pool),
         "pool_version": pool.version,
-        "cost": {stage: {**c.as_dict(), "wall_seconds": wall_seconds[stage]} for stage, c in costs.items()},
-        "seconds": round(time.perf_counter() - start, 2),
+        "cost": {stage: c.as_dict() for stage, c in costs.items()},
         **(report_extra or {}),
     }
     if shards.is_main:
-        write_json_atomic(report_path, report)
+        write_round(round_dir, report, time.perf_counter() - start, wall_seconds)
     if shards.count > 1:  # the others take the committed pool and the report the main process wrote
         shards.barrier()
         if not shards.is_main:

@@ -66,12 +66,13 @@ from typing import ClassVar
 
 from coevolve_lib.core.config import BaselineSettings
 from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.llm_calls import llm_scope
 from coevolve_lib.core.extensions import check_class, find
 from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls
 from coevolve_lib.engine.explore import TRIPLET_SCHEMA
-from coevolve_lib.engine.feedback import feedback_round, screen_heldout
+from coevolve_lib.engine.feedback import feedback_round, screen_heldout, write_round
 from coevolve_lib.engine.tasks import content_id, to_pool_task
 from coevolve_lib.prompts import clip, load_prompt
 
@@ -85,12 +86,12 @@ def _round_dir(run_dir: Path, round_index: int) -> Path:
     return Path(run_dir) / f"round_{round_index:03d}"
 
 
-def _report(round_index: int, pool, started: float, **fields) -> dict:
+def _report(round_index: int, pool, **fields) -> dict:
     """A round report with the keys every round has (train.py reads them), plus the baseline's own."""
     base = {"round": round_index, "targets": 0, "signal_types": {}, "specs": 0, "accepted": 0,
             "rejection_reasons": {}, "added_to_pool": sum(t["pool_version"] == round_index for t in pool.tasks),
             "pool_size": len(pool), "pool_version": pool.version}
-    report = {**base, **fields, "seconds": round(time.perf_counter() - started, 2)}
+    report = {**base, **fields}
     return {**report, "heldout_leaks": report["rejection_reasons"].get("heldout_leak", 0)}
 
 
@@ -154,12 +155,12 @@ def curriculum_round(engine, round_index: int, step: int, rollouts: list[dict], 
         return selection
     engine.pool.add_round([], round_index)  # no new tasks; the round is still committed (and resumes as one)
     admitted = selection["ranking"][:selection["admitted"]]
-    report = _report(round_index, engine.pool, started, baseline="curriculum", counts={
+    report = _report(round_index, engine.pool, baseline="curriculum", counts={
         "competence": selection["competence"], "admitted": selection["admitted"],
         "tasks_seen": sum(r["episodes"] > 0 for r in selection["ranking"]),
         "mean_success": selection["mean_success"],
         "admitted_mean_estimate": round(sum(r["estimate"] for r in admitted) / max(len(admitted), 1), 6)})
-    write_json_atomic(round_dir / "report.json", report)
+    write_round(round_dir, report, time.perf_counter() - started)
     return report
 
 
@@ -336,7 +337,9 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
                              "training.baselines.reflexion_reflector=explorer")
         prompts = [[{"role": "user", "content": reflection_prompt(pool_tasks[r["task_id"]], r)}] for r in missing]
         config = GenerationConfig(max_new_tokens=settings.reflexion_max_new_tokens, temperature=0.0, seed=seed)
-        for record, generation in zip(missing, cost.generate(reflector, prompts, config)):
+        with llm_scope(reflector, f"round {round_index}/reflect"):  # one batch: written only once it returns
+            generations = cost.generate(reflector, prompts, config)
+        for record, generation in zip(missing, generations):
             done[record["rollout_id"]] = {"key": record["rollout_id"], "task_id": record["task_id"],
                                           "reflector": reflector.name, "raw": generation.text,
                                           "reflection": clean_reflection(generation.text, settings.reflexion_chars),
@@ -365,7 +368,7 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
     write_jsonl_atomic(round_dir / "verdicts.jsonl", verdicts)
     engine.pool.add_round(accepted, round_index)
     failed_tasks = {r["task_id"] for r in rollouts if not r["success"]}
-    report = _report(round_index, engine.pool, started, baseline="reflexion", targets=len(records),
+    report = _report(round_index, engine.pool, baseline="reflexion", targets=len(records),
                      signal_types={"reflexion": len(records)} if records else {},
                      specs=len(verdicts), accepted=len(accepted), rejection_reasons=dict(rejections),
                      cost={"reflect": cost.as_dict()},
@@ -373,7 +376,7 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
                              "reflections": sum(bool(done[r["rollout_id"]]["reflection"]) for r in records),
                              "memory_max": max((len(a["provenance"]["reflexion"]["reflections"]) for a in accepted),
                                                default=0)})
-    write_json_atomic(round_dir / "report.json", report)
+    write_round(round_dir, report, time.perf_counter() - started)
     return report
 
 

@@ -124,14 +124,13 @@ def plot_signal_counts(signals: list[dict], path: str | Path | None = None):
 
 
 def round_table(reports: list[dict]) -> pd.DataFrame:
-    """One row per round: how many targets, specs, accepted tasks, and where the time went."""
+    """One row per round: how many targets, specs and accepted tasks (its wall times: the round's `timings.json`)."""
     rows = []
     for r in reports:
         rows.append({"round": r["round"], "targets": r["targets"], "signal types": r["signal_types"],
                      "valid triplets": f"{r['valid_triplets']}/{r['triplets']}", "specs": r["specs"],
                      "accepted": r["accepted"], "acceptance": r["acceptance_rate"],
-                     "rejections": r["rejection_reasons"], "added": r["added_to_pool"], "pool size": r["pool_size"],
-                     "seconds": r["seconds"]})
+                     "rejections": r["rejection_reasons"], "added": r["added_to_pool"], "pool size": r["pool_size"]})
     return pd.DataFrame(rows).set_index("round")
 
 

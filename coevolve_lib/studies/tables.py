@@ -367,7 +367,9 @@ def table12(explorers: dict | None) -> KitTable:
                 for name, r in paper_rows.items()]
         return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"))
     rows, notes = [], []
-    untrained = {entry["variant"]: entry for entry in explorers.get("details", {}).get("not_trained", [])}
+    untrained: dict[str, list[dict]] = {}
+    for entry in (explorers.get("details") or {}).get("not_trained", []):
+        untrained.setdefault(entry["variant"], []).append(entry)
     for variant in explorers["config"]["variants"]:
         group, kind = variant["name"].rsplit("_", 1)
         if kind != "static":
@@ -375,7 +377,7 @@ def table12(explorers: dict | None) -> KitTable:
         settings = dict(o.split("=", 1) for o in variant["overrides"])
         model = settings.get("data_engine.explorer_model", f"the profile's ({explorers['profile']})")
         if settings.get("data_engine.llm_calls") == "replay":
-            model += f" (replayed: {settings['data_engine.llm_record']})"
+            model += f" (replayed: {settings.get('data_engine.llm_record', 'its run folder')})"
         paper_row = paper_rows.get(variant["paper_row"], ["-", "-", "-"])
         only, coevolve = (_explorer_cells(explorers, f"{group}_{kind}", untrained, notes)
                           for kind in ("static", "coevolve"))
@@ -391,19 +393,21 @@ def table12(explorers: dict | None) -> KitTable:
     return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"), notes)
 
 
-def _explorer_cells(doc: dict, variant: str, untrained: dict, notes: list[str]) -> dict:
-    """A Table 12 variant's cells: its measured success, or, for a run that could not train (its D_0 held no task),
-    "not trained" in every cell and a note with what its D_0 round did."""
+def _explorer_cells(doc: dict, variant: str, untrained: dict[str, list[dict]], notes: list[str]) -> dict:
+    """A Table 12 variant's cells: its measured success over the seeds that trained, or "not trained" in every cell
+    when no seed could (its D_0 held no task); a note for each seed that could not, with what its D_0 round did."""
     cells = _kit_cells(doc, variant)
-    if variant not in untrained:
-        return cells
-    d0 = untrained[variant]["d0"]
-    skipped = ", ".join(f"{reason} {count}" for reason, count in sorted(d0["explore_skipped"].items())) or "none"
-    rejected = ", ".join(f"{reason} {count}" for reason, count in sorted(d0["rejection_reasons"].items())) or "none"
-    notes.append(f"{variant} not trained: its D_0 held no task ({d0['targets']} environments, {d0['explorer_calls']} "
-                 f"explorer calls, {d0['triplets']} steps of which {d0['valid_triplets']} valid, {d0['specs']} "
-                 f"abstracted tasks, {d0['accepted']} accepted; explorer skips: {skipped}; rejections: {rejected})")
-    return {column: "not trained (D_0 empty)" if column != "scale" else value for column, value in cells.items()}
+    for entry in untrained.get(variant, []):
+        d0 = entry["d0"]
+        skipped = ", ".join(f"{reason} {count}" for reason, count in sorted(d0["explore_skipped"].items())) or "none"
+        rejected = ", ".join(f"{reason} {count}" for reason, count in sorted(d0["rejection_reasons"].items())) or "none"
+        notes.append(f"{variant} seed {entry['seed']} not trained: its D_0 held no task ({d0['targets']} environments, "
+                     f"{d0['explorer_calls']} explorer calls, {d0['triplets']} steps of which {d0['valid_triplets']} "
+                     f"valid, {d0['specs']} abstracted tasks, {d0['accepted']} accepted; explorer skips: {skipped}; "
+                     f"rejections: {rejected})")
+    if variant in untrained and not any(r["variant"] == variant for r in doc["metrics"]):
+        return {column: "not trained (D_0 empty)" if column != "scale" else value for column, value in cells.items()}
+    return cells
 
 
 def _similarity_rows(doc: dict, metric: str, eval_set: str | None = None) -> list[dict]:

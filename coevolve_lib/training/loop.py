@@ -43,7 +43,6 @@ from pathlib import Path
 from coevolve_lib.core.environment import checked_evaluation
 from coevolve_lib.core.config import (
     BUDGET_REASONS,
-    NOT_IDENTITY,
     ConfigError,
     DataEngineConfig,
     RunConfig,
@@ -573,9 +572,7 @@ def check_run_folder(run: RunConfig, out_dir: Path) -> None:
                           "train this run there from the start")
     recorded = recorded["config"]
     # how the explorer's replies are got (live, recorded, replayed) is not the run's identity
-    before, now = flat(recorded), flat(as_json(run_identity(run)))
-    for key in NOT_IDENTITY:
-        before.pop(key, None)
+    before, now = flat(run_identity(recorded)), flat(as_json(run_identity(run)))
     differing = sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
     if differing:
         shown = ", ".join(f"{key} {before.get(key)!r} -> {now.get(key)!r}" for key in differing[:4])
@@ -737,7 +734,7 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
     trainer_dir = out_dir / "trainer"
     timings = {}
     # D_0 (every process explores its share) and the warm start (the main process) are cached in the run folder
-    announce(progress and state.is_main_process, f"D_0: {run.data_engine.d0_size} validated tasks (cached in "
+    announce(progress and state.is_main_process, f"D_0: up to {run.data_engine.d0_size} validated tasks (cached in "
              f"{out_dir.name}/round_000; a minute or two with the offline explorer, longer with an LLM explorer)")
     start = time.perf_counter()
     engine.initial_pool(progress=progress and state.is_main_process)

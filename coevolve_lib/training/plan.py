@@ -168,7 +168,7 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
     extra, notes = vllm_commands(run, out, overrides)
     commands.update(extra)
     explorer, replayed = run.data_engine.explorer_model, run.data_engine.llm_calls == "replay"
-    if explorer and replayed:
+    if replayed:  # RunConfig checks that a replay names its explorer
         recording = shown_path(record_path(out_dir, run.data_engine.llm_record))
         notes.append(f"the explorer's calls are replayed from {recording} (data_engine.llm_calls=replay): no endpoint "
                      "is asked")

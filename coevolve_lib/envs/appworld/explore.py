@@ -15,7 +15,6 @@ import ast
 import json
 import random
 import re
-import time
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable
@@ -402,7 +401,6 @@ def abstract_appworld(group_key: tuple, triplets: list[dict], source: dict, conf
     Per run: its successful calls in order (exact repeats dropped), then for each length min_calls..max_calls the
     earliest window of that many consecutive calls that makes a task. `source` is `ExplorationTarget.source()`;
     `group_key` is unused, as in `envs.bfcl.abstraction.abstract`."""
-    start = time.perf_counter()
     cost = Cost()
     specs, seen = [], set()
     for run_id, run in split_runs(triplets).items():
@@ -419,7 +417,6 @@ def abstract_appworld(group_key: tuple, triplets: list[dict], source: dict, conf
                 continue
             seen.add(spec["spec_id"])
             specs.append(spec)
-    cost.seconds = time.perf_counter() - start
     return specs, cost.as_dict()
 
 

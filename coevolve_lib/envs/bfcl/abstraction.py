@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 
 from coevolve_lib.core.config import SynthesisConfig
@@ -46,8 +45,7 @@ HISTORY_ACTIONS = 3
 def abstract(group_key: tuple, triplets: list[dict], source: dict, config: SynthesisConfig,
              model: ChatModel | None = None) -> tuple[list[dict], dict]:
     """Task specs (taskspec/v1) from one group of triplets, and what it cost:
-    {calls, prompt_tokens, completion_tokens, seconds, skipped: {reason: count}}. Specs are unique by content."""
-    start = time.perf_counter()
+    {calls, prompt_tokens, completion_tokens, skipped: {reason: count}}. Specs are unique by content."""
     cost = Cost()
     if config.abstraction == "deterministic":
         drafts = abstract_deterministic(triplets, source, config, cost.skipped)
@@ -65,7 +63,6 @@ def abstract(group_key: tuple, triplets: list[dict], source: dict, config: Synth
             continue
         seen.add(spec["spec_id"])
         specs.append(spec)
-    cost.seconds = time.perf_counter() - start  # the whole stage's wall time, replays included
     return specs, cost.as_dict()
 
 

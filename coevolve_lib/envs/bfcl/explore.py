@@ -30,6 +30,6 @@ def explore(target: ExplorationTarget, config: ExploreConfig,
             model: ChatModel | None = None) -> tuple[dict | None, list[dict], dict]:
     """(context/v1 or None when unguided, triplet/v1 records of all runs, cost of the whole stage).
 
-    cost = {calls, prompt_tokens, completion_tokens, seconds, skipped: {reason: count}}, over the context
+    cost = {calls, prompt_tokens, completion_tokens, skipped: {reason: count}}, over the context
     builder's and the explorer's LLM calls."""
     return explore_target(target, config, model, make_explorer(config, model))
