@@ -6,8 +6,10 @@ in every LLM stage."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 
@@ -100,11 +102,7 @@ def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path
     explorer: what the round measures is that every stage's calls reach the server and come back counted, and that
     whatever it wrote is validated and its rejections given reasons."""
     base_url, log = served
-    task = next(t for t in load_tasks("v3", "base") if t.involved_classes == ["GorillaFileSystem"])
-    signal = {"signal_id": "boundary/0/x/0", "type": "boundary", "rollout_id": "0/x/0", "task_id": task.id,
-              "step": 0, "evidence": {"group_scores": [1.0, 0.0]}}
-    trajectory = {"rollout_id": "0/x/0", "task_id": task.id, "score": 0.0, "steps": [], "success": False}
-    target = replace(BFCL.target(task), signal=signal, trajectory=trajectory)
+    [target] = boundary_targets(1)
     config = FeedbackConfig(explore=ExploreConfig(explorer="llm", context_builder="llm", runs=2, calls_per_run=2),
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     model = OpenAIChatModel(str(POLICY), base_url=base_url, timeout=60.0)
@@ -136,6 +134,58 @@ def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path
     openai.OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0).chat.completions.create(
         model=str(POLICY), messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=2)
     assert IGNORED in log.read_text()
+
+
+def boundary_targets(count: int) -> list:
+    """Exploration targets of `count` file-system tasks, each with a boundary signal on a failed trajectory."""
+    tasks = [t for t in load_tasks("v3", "base") if t.involved_classes == ["GorillaFileSystem"]][:count]
+    return [replace(BFCL.target(task), signal={"signal_id": f"boundary/0/x/{i}", "type": "boundary",
+                                               "rollout_id": f"0/x/{i}", "task_id": task.id, "step": 0,
+                                               "evidence": {"group_scores": [1.0, 0.0]}},
+                    trajectory={"rollout_id": f"0/x/{i}", "task_id": task.id, "score": 0.0, "steps": [],
+                                "success": False}) for i, task in enumerate(tasks)]
+
+
+def test_a_server_killed_mid_round_costs_counted_errors_and_the_recorded_rerun_asks_only_what_is_missing(tmp_path):
+    """The server dies during a recorded round: the asks still in flight or to come end as counted model errors in
+    bounded time and the round finishes. Run again in record mode against the restarted server, the round asks it
+    only what the recording lacks or holds as an error: every reply the first server gave is reused, none paid twice."""
+    port, record = free_port(), tmp_path / "llm_calls.jsonl"
+    config = FeedbackConfig(explore=ExploreConfig(explorer="llm", context_builder="llm", runs=2, calls_per_run=2),
+                            synthesis=SynthesisConfig(abstraction="deterministic"))
+    targets = boundary_targets(6)
+
+    def run_round(base_url: str):
+        live = OpenAIChatModel(str(POLICY), base_url=base_url, timeout=30.0, max_retries=1, backoff_s=0.05)
+        report = feedback_round(1, tmp_path / "round_001", targets, TaskPool(tmp_path / "pool.jsonl"), config,
+                                BFCL.round_steps(), RecordedChatModel(str(POLICY), record, live), progress=False)
+        return report, live
+
+    with transformers_serve(POLICY, tmp_path / "first.log", port) as (base_url, _, server):
+        finished = threading.Event()
+
+        def kill_after_two_answers():
+            while not finished.is_set() and sum(r["reply"]["error"] is None for r in read_jsonl(record)) < 2:
+                time.sleep(0.05)
+            server.kill()
+
+        killer = threading.Thread(target=kill_after_two_answers)
+        killer.start()
+        first, _ = run_round(base_url)
+        finished.set()
+        killer.join()
+    lines = read_jsonl(record)
+    answered = {(r["scope"], r["key"], r["n"]) for r in lines if r["reply"]["error"] is None}
+    assert len(answered) >= 2 and first["cost"]["explore"]["skipped"].get("context_model_error", 0) + \
+        first["cost"]["explore"]["skipped"].get("model_error", 0) >= 1  # the asks after the kill, counted
+    shutil.rmtree(tmp_path / "round_001")  # a finished round is kept: to redo it, its folder goes
+    with transformers_serve(POLICY, tmp_path / "second.log", port) as (base_url, log, _):
+        second, live = run_round(base_url)
+    new = read_jsonl(record)[len(lines):]
+    requests = log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
+    assert requests == len(new) + live.num_retries  # what the second server was asked: the new lines only
+    assert not {(r["scope"], r["key"], r["n"]) for r in new} & answered  # nothing answered before is asked again
+    assert second["targets"] == len(targets) and (tmp_path / "round_001" / "report.json").exists()
 
 
 def differing_files(recorded, replayed, unlike: tuple[str, ...]) -> list[str]:
