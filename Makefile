@@ -36,9 +36,9 @@ appworld: $(APPWORLD_STAMP)
 # The unit tests and the notebooks (under nbval, at the smoke scale: configs/scales/smoke.yaml, the same profile with
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay). The unit tests in
-# TESTS_AFTER_NOTEBOOKS (about 160 s: the AppWorld loop and the real-server tests) run after the notebooks, in their
+# TESTS_AFTER_NOTEBOOKS (about 130 s: the real-server tests) run after the notebooks, in their
 # half, so that the two halves end together.
-TESTS_AFTER_NOTEBOOKS := tests/test_appworld_loop.py tests/test_real_server.py
+TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py
 
 test: setup appworld
 	rm -rf runs/nbval

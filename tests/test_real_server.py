@@ -183,8 +183,11 @@ def test_a_server_killed_mid_round_costs_counted_errors_and_the_recorded_rerun_a
         second, live = run_round(base_url)
     new = read_jsonl(record)[len(lines):]
     requests = log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
-    assert requests == len(new) + live.num_retries  # what the second server was asked: the new lines only
-    assert not {(r["scope"], r["key"], r["n"]) for r in new} & answered  # nothing answered before is asked again
+    # Every live reply is a new line, so nothing answered before was asked again; the server's log agrees (each new
+    # line is one request and its retries; measured once 34 logged for 22 lines and 13 counted retries, so the count
+    # is bounded, not matched: a retry's request can fail before the server logs it).
+    assert not {(r["scope"], r["key"], r["n"]) for r in new} & answered
+    assert len(new) <= requests <= len(new) + live.num_retries
     assert second["targets"] == len(targets) and (tmp_path / "round_001" / "report.json").exists()
 
 
