@@ -52,6 +52,11 @@ def evaluate(model: str, out, runs, *extra: str, limit: int = TASKS, status: int
     return json.loads(out.read_text()) if status == 0 else done.stderr
 
 
+def requests_logged(log) -> int:
+    """Chat-completion requests the server's log holds (answered or failed)."""
+    return log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
+
+
 IGNORED = "Ignoring unsupported fields in the request"
 """What `transformers serve` logs for a field it drops (measured in 5.17: `n`, `logprobs`, `tool_choice`,
 `response_format` and others are answered with HTTP 200 and dropped, not refused): the kit must send none of them."""
@@ -107,10 +112,10 @@ def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path
                             synthesis=SynthesisConfig(abstraction="llm", judge=True))
     model = OpenAIChatModel(str(POLICY), base_url=base_url, timeout=60.0)
     recording = RecordedChatModel(str(POLICY), tmp_path / "llm_calls.jsonl", model)
-    before = log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
+    before = requests_logged(log)
     report = feedback_round(1, tmp_path / "round_001", [target], TaskPool(tmp_path / "pool.jsonl"), config,
                             BFCL.round_steps(), recording, progress=False)
-    requests = log.read_text().count('"POST /v1/chat/completions HTTP/1.1"') - before
+    requests = requests_logged(log) - before
     calls = {stage: cost["calls"] for stage, cost in report["cost"].items()}
     skipped = report["cost"]["explore"]["skipped"]
     # every request the server saw is a counted call or a counted retry; nothing is lost or crashes the round
@@ -182,7 +187,7 @@ def test_a_server_killed_mid_round_costs_counted_errors_and_the_recorded_rerun_a
     with transformers_serve(POLICY, tmp_path / "second.log", port) as (base_url, log, _):
         second, live = run_round(base_url)
     new = read_jsonl(record)[len(lines):]
-    requests = log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
+    requests = requests_logged(log)
     # Every live reply is a new line, so nothing answered before was asked again; the server's log agrees (each new
     # line is one request and its retries; measured once 34 logged for 22 lines and 13 counted retries, so the count
     # is bounded, not matched: a retry's request can fail before the server logs it).

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row", help="only this paper row (default: every row with a recording)")
     args = parser.parse_args(argv)
     values = parameters(EXPLORER_EXPERIMENT, args.profile, None, False)
-    recorded = recorded_explorers(args.profile)
+    recorded = recorded_explorers(args.profile, values)
     rows = [args.row] if args.row else list(recorded)
     unknown = [row for row in rows if row not in recorded]
     if not rows or unknown:

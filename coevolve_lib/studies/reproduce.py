@@ -98,10 +98,10 @@ def parameters(experiment: Experiment, profile: str, seeds: list[int] | None, al
     return chosen
 
 
-def recorded_explorers(profile: str) -> dict[str, tuple[str, str]]:
+def recorded_explorers(profile: str, values: dict | None = None) -> dict[str, tuple[str, str]]:
     """The Table 12 rows notebook 12 replays for `profile` (configs/reproduce.yaml's `explorer_recordings`): the
-    paper's row -> (its explorer model, its recording)."""
-    values = parameters(EXPLORER_EXPERIMENT, profile, None, False)
+    paper's row -> (its explorer model, its recording). `values`: notebook 12's parameters when already read."""
+    values = values if values is not None else parameters(EXPLORER_EXPERIMENT, profile, None, False)
     models, recordings = values.get("explorer_models") or {}, values.get("explorer_recordings") or {}
     return {row: (models.get(row, ""), recording) for row, recording in recordings.items()}
 
