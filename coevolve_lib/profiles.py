@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ from coevolve_lib.engine.pool_updates import pool_update
 from coevolve_lib.engine.signals import signal_class
 
 CONFIGS_DIR = REPO_ROOT / "configs"
-SECTIONS = ("model", "rollout", "evaluation", "data_engine", "training")
+SECTIONS = ("model", "rollout", "environment", "evaluation", "data_engine", "training")
 USAGE_ERROR = 2
 """Exit status of a command given bad input (argparse's own)."""
 
@@ -84,8 +85,23 @@ def _read(name: str, chain: tuple[str, ...] = (), folder: Path | None = None) ->
     unknown = sorted(map(str, set(raw) - set(SECTIONS)))
     if unknown:  # named here, where the file is known (an override's unknown section is refused in `_sections`)
         raise ConfigError(f"{shown_path(path)}: unknown section(s) {unknown}; valid: {list(SECTIONS)}")
-    return deep_merge(_read(base, (*chain, key), path.parent), raw) if base else raw
+    return merge_over(_read(base, (*chain, key), path.parent), raw) if base else raw
 
+
+def merge_over(base: dict, raw: dict) -> dict:
+    """`raw` (a profile's sections, or overrides) merged over `base` (`deep_merge`); when `raw` names another
+    benchmark than `base` does, without `base`'s `environment` section: another benchmark's settings are not the new
+    one's."""
+    named = _benchmark(raw)
+    if named is not None and named != (_benchmark(base) or EvalConfig.__dataclass_fields__["benchmark"].default):
+        base = {key: value for key, value in base.items() if key != "environment"}
+    return deep_merge(base, raw)
+
+
+def _benchmark(raw: dict) -> str | None:
+    """The benchmark a profile file's sections name (None: it names none, and inherits or defaults it)."""
+    evaluation = raw.get("evaluation")
+    return evaluation.get("benchmark") if isinstance(evaluation, dict) else None
 
 def profile_path(name, inherited: bool = False, folder: Path | None = None) -> Path:
     """The file of profile `name`: `configs/<name>.yaml` for a name (a base, `_` first, only when `inherited`), or a
@@ -197,6 +213,9 @@ def _valid_fields(cls, path: tuple) -> list[str]:
     return sorted(getattr(cls, "__pydantic_fields__", {}))
 
 
+MOVED_TO_ENVIRONMENT = ("evaluation.data_version", "evaluation.category", "data_engine.data_version",
+                        "data_engine.classes", "data_engine.warm_start")
+"""Fields an older profile has that BFCL's `environment` section holds now (named in the error)."""
 MAX_SHOWN_PROBLEMS = 5
 """Most validation errors one ConfigError lists (a list of a million bad items has a million)."""
 
@@ -209,6 +228,8 @@ def _validation_message(exc: ValidationError, section: str, cls) -> str:
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "unexpected_keyword_argument":
             message = f"unknown field; valid: {', '.join(_valid_fields(cls, error['loc'][:-1]))}"
+            if where in MOVED_TO_ENVIRONMENT:
+                message += f" (BFCL's {where} is environment.{where.split('.')[-1]} now: the benchmark's own section)"
         elif "input" in error and not isinstance(error["input"], (dict, ArgsKwargs)):  # a value, not a whole
             # section's fields (a cross-field check's)
             message += f" (got {quoted(error['input'])})"
@@ -240,7 +261,7 @@ def _build(section: str, cls, values):
 
 
 def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
-    raw = deep_merge(_read(profile), _as_mapping(overrides))
+    raw = merge_over(_read(profile), _as_mapping(overrides))
     unknown = sorted(map(str, set(raw) - set(SECTIONS)))
     if unknown:
         raise ConfigError(f"unknown profile section(s) {unknown}; valid: {list(SECTIONS)}")
@@ -258,12 +279,13 @@ def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None)
     """The full, validated config of a profile with overrides (a nested mapping or `a.b=c` strings)."""
     raw = _sections(profile, overrides)
     rollout = _build("rollout", RolloutSettings, raw.get("rollout") or {})
-    common = {"model": raw["model"], "profile": profile, "rollout": rollout}
+    environment = raw.get("environment") or {}  # validated by the benchmark's own Settings (check_registered)
+    common = {"model": raw["model"], "profile": profile, "rollout": rollout, "environment": environment}
     sections = {"evaluation": _build("evaluation", EvalConfig, {**common, **(raw.get("evaluation") or {})}),
                 "data_engine": _build("data_engine", DataEngineConfig, {**common, **(raw.get("data_engine") or {})}),
                 "training": _build("training", TrainConfig, raw.get("training") or {})}
     try:
-        run = RunConfig(profile=profile, model=raw["model"], rollout=rollout, **sections)
+        run = RunConfig(profile=profile, model=raw["model"], rollout=rollout, environment=environment, **sections)
     except ValidationError as exc:  # a check across sections (RunConfig.__post_init__)
         raise ConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
     check_launch(run)
@@ -297,8 +319,10 @@ def check_launch(run: RunConfig) -> None:
 def check_registered(run: RunConfig) -> RunConfig:
     """What the registries decide (each name found as `core.extensions` says: the kit's registry, an installed entry
     point, or a `module:Class` reference): the signal types, the pool update and the benchmark exist, the reward is
-    one of the benchmark's, and its environment can do what the profile asks (`Environment.check`); ConfigError, one
-    line, otherwise. Returns `run` in the environment's canonical spellings (`Environment.normalized`)."""
+    one of the benchmark's, the `environment` section is valid `Settings` of the benchmark, and its environment can do
+    what the profile asks (`Environment.check`); ConfigError, one line, otherwise. Returns `run` with the section's
+    defaults filled in (in every section that carries it), in the environment's canonical spellings
+    (`Environment.normalized`)."""
     for name in run.data_engine.signals.enabled:
         _found("data_engine.signals.enabled", signal_class, name)
     _found("training.pool_updates", pool_update, run.training.pool_updates)
@@ -306,6 +330,7 @@ def check_registered(run: RunConfig) -> RunConfig:
     if run.training.reward not in environment.rewards:
         raise ConfigError(f"training.reward: {run.training.reward!r} is not a reward of {environment.name}; its "
                           f"rewards: {sorted(environment.rewards)}")
+    run = run.with_environment(dataclasses.asdict(_build("environment", environment.Settings, run.environment)))
     problems = environment.check(run)
     if problems:
         raise ConfigError("; ".join(problems))

@@ -106,7 +106,7 @@ CASES = [  # (command, exit status, what the one line says)
                                                          "'prompt'"),
     ("evaluate --out {tmp}/e.json --batch-size abc", 2, "rollout.batch_size: Input should be a valid integer"),
     ("evaluate --out {tmp}/e.json --limit 1.5", 2, "evaluation.limit: Input should be a valid integer"),
-    ("evaluate --out {tmp}/e.json --category ''", 2, "evaluation.category: unknown BFCL category ''"),
+    ("evaluate --out {tmp}/e.json --set environment.category=''", 2, "environment.category: Input should be a valid string (got None)"),
     ("evaluate --out {tmp}/e.json --set rollout.max_steps_per_episode=0", 2,
      "rollout.max_steps_per_episode: Input should be greater than 0"),
     ("evaluate --out {tmp}/e.json --set nodot", 2, "override 'nodot' is not of the form section.field=value"),
@@ -137,8 +137,8 @@ CASES = [  # (command, exit status, what the one line says)
     ("heldout --set data_engine.heldout.new_tasks.size=abc", 2,
      "data_engine.heldout.new_tasks.size: Input should be a valid integer"),
     ("warm-start --profile smol", 2, "profile smol has no warm start"),
-    ("warm-start --set data_engine.warm_start.learning_rate=0", 2,
-     "data_engine.warm_start.learning_rate: Input should be greater than 0 (got 0)"),
+    ("warm-start --set environment.warm_start.learning_rate=0", 2,
+     "environment.warm_start.learning_rate: Input should be greater than 0 (got 0)"),
     ("bfcl-replay --data-version v9", 2, "argument --data-version: invalid choice: 'v9'"),
     ("bfcl-replay --limit abc", 2, "argument --limit: invalid int value: 'abc'"),
     ("bfcl-replay --category nosuch", 2, "argument --category: invalid choice: 'nosuch'"),
@@ -221,7 +221,7 @@ def test_a_bad_command_line_is_one_line_and_a_non_zero_status(capsys, scratch, b
 
 @pytest.mark.parametrize("text, expected", [
     ("training: {max_steps: [2\n", "broken.yaml is not valid YAML"),
-    ("- training\n- rollout\n", "broken.yaml must be a mapping of sections (model, rollout, evaluation, "
+    ("- training\n- rollout\n", "broken.yaml must be a mapping of sections (model, rollout, environment, evaluation, "
                                 "data_engine, training), not a list"),
     ("model: tiny\ntrainer: {max_steps: 2}\n", "broken.yaml: unknown section(s) ['trainer']; valid: ['model'"),
     ("inherits: nosuch\nmodel: tiny\n", "unknown profile 'nosuch'"),
@@ -258,7 +258,7 @@ def test_a_dead_explorer_endpoint_stops_at_d0_in_one_line(capsys, monkeypatch, t
 NOTEBOOK_CASES = [  # (notebook, parameters, what the one line says); the check runs in the cell after the parameters
     (NB00, ["task_index", "abc"], "ConfigError: task_index: Input should be a valid integer"),
     (NB00, ["task_index", "99999"], "ConfigError: task_index: Input should be less than 200 (got 99999)"),
-    (NB00, ["data_version", "v9"], "ConfigError: evaluation.data_version: Input should be 'v3' or 'v4' (got 'v9')"),
+    (NB00, ["data_version", "v9"], "ConfigError: environment.data_version: Input should be 'v3' or 'v4' (got 'v9')"),
     ("notebooks/07_learning_and_comparison.ipynb", ["seeds", "[0, 0]"],
      "ConfigError: seeds: List should name each seed once (got [0, 0])"),
     ("notebooks/20_paper_tables.ipynb", ["allow_missing", "maybe"],

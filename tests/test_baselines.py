@@ -167,7 +167,8 @@ def test_configs_reject_a_policy_reflector_over_processes_and_an_explorer_reflec
 # ---------------------------------------------------------------------------------------------- real 2-step runs
 
 SMOKE = {
-    "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
+    "environment": {"warm_start": {"enabled": False}},
+    "data_engine": {"d0_size": 8, "max_targets": 2,
                     "explore": {"runs": 1, "calls_per_run": 4}, "heldout": {"new_tasks": {"size": 0}, "new_envs": {"size": 0}}},
     "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},
     "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 1, "draw_factor": 1,
@@ -259,7 +260,7 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
 
 def test_rest_run_filters_the_policys_own_rollouts(tmp_path):
     # The warm-started tiny policy (shipped): a random-init one never succeeds, and ReST keeps successes only.
-    run, out = _run(tmp_path, "run", **{"training.pool_updates": "rest", "data_engine.warm_start.enabled": True,
+    run, out = _run(tmp_path, "run", **{"training.pool_updates": "rest", "environment.warm_start.enabled": True,
                                         "rollout.max_new_tokens": 64, "rollout.max_steps_per_episode": 8,
                                         "training.max_completion_tokens": 512, "training.tasks_per_step": 8,
                                         "training.group_size": 8, "data_engine.d0_size": 100,

@@ -21,7 +21,7 @@ from kv_store.environment import KeyValueStore  # noqa: E402 (a user's package, 
 SMALL = {"evaluation": {"benchmark": "kv-in-process", "split": "val"},
          "rollout": {"max_steps_per_episode": 2, "max_new_tokens": 8},
          "data_engine": {"d0_size": 6, "max_targets": 2, "explore": {"runs": 2, "calls_per_run": 4},
-                         "signals": {"enabled": ["every_failure"]}, "warm_start": {"enabled": False},
+                         "signals": {"enabled": ["every_failure"]},
                          "heldout": {"new_tasks": {"size": 0}, "new_envs": {"size": 0}}},
          "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "eval_every": 2,
                       "eval_pool_tasks": 3, "eval_limit": 3, "max_completion_tokens": 64, "save_every": 2}}

@@ -104,5 +104,5 @@ def test_the_key_follows_what_decides_the_tasks(tmp_path):
     assert reseeded["new_tasks"] != base["new_tasks"] and reseeded["new_envs"] == base["new_envs"]
     assert keys(data_engine_config("tiny", heldout=small, max_targets=3)) == base  # a round setting, not a set's
     # (a) follows the pool's environments: another warm-start split gives the pool (and the set) other ones
-    moved = keys(data_engine_config("tiny", heldout=small, warm_start={"seed": 5}))
+    moved = keys(data_engine_config("tiny", {"environment": {"warm_start": {"seed": 5}}}, heldout=small))
     assert moved["new_tasks"] != base["new_tasks"] and moved["new_envs"] == base["new_envs"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coevolve_lib.core import extensions
-from coevolve_lib.core.config import ConfigError, SynthesisConfig
+from coevolve_lib.core.config import ConfigError, DataEngineConfig, SynthesisConfig
 from coevolve_lib.core.environment import ContractError, checked_evaluation, environment_class
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.results import write_result
@@ -106,7 +106,7 @@ def test_rollout_problem_names_the_field(change, problem):
 
 
 def test_an_evaluation_without_counts_is_one_line(tmp_path):
-    environment = KeyValueStore(None, tmp_path)
+    environment = KeyValueStore(DataEngineConfig(), tmp_path)
     row = {"benchmark": "kv", "eval_set": "kv/val", "metric": "success", "value": 0.0, "n": 2}
     doc = write_result(tmp_path / "r.json", experiment="x", profile="p", model="m", config_hash="0" * 12,
                        metrics=[row])

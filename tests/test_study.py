@@ -17,7 +17,7 @@ from coevolve_lib.engine.data_engine import EmptyPool
 from coevolve_lib.studies import report
 from coevolve_lib.studies.catalog import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
-SMALL = ["data_engine.d0_size=6", "data_engine.warm_start.enabled=false", "data_engine.max_targets=2",
+SMALL = ["data_engine.d0_size=6", "environment.warm_start.enabled=false", "data_engine.max_targets=2",
          "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.new_tasks.size=4",
          "data_engine.heldout.new_tasks.runs=1", "data_engine.heldout.new_envs.size=5", "data_engine.heldout.new_envs.runs=1", "training.max_steps=2", "training.tasks_per_step=2", "training.group_size=2",
          "training.feedback_every=1", "rollout.max_new_tokens=12", "rollout.max_steps_per_episode=2",
@@ -100,6 +100,14 @@ def test_the_table_puts_each_variant_beside_the_paper_with_its_scale(compared):
     assert table.loc["static", f"{other}: vs zero_shot (points)"].count("[") == 1  # both sets, each with its CI
     assert "seeds [0]" in table.loc["static", "scale"] and "K=2" in table.loc["static", "scale"]
     assert table.loc["static", f"{ranked} pass@2 %"].count("[") == 1
+    d0_sizes = {r["d0_tasks"] for r in results}
+    assert len(d0_sizes) == 1 and f"D_0 {d0_sizes.pop()} tasks" in table.loc["coevolve", "scale"]
+    # a variant that ended with an earlier one's weights on every seed is that policy, and its row says so (at this
+    # scale the 2 GRPO steps may leave the weights as they were: then static's row names zero_shot)
+    twin = results + [{**r, "variant": "static_again"} for r in results if r["variant"] == "static"]
+    again = report.study_table(twin, ("table3",), "BFCL").loc["static_again", "scale"]
+    assert "THE SAME POLICY AS " in again and again.endswith(": equal final weights on every seed")
+    assert "THE SAME POLICY" not in table.loc["zero_shot", "scale"]
     # ranked by the other set on request: its columns come first
     assert report.study_table(results, ("table3",), "BFCL", rank_by="new_envs").columns[1].startswith(other)
     differences = report.paired_differences(results, [("coevolve", "static"), ("coevolve", "random")])

@@ -22,7 +22,8 @@ from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
 
 SMALL = {
-    "data_engine": {"d0_size": 8, "warm_start": {"enabled": False}, "max_targets": 2,
+    "environment": {"warm_start": {"enabled": False}},
+    "data_engine": {"d0_size": 8, "max_targets": 2,
                     "explore": {"runs": 1, "calls_per_run": 4},
                     "heldout": {"new_tasks": {"size": 5, "runs": 1}, "new_envs": {"size": 6, "runs": 1}}},
     "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},

@@ -41,15 +41,16 @@ def test_appworld_paper_profile_plan(capsys, tmp_path, monkeypatch):
     assert code == 0, err
     _, bfcl, _ = dry_run(capsys, "--profile", "paper-qwen3-4b", "--out", str(tmp_path))
     assert plan["benchmark"]["name"] == "appworld" and plan["benchmark"]["split"] == "test_normal"
-    assert bfcl["benchmark"] == {"name": "bfcl", "data_version": "v3", "category": "multi_turn_base", "split": "val"}
+    assert bfcl["benchmark"] == {"name": "bfcl", "data_version": "v3", "category": "multi_turn_base", "split": "val",
+                                 "classes": None, "warm_start": False}
     assert plan["policy_model"] == "Qwen/Qwen3-4B-Instruct-2507" and plan["explorer_model"] == "openai:qwen3-max"
     assert (plan["schedule"], plan["batch"], plan["grpo_config"]) == (bfcl["schedule"], bfcl["batch"], bfcl["grpo_config"])
     assert plan["rollout"]["max_steps_per_episode"] == 30
-    assert any("APPWORLD_ROOT is not set" in note for note in plan["notes"])
+    assert any("no AppWorld data root is set" in note for note in plan["notes"])
     monkeypatch.setenv("APPWORLD_ROOT", str(tmp_path))
     _, plan, _ = dry_run(capsys, "--profile", "paper-qwen3-4b-appworld", "--out", str(tmp_path))
     assert plan["benchmark"]["data"] == f"APPWORLD_ROOT={tmp_path}"
-    assert not any("APPWORLD_ROOT" in note for note in plan["notes"])
+    assert not any("data root" in note for note in plan["notes"])
 
 
 def test_appworld_refuses_what_its_data_engine_lacks(capsys):
@@ -69,7 +70,7 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     want = EXPECTED[profile]
     assert plan["policy_model"] == want["model"]
     assert plan["explorer_model"] == "openai:qwen3-max"
-    assert plan["warm_start"] is False
+    assert plan["benchmark"]["warm_start"] is False
     assert plan["schedule"] == {"max_steps": 120, "pool_updates": "signals", "feedback_every": 10, "feedback_rounds": 12,
                                 "d0_size": 100}
 
@@ -124,8 +125,9 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
 def test_paper_profile_sections(profile):
     assert len((CONFIGS_DIR / f"{profile}.yaml").read_text().splitlines()) <= 40  # only what differs from _paper
     run = run_config(profile)
-    ev = run.evaluation
-    assert (ev.data_version, ev.category, ev.split, ev.limit) == ("v3", "multi_turn_base", "val", None)
+    ev, bfcl = run.evaluation, run.environment
+    assert (bfcl["data_version"], bfcl["category"], ev.split, ev.limit) == ("v3", "multi_turn_base", "val", None)
+    assert ev.environment == run.data_engine.environment == bfcl
     assert ev.temperature == 0.0 and ev.rollout == run.rollout == run.data_engine.rollout
     assert run.rollout.tool_docs == "full" and run.rollout.max_steps_per_episode == 30 and run.rollout.temperature == 0.9
     assert ev.model == EXPECTED[profile]["model"]
@@ -133,7 +135,7 @@ def test_paper_profile_sections(profile):
     assert de.d0_size == 100 and de.d0_source_split == "train"
     assert (de.explore.explorer, de.explore.context_builder, de.synthesis.abstraction) == ("llm", "llm", "llm")
     assert de.synthesis.min_calls == 3 and de.synthesis.judge is True
-    assert de.warm_start.enabled is False
+    assert bfcl["warm_start"]["enabled"] is False
     assert de.signals.enabled == ("forgetting", "boundary", "rare")
     assert de.signals.success_threshold == 0.5 and de.signals.rare_theta == 5.0
     tr = run.training
@@ -285,8 +287,8 @@ def test_an_environment_spells_its_settings_canonically_so_equal_settings_hash_a
     """BFCL's `base` is `multi_turn_base` (`Environment.normalized`): the same run, the same run folder."""
     from coevolve_lib.studies.run import run_hash
 
-    short = run_config("tiny", ["evaluation.category=base"])
-    assert short.evaluation.category == "multi_turn_base" and run_hash(short) == run_hash(run_config("tiny"))
+    short = run_config("tiny", ["environment.category=base"])
+    assert short.environment["category"] == "multi_turn_base" and run_hash(short) == run_hash(run_config("tiny"))
 
 
 def test_a_multi_process_cpu_command_runs_as_printed(capsys, tmp_path):

@@ -29,7 +29,7 @@ def one_line_error(capsys, argv, status=2) -> str:
     ("data_engine.signals.enabled=[nosuch]",
      "data_engine.signals.enabled: unknown signal type 'nosuch'; registered: ["),
     ("data_engine.explore.explorer=magic", "data_engine.explore.explorer: Input should be 'schema' or 'llm'"),
-    ("data_engine.classes=[NoSuchAPI]", "data_engine.classes: unknown BFCL class(es) ['NoSuchAPI']"),
+    ("environment.classes=[NoSuchAPI]", "environment.classes: unknown BFCL class(es) ['NoSuchAPI']"),
     ("training.reward=maybe", "training.reward: 'maybe' is not a reward of bfcl; its rewards: ['binary', 'prefix']"),
     ("rollout.tool_docs=some", "rollout.tool_docs: Input should be 'full', 'compact' or 'none'"),
     ("training.max_steps", "is not of the form section.field=value"),
@@ -51,12 +51,12 @@ def test_unknown_profile_and_command(capsys):
 
 @pytest.mark.parametrize("argv, expected", [
     (["--profile", "nosuch"], "unknown profile 'nosuch'"),
-    (["--category", "nosuch"], "evaluation.category: unknown BFCL category 'nosuch'"),
+    (["--set", "environment.category=nosuch"], "environment.category: unknown BFCL category 'nosuch'"),
     (["--limit", "0"], "evaluation.limit: Input should be greater than 0 (got '0')"),
     (["--limit", "many"], "evaluation.limit: Input should be a valid integer"),
     (["--model", "no/such-model"], "cannot load model 'no/such-model'"),
     (["--model", ""], "evaluation.model: a model name"),
-    (["--data-version", "v9"], "evaluation.data_version: Input should be 'v3' or 'v4'"),
+    (["--set", "environment.data_version=v9"], "environment.data_version: Input should be 'v3' or 'v4'"),
     (["--temperature", "hot"], "evaluation.temperature: Input should be a valid number"),
 ])
 def test_evaluate_bad_input_writes_nothing(capsys, tmp_path, argv, expected):

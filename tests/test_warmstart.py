@@ -10,13 +10,14 @@ from helpers import BFCL
 from safetensors.torch import load_file
 
 import coevolve_lib.envs.bfcl.environment as environment_lib
-from coevolve_lib.core.config import SynthesisConfig, WarmStartConfig
+from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.envs.bfcl import warm_start as warmstart
 from coevolve_lib.envs.bfcl.benchmark import load_tasks, restrict_classes, split_tasks
+from coevolve_lib.envs.bfcl.settings import WarmStartConfig
 from coevolve_lib.envs.bfcl.warm_start import (
     learning_rate_at,
     length_grouped_batches,
@@ -140,9 +141,9 @@ def test_the_recipe_names_what_decides_the_weights_and_ignores_run_sizes(tmp_pat
     base = DataEngine(data_engine_config("tiny"), tmp_path / "a", "bfcl").environment.warm_start_recipe()
     bigger_pool = DataEngine(data_engine_config("tiny", d0_size=50, max_targets=4), tmp_path / "b", "bfcl")
     assert bigger_pool.environment.warm_start_recipe() == base
-    other_steps = DataEngine(data_engine_config("tiny", warm_start={"max_steps": 10}), tmp_path / "c", "bfcl")
+    other_steps = DataEngine(data_engine_config("tiny", {"environment": {"warm_start": {"max_steps": 10}}}), tmp_path / "c", "bfcl")
     assert other_steps.environment.warm_start_recipe() != base
-    other_world = DataEngine(data_engine_config("tiny", classes=["MathAPI"]), tmp_path / "d", "bfcl")
+    other_world = DataEngine(data_engine_config("tiny", {"environment": {"classes": ["MathAPI"]}}), tmp_path / "d", "bfcl")
     assert other_world.environment.warm_start_recipe() != base
 
 
@@ -154,7 +155,7 @@ def test_the_warm_start_and_the_pool_use_disjoint_train_environments(tmp_path):
     assert {t.id for t in warm} | {t.id for t in pool} <= train
     engine.initial_pool(progress=False)
     assert {t["provenance"]["origin_task"] for t in engine.pool.tasks} <= {t.id for t in pool}
-    without = DataEngine(data_engine_config("tiny", warm_start={"enabled": False}), tmp_path / "other", "bfcl")
+    without = DataEngine(data_engine_config("tiny", {"environment": {"warm_start": {"enabled": False}}}), tmp_path / "other", "bfcl")
     assert without.environment.sources("warm_start") == []
     assert len(without.environment.sources("pool")) == len(warm) + len(pool)
 

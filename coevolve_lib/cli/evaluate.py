@@ -1,7 +1,10 @@
 """`python -m coevolve_lib evaluate`: zero-shot (or checkpoint) evaluation of a chat model on a profile's benchmark,
 with the benchmark's own metric (`Environment.evaluate`: BFCL multi-turn success, AppWorld TGC and SGC).
 
-`python -m coevolve_lib evaluate --model tiny --data-version v3 --category base --split val --out results/x.json`
+`python -m coevolve_lib evaluate --model tiny --set environment.category=base --split val --out results/x.json`
+
+The benchmark's own settings (BFCL's data version and category, AppWorld's data root) are the profile's `environment`
+section: `--set environment.<field>=<value>`.
 
 Each finished episode is appended to `<out>.rollouts.jsonl` as it ends (BFCL: a killed run started again with the
 same arguments keeps those episodes and runs only the remaining tasks); the results JSON (schema `results/v2`,
@@ -28,8 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="tiny, smollm2-135m, a local path/hub id, or openai:<model>")
     parser.add_argument("--benchmark", help="a registered benchmark (bfcl, appworld, an installed entry point) or a "
                         "module:Class reference (`python -m coevolve_lib extensions` lists them)")
-    parser.add_argument("--data-version", help="BFCL: v3 or v4")
-    parser.add_argument("--category", help="BFCL: base, miss_func, miss_param or long_context")
     parser.add_argument("--split", help="the benchmark's split (BFCL: val, train or all; AppWorld: dev, test_normal, "
                         "test_challenge)")
     parser.add_argument("--limit", help="first N tasks of the split")
@@ -44,14 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="results JSON path (episodes go to <out>.rollouts.jsonl)")
     parser.add_argument("--no-resume", action="store_true", help="start afresh instead of keeping finished episodes")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a profile value, e.g. --set rollout.max_steps_per_episode=10 (repeatable; the "
-                             "options above win)")
+                        help="override a profile value, e.g. --set rollout.max_steps_per_episode=10 or --set "
+                             "environment.category=base (repeatable; the options above win)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     # Values stay strings here: the config validates and converts them, with one error line per bad value.
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("quiet", "set")}
-    evaluation = {k: given[k] for k in ("model", "benchmark", "data_version", "category", "split", "limit", "seed",
-                                        "temperature", "base_url") if k in given}
+    evaluation = {k: given[k] for k in ("model", "benchmark", "split", "limit", "seed", "temperature", "base_url")
+                  if k in given}
     rollout = {k: given[k] for k in ("max_new_tokens", "tool_format", "tool_docs", "batch_size") if k in given}
     if args.all_tasks:
         evaluation["limit"] = None

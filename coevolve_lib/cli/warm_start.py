@@ -12,6 +12,8 @@ from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.envs.bfcl import warm_start
+from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
+from coevolve_lib.envs.bfcl.settings import BFCLSettings
 from coevolve_lib.envs.bfcl.warm_start import ship_warm_start
 from coevolve_lib.profiles import profile_parser, run_config_from_args
 from coevolve_lib.training.policy_check import check_policy
@@ -19,15 +21,16 @@ from coevolve_lib.training.policy_check import check_policy
 
 def main(argv: list[str] | None = None) -> int:
     parser = profile_parser("python -m coevolve_lib warm-start", f"{__doc__}\n\n{warm_start.__doc__}",
-                            "data_engine.warm_start.max_steps=600")
+                            "environment.warm_start.max_steps=600")
     parser.add_argument("--ship", action="store_true",
                         help="build it here (not from the shipped copy) and ship it: copy it to "
                              "coevolve_lib/data/warm_start/<profile> with its manifest")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     run = run_config_from_args(args)
-    if not run.data_engine.warm_start.enabled:
-        raise ConfigError(f"profile {args.profile} has no warm start (data_engine.warm_start.enabled is false)")
+    if run.evaluation.benchmark != BFCLEnvironment.name or not BFCLSettings(**run.environment).warm_start.enabled:
+        raise ConfigError(f"profile {args.profile} has no warm start (environment.warm_start.enabled is false, or "
+                          "its benchmark is not BFCL, whose warm start this builds)")
     set_torch_threads(run.training.torch_threads)
     engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{profile_label(args.profile)}",
                         run.evaluation.benchmark)

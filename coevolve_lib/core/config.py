@@ -1,9 +1,11 @@
 """Every setting a profile can hold: one validated dataclass per section of `configs/<profile>.yaml`.
 
-A profile has five sections, each settable from the CLI (`--set section.field=value`) and from papermill
-(`overrides`): `model`, `rollout` (how every episode runs: evaluation, probes and training share it), `evaluation`,
-`data_engine` (D_0, warm start, probes, signals, exploration, synthesis, held-out set) and `training` (GRPO).
-Loading, inheritance and overrides are in `profiles.py`.
+A profile has six sections, each settable from the CLI (`--set section.field=value`) and from papermill
+(`overrides`): `model`, `rollout` (how every episode runs: evaluation, probes and training share it), `environment`
+(the benchmark's own settings: declared by its environment class, `Environment.Settings`, and validated with the
+profile; BFCL's data version, category, classes and warm start are there), `evaluation`, `data_engine` (D_0, probes,
+signals, exploration, synthesis, held-out sets) and `training` (GRPO). Loading, inheritance and overrides are in
+`profiles.py`.
 
 The classes are pydantic dataclasses, chosen over TRL's `HfArgumentParser` (flat, untyped beyond argparse, no
 nesting, no ranges) and over pydantic models (their API replaces the dataclass one the kit uses everywhere):
@@ -23,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from dataclasses import field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass
@@ -186,7 +188,7 @@ class RolloutSettings:
 
 @dataclass(config=STRICT)
 class EvalConfig:
-    """Zero-shot (or checkpoint) evaluation on the run's benchmark (BFCL multi-turn by default)."""
+    """Zero-shot (or checkpoint) evaluation on the run's benchmark."""
 
     model: str = "tiny"
     """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible endpoint."""
@@ -197,10 +199,6 @@ class EvalConfig:
     evaluated. `bfcl` (BFCL multi-turn), `appworld` (AppWorld's server on APPWORLD_ROOT's official data, else on the
     synthetic world the kit builds offline; docs/appworld.md), or an environment of your own: an installed entry point
     or a `module:Class` reference (`core.extensions`; `python -m coevolve_lib extensions` lists them)."""
-    data_version: Literal["v3", "v4"] = "v3"
-    """BFCL data version: `v3` (the paper's) or `v4`."""
-    category: str = "multi_turn_base"
-    """BFCL multi-turn category: base, miss_func, miss_param or long_context (with or without `multi_turn_`)."""
     split: str = "val"
     """BFCL: `val` (the kit's evaluation split), `train`, or `all` (see envs.bfcl.split_tasks). AppWorld: a dataset
     file of the data root: `dev`, `test_normal`, `test_challenge` (official), `dev` (the synthetic world)."""
@@ -222,6 +220,9 @@ class EvalConfig:
     replies not answered by then are model errors. A batch still waiting after 10 s says so on stderr."""
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     """The profile's rollout section."""
+    environment: dict[str, Any] = field(default_factory=dict)
+    """The profile's environment section: the benchmark's own settings, declared and validated by its environment
+    class (`Environment.Settings`) when the profile loads."""
 
     @field_validator("model")
     @classmethod
@@ -364,77 +365,6 @@ class SynthesisConfig:
 
 
 @dataclass(config=STRICT)
-class WorldsStageConfig:
-    """The warm start's second stage (a kit addition, tiny profile): the first stage's model trained further on tasks
-    from procedurally generated GorillaFileSystem worlds (`envs.bfcl.worlds`, train-split seeds), so that it learns
-    to copy names from the query in file systems it has never seen instead of recalling a few environments' names
-    (measured: unseen-environment success 11 -> 16%, docs/log.md). The tasks are built as the first stage's are
-    (schema exploration, abstraction, validation), with its `data_runs`, `data_calls_per_run` and call lengths."""
-
-    count: NonNegativeInt = 0
-    """Generated worlds the stage's tasks come from (~10 tasks per world); 0: no second stage."""
-    first_world: NonNegativeInt = 0
-    """Index of the first train-split world (`bfcl_worlds.world_seeds`)."""
-    data_seed: Seed = 100
-    """Exploration seed of the worlds' tasks (other environments than the first stage's, so the same default)."""
-    max_steps: PositiveInt = 400
-    """Optimizer steps of the stage; its cosine schedule ends exactly here."""
-    batch_size: PositiveInt = 16
-    """Conversations per step."""
-    learning_rate: PositiveFloat = 1e-3
-    """Peak learning rate (lower than the first stage's: the model is trained already)."""
-    final_lr_ratio: Fraction = 0.1
-    """The cosine decay ends at this fraction of the peak."""
-    warmup_steps: NonNegativeInt = 20
-    """Linear warm-up steps."""
-
-
-@dataclass(config=STRICT)
-class WarmStartConfig:
-    """Supervised fine-tuning before RL, and the synthetic tasks it trains on."""
-
-    enabled: bool = False
-    """Run the warm start (tiny profile: on; paper profiles: off)."""
-    max_steps: PositiveInt = 600
-    """Optimizer steps; the cosine schedule ends exactly here."""
-    batch_size: PositiveInt = 16
-    """Conversations per step."""
-    learning_rate: PositiveFloat = 3e-3
-    """Peak learning rate (a random-init 2M-parameter model needs a large one)."""
-    final_lr_ratio: Fraction = 0.1
-    """The cosine decay ends at this fraction of the peak learning rate."""
-    warmup_steps: NonNegativeInt = 30
-    """Linear warm-up steps before the cosine decay."""
-    adam_beta2: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95
-    """AdamW's second-moment decay (0.95 adapts faster than 0.999 in a short run)."""
-    max_grad_norm: PositiveFloat = 1.0
-    """Gradient clipping norm."""
-    max_length: PositiveInt = 512
-    """Tokens per conversation (longer ones are cut)."""
-    seed: Seed = 0
-    """Seed of the data order."""
-    data_seeds: PositiveInt = 12
-    """Unguided schema explorations of every source environment, one per seed (`first_data_seed` + i), each
-    giving ~10 tasks per environment. More seeds: more distinct call sequences and argument values."""
-    first_data_seed: Seed = 100
-    """Seed of the first exploration (D_0 uses the profile's exploration seed; keep them apart)."""
-    data_runs: PositiveInt = 10
-    """Exploration runs R per environment and seed."""
-    data_calls_per_run: PositiveInt = 5
-    """Exploration calls S per run (short runs give short tasks)."""
-    data_min_calls: PositiveInt = 1
-    """Shortest reference of a warm-start task (1-call tasks teach the format; the RL pool keeps >= 3)."""
-    data_max_calls: PositiveInt = 4
-    """Longest reference of a warm-start task."""
-    environment_share: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
-    """Share of the train-split environments the warm start's tasks come from; D_0 and every round use only the
-    others, so the RL pool, like the held-out set, is in environments the warm start never saw (a policy that has
-    memorized an environment's names solves its tasks without reading the query)."""
-    worlds: WorldsStageConfig = field(default_factory=WorldsStageConfig)
-    """The optional second stage on generated worlds (off unless `worlds.count` > 0)."""
-
-
-@dataclass(config=STRICT)
 class HeldoutSetConfig:
     """One held-out evaluation set: validated synthetic tasks built as D_0 is, with their own exploration seed."""
 
@@ -467,7 +397,7 @@ class HeldoutConfig:
 
 @dataclass(config=STRICT)
 class DataEngineConfig:
-    """The data engine of one profile: D_0, warm start, probe rollouts, signals, exploration, synthesis."""
+    """The data engine of one profile: D_0, probe rollouts, signals, exploration, synthesis, held-out sets."""
 
     profile: str = "tiny"
     """Profile the values came from."""
@@ -492,12 +422,6 @@ class DataEngineConfig:
     llm_record: str | None = None
     """The record file of `llm_calls` = record | replay (None: `llm_calls.jsonl` in the run folder). A relative path is
     read from the repository root (the committed recordings are under `coevolve_lib/data/llm_calls/`)."""
-    data_version: Literal["v3", "v4"] = "v3"
-    """BFCL data version whose environments are explored."""
-    classes: list[str] | None = None
-    """BFCL classes of the profile's world (None: all eight). The training pool, the held-out set and the warm
-    start are built from benchmark environments restricted to these classes (`envs.bfcl.benchmark.restrict_classes`); the
-    BFCL val split is always evaluated as it is."""
     d0_size: PositiveInt = 100
     """N, the initial synthetic task set size (the paper: 100)."""
     d0_source_split: Literal["train", "all"] = "train"
@@ -507,11 +431,13 @@ class DataEngineConfig:
     signals: SignalConfig = field(default_factory=SignalConfig)
     explore: ExploreConfig = field(default_factory=ExploreConfig)
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     rollout: RolloutSettings = field(default_factory=RolloutSettings)
     """The profile's rollout section (probe rollouts, warm-start checks and held-out evaluation use it)."""
+    environment: dict[str, Any] = field(default_factory=dict)
+    """The profile's environment section: the benchmark's own settings, declared and validated by its environment
+    class (`Environment.Settings`) when the profile loads."""
 
 
 
@@ -756,9 +682,17 @@ class RunConfig:
     model: str
     """The policy's starting model (see EvalConfig.model)."""
     rollout: RolloutSettings
+    environment: dict[str, Any]
+    """The benchmark's own settings (see EvalConfig.environment)."""
     evaluation: EvalConfig
     data_engine: DataEngineConfig
     training: TrainConfig
+
+    def with_environment(self, settings: dict) -> "RunConfig":
+        """This run with `settings` as its `environment` section, in every section that carries it."""
+        return dataclasses.replace(self, environment=settings,
+                                   evaluation=dataclasses.replace(self.evaluation, environment=settings),
+                                   data_engine=dataclasses.replace(self.data_engine, environment=settings))
 
     def __post_init__(self):
         data = self.data_engine

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from coevolve_lib.core.config import RunError
+from pydantic.dataclasses import dataclass as settings_dataclass
+
+from coevolve_lib.core.config import STRICT, RunError
 from coevolve_lib.core.extensions import check_class, find, load_reference, registered
 from coevolve_lib.core.results import validate_result
 
@@ -65,6 +67,11 @@ def checked_evaluation(environment: "Environment", doc) -> dict:
     return doc
 
 
+@settings_dataclass(config=STRICT)
+class NoSettings:
+    """The settings of an environment that declares none: the profile's `environment` section must be empty."""
+
+
 def binary_reward(record: dict, task: dict) -> float:
     """The paper's reward: the episode's score (1 when the environment's checker passes, else 0)."""
     return float(record["score"])
@@ -83,10 +90,16 @@ class Environment(ABC):
     """The registry name (`evaluation.benchmark`)."""
     rewards: ClassVar[dict[str, Callable[[dict, dict], float]]] = {"binary": binary_reward}
     """What `training.reward` may name: `(rollout record, pool task) -> reward` (BFCL adds `prefix`)."""
+    Settings: ClassVar[type] = NoSettings
+    """The environment's own settings, the profile's `environment` section: a pydantic dataclass with a docstring
+    per field (as `core.config`'s sections), validated when the profile loads (`profiles.check_registered`); the
+    loop, the data engine and evaluation never read them, the environment does (`self.settings`)."""
 
     def __init__(self, config, run_dir: str | Path):
         self.config = config
         """The run's `DataEngineConfig`."""
+        self.settings = self.Settings(**config.environment)
+        """The profile's `environment` section, as `Settings`."""
         self.run_dir = Path(run_dir)
 
     # -- where tasks come from ---------------------------------------------------------------------------------
@@ -135,10 +148,10 @@ class Environment(ABC):
         """What, besides the exploration settings, decides which tasks a held-out set holds (part of its key)."""
         return {"benchmark": self.name}
 
-    def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str:
-        """The policy's starting weights when the profile asks for a warm start (`check` refuses it where the
-        environment has none)."""
-        raise NotImplementedError(f"{self.name} has no warm start")
+    def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str | None:
+        """The policy's starting weights when the environment's settings ask for a warm start (a model folder); None
+        when they do not (the base: no environment has one unless it says so)."""
+        return None
 
     def describe(self) -> dict:
         """What the run's environment is, for its records."""
@@ -149,10 +162,8 @@ class Environment(ABC):
 
     @classmethod
     def check(cls, run) -> list[str]:
-        """What a `RunConfig` asks that this environment cannot do, one line each ([]: nothing). The base refuses a
-        warm start where `warm_start` is not implemented."""
-        if run.data_engine.warm_start.enabled and cls.warm_start is Environment.warm_start:
-            return [f"data_engine.warm_start.enabled=false ({cls.name} has no warm start)"]
+        """What a `RunConfig` asks that this environment cannot do, one line each ([]: nothing); its `environment`
+        section is valid `Settings` already (`cls.Settings(**run.environment)`)."""
         return []
 
     @classmethod

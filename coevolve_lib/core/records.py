@@ -124,3 +124,12 @@ def git_commit() -> str:
 def config_hash(config: dict) -> str:
     """A short, stable hash of a configuration (key order does not matter)."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (read in 1 MiB blocks: model weights are GBs)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -166,12 +166,9 @@ class DataEngine:
 
     def policy(self, progress: bool = True, use_shipped: bool = True) -> str:
         """The policy's model path: the profile's model (`.cache/models/<name>` when the kit built it), or the
-        environment's warm start from it when the profile asks for one (`Environment.warm_start`)."""
-        cfg = self.config
-        base = local_model(cfg.model)
-        if not cfg.warm_start.enabled:
-            return base
-        return self.environment.warm_start(base, progress=progress, use_shipped=use_shipped)
+        environment's warm start from it when its settings ask for one (`Environment.warm_start`)."""
+        base = local_model(self.config.model)
+        return self.environment.warm_start(base, progress=progress, use_shipped=use_shipped) or base
 
     def heldout(self, name: str, progress: bool = False) -> tuple[str, list[dict]]:
         """(key, tasks) of the held-out set `name` (`engine.heldout`): `new_tasks` explores the pool's own

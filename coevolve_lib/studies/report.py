@@ -275,8 +275,14 @@ def ranked_sets(results: list[dict], rank_by: str = "new_tasks") -> list[str]:
     held-out sets; or the BFCL split when the profile has no held-out set (the paper profiles)."""
     heldout = sorted(dict.fromkeys(r["eval_set"] for r in results if heldout_set_name(r["eval_set"])),
                      key=lambda s: heldout_set_name(s) != rank_by)
-    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
-    return heldout or ([bfcl] if bfcl else [])
+    split = benchmark_split(results)
+    return heldout or ([split] if split else [])
+
+
+def benchmark_split(results: list[dict]) -> str | None:
+    """The benchmark's own evaluation set in a study's rows (BFCL's val split: `bfcl/v3/multi_turn_base/val`): the
+    set named after the row's benchmark; None when the study measured none."""
+    return next((r["eval_set"] for r in results if r["eval_set"].startswith(f"{r['benchmark']}/")), None)
 
 
 def set_title(eval_set: str) -> str:
@@ -290,7 +296,7 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
     set `rank_by` first (`ranked_sets`), `metric` as the mean over seeds with its bootstrap 95% CI and the paired
     difference to `baseline` (default: the first variant); each seed on the ranked set; pass@k when measured; BFCL
     val success; the paper's number (`paper_column` of `studies.tables`, on the variant's `paper_row`) and the scale."""
-    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
+    split = benchmark_split(results)
     sets = ranked_sets(results, rank_by)
     pass_metric = next((r["metric"] for r in results if r["metric"].startswith("pass@") and r["eval_set"] == sets[0]),
                        None)  # sampled on one set only (`studies.run.measure`)
@@ -319,22 +325,38 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
         d0 = _matrix(results, variant, metric, "pool/d0")[2]
         if d0:
             row[f"D_0 (trained on) {metric} %"] = _ci_cell(d0)
-        val = _matrix(results, variant, "greedy_success", bfcl)[2] if bfcl else []
+        val = _matrix(results, variant, "greedy_success", split)[2] if split else []
         row["BFCL val %"] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
         row[f"paper {paper_column}"] = paper_cells.get(first["paper_row"], "-")
+        d0_sizes = sorted({r["d0_tasks"] for r in results if r["variant"] == variant and "d0_tasks" in r})
+        twin = same_run(results, variant, variants)
         row["scale"] = (f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
                         f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {scale_seeds}, "
-                        f"n={scale_n} ranked ({sets[0]})")
+                        f"n={scale_n} ranked ({sets[0]})"
+                        + (f", D_0 {'/'.join(map(str, d0_sizes))} tasks" if d0_sizes else "")
+                        + (f"; THE SAME POLICY AS {twin}: equal final weights on every seed" if twin else ""))
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant")
+
+
+def same_run(results: list[dict], variant: str, variants: list[str]) -> str | None:
+    """The first variant before `variant` in `variants` that ended with the same weights on every seed
+    (`studies.run.trained_fingerprint`): one policy under two names, a setting that changed nothing at this scale.
+    None when there is none, or when the rows carry no weights digest."""
+    def weights(name: str) -> tuple:
+        by_seed = {r["seed"]: r.get("weights_sha256") for r in results if r["variant"] == name}
+        return tuple(sorted(by_seed.items())) if by_seed and None not in by_seed.values() else ()
+
+    mine = weights(variant)
+    return next((other for other in variants[:variants.index(variant)] if mine and weights(other) == mine), None)
 
 
 def paired_differences(results: list[dict], pairs: list[tuple[str, str]], rank_by: str = "new_tasks",
                        metric: str = "greedy_success") -> pd.DataFrame:
     """`a - b` in points for each (a, b) of `pairs` on every evaluation set of the study (held-out sets and the BFCL
     split), paired by seed and task: the mean with its bootstrap 95% CI, and what it says in words."""
-    bfcl = next((r["eval_set"] for r in results if r["eval_set"].startswith("bfcl/")), None)
-    sets = list(dict.fromkeys([*ranked_sets(results, rank_by), "pool/d0", *([bfcl] if bfcl else [])]))
+    split = benchmark_split(results)
+    sets = list(dict.fromkeys([*ranked_sets(results, rank_by), "pool/d0", *([split] if split else [])]))
     rows = []
     for a, b in pairs:
         for eval_set in sets:

@@ -29,7 +29,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, run_identity
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, profile_label, repo_relative
-from coevolve_lib.core.records import config_hash, write_json_atomic
+from coevolve_lib.core.records import config_hash, file_sha256, write_json_atomic
 from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
 from coevolve_lib.engine.data_engine import DataEngine, EmptyPool
 from coevolve_lib.engine.feedback import round_counts
@@ -216,18 +216,27 @@ def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout:
     return outcomes
 
 
+def trained_fingerprint(engine: DataEngine, model_path: str | Path) -> dict:
+    """What tells two runs apart once they are done: the size of the D_0 they trained on, and the sha256 of the
+    weights they ended with (two variants with equal weights on every seed were the same run: a setting the world
+    gives no room to act: `report.study_table` says so in the row)."""
+    weights = Path(model_path) / "model.safetensors"
+    return {"d0_tasks": sum(task["pool_version"] == 0 for task in engine.pool.tasks),
+            "weights_sha256": file_sha256(weights)[:16] if weights.exists() else None}
+
+
 def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str, eval_set: str, k: int,
-         temperature: float, per_task: dict[str, float], folder: Path, model: str) -> dict:
+         temperature: float, per_task: dict[str, float], folder: Path, model: str, trained: dict) -> dict:
     values = list(per_task.values())
     return {"table": ",".join(study.tables), "variant": variant.name, "paper_row": variant.paper_row,
-            "benchmark": run.evaluation.benchmark, "data_version": run.data_engine.data_version, "eval_set": eval_set,
+            "benchmark": run.evaluation.benchmark, "eval_set": eval_set,
             "metric": metric, "k": k, "temperature": temperature, "seed": seed, "n": len(values),
             "value": round(100.0 * sum(values) / len(values), 2) if values else None,
             "profile": run.profile, "model": run.model,
             "steps": 0 if variant.name == ZERO_SHOT else run.training.max_steps,
             "tasks_per_step": run.training.tasks_per_step, "group_size": run.training.group_size,
             "config_hash": run_hash(run), "run_dir": repo_relative(folder), "model_path": repo_relative(model),
-            "per_task": per_task}
+            **trained, "per_task": per_task}
 
 
 def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: Path,
@@ -241,11 +250,13 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
     evaluation = json.loads((folder / "eval" / f"step_{step:05d}.json").read_text())
     engine = DataEngine(run.data_engine, folder, run.evaluation.benchmark)
     model_path = engine.policy() if zero_shot else str(folder / "final")
+    trained = trained_fingerprint(engine, model_path)
     out = []
     for name, (key, tasks) in engine.heldout_sets().items():  # the paper profiles have none
         eval_set = heldout_eval_set(name, key)
         greedy = {t: float(o[0]) for t, o in evaluation["heldout_outcomes"][name].items()}
-        out.append(_row(study, run, variant, seed, "greedy_success", eval_set, 1, 0.0, greedy, folder, model_path))
+        out.append(_row(study, run, variant, seed, "greedy_success", eval_set, 1, 0.0, greedy, folder, model_path,
+                        trained))
         if study.pass_k and name == run.data_engine.heldout.rank_by:
             rollout = rollout_config(run.rollout, token_level=True,
                                      max_completion_tokens=run.training.max_completion_tokens)
@@ -255,18 +266,19 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
             mean = {t: sum(o) / len(o) for t, o in sampled.items()}
             temperature = run.rollout.temperature
             out += [_row(study, run, variant, seed, f"pass@{study.pass_k}", eval_set, study.pass_k, temperature,
-                         passed, folder, model_path),
+                         passed, folder, model_path, trained),
                     _row(study, run, variant, seed, "sampled_success", eval_set, 1, temperature, mean, folder,
-                         model_path)]
+                         model_path, trained)]
     if evaluation.get("d0_outcomes"):  # the fixed D_0 sample: tasks the runs train on (every variant's pool holds them)
         d0 = {t: float(o[0]) for t, o in evaluation["d0_outcomes"].items()}
-        out.append(_row(study, run, variant, seed, "greedy_success", D0_EVAL_SET, 1, 0.0, d0, folder, model_path))
+        out.append(_row(study, run, variant, seed, "greedy_success", D0_EVAL_SET, 1, 0.0, d0, folder, model_path,
+                        trained))
     val = folder / "eval" / f"val_step_{step:05d}.json"
     if val.exists():
         bfcl = metric_row(json.loads(val.read_text()))
         per_task = {t["task_id"]: float(t["success"]) for t in bfcl["per_task"]}
         out.append(_row(study, run, variant, seed, "greedy_success", bfcl["eval_set"], 1, 0.0, per_task, folder,
-                        model_path))
+                        model_path, trained))
     engine.close()
     return out
 

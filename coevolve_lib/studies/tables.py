@@ -270,14 +270,25 @@ def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
         f"{appworld_cell(appworld, True)}", "AppWorld TestN, GRPO: not run (the comparison study runs on BFCL)"])
 
 
-def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study) -> KitTable:
-    """A study's table (coevolve_lib.studies.report.study_table) beside the paper's BFCL column."""
+VALIDATION_NOTE = (
+    "what validation can remove: a task whose reference calls fail, or miss its objective, when run in a fresh "
+    "environment. The deterministic abstraction (synthesis.abstraction=deterministic, every profile without an explorer "
+    "LLM, the tiny one included) writes each task from calls the exploration already ran with success, so its specs "
+    "all validate and `w/o validation` trains on the same pool (its row says when it ended as the same policy). Validation "
+    "matters under the LLM abstraction (synthesis.abstraction=llm: the paper's Qwen3-Max, or the replayed tiny "
+    "explorer of Table 12), whose drafted sequences can fail")
+"""Table 11's note: why the offline "w/o validation" row can be the CoEvolve run, and where it is not."""
+
+
+def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study, notes: tuple[str, ...] = ()) -> KitTable:
+    """A study's table (coevolve_lib.studies.report.study_table) beside the paper's BFCL column, with `notes`."""
     if doc is None:
         rows = [{"variant": v.name, "paper row": v.paper_row, "kit": "not run"} for v in study.variants]
-        return KitTable(table_ids, pd.DataFrame(rows).set_index("variant"), [f"{study.name} results: not run"])
+        return KitTable(table_ids, pd.DataFrame(rows).set_index("variant"), [f"{study.name} results: not run",
+                                                                              *notes])
     return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN,
                                            rank_by=doc["config"].get("rank_by", "new_tasks")),
-                    ["AppWorld column: " + APPWORLD])
+                    ["AppWorld column: " + APPWORLD, *notes])
 
 
 def table6(comparison: dict | None) -> KitTable:
@@ -473,7 +484,7 @@ def assemble(results: Results) -> list[KitTable]:
         from_study(("table5",), signals, STUDIES["signals"]),
         table6(comparison), table7(training, comparison), table8(comparison),
         table10(baseline_runs),
-        from_study(("table11",), validation, STUDIES["validation"]),
+        from_study(("table11",), validation, STUDIES["validation"], (VALIDATION_NOTE,)),
         table12(explorer_runs),
         table13(similarity), table15(similarity),
     ]

@@ -196,7 +196,6 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
         vllm["server"] = vllm_memory(run, SERVER_MEMORY_UTILIZATION)
     return {
         "profile": run.profile, "benchmark": benchmark, "policy_model": run.model, "explorer_model": explorer,
-        "warm_start": run.data_engine.warm_start.enabled,
         "schedule": {"max_steps": cfg.max_steps, "pool_updates": cfg.pool_updates,
                      "feedback_every": cfg.feedback_every if cfg.pool_updates != "none" else None,
                      "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.pool_updates != "none" else 0,

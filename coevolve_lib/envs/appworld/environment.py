@@ -8,7 +8,8 @@ The data engine's stages (`engine.data_engine.DataEngine`, `engine.feedback.feed
     pool       each accepted task is a real AppWorld task written under the run's own data root, so GRPO rollouts,
                their reward (AppWorld's evaluator: success = every test passes) and signals run as on official tasks
 
-The data root: `APPWORLD_ROOT` (official data, docs/appworld.md) or, when it is unset, the synthetic world the kit
+The data root: the profile's `environment.root` or `APPWORLD_ROOT` (official data, docs/appworld.md) or, when neither
+is set, the synthetic world the kit
 builds with AppWorld's own code (`synthetic.py`). The official data is never written into: the run's
 `appworld_root/` links its tasks and holds the synthesized ones (`validation.overlay_root`).
 
@@ -22,6 +23,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic.dataclasses import dataclass as settings_dataclass
+
+from coevolve_lib.core.config import STRICT
 from coevolve_lib.core.environment import Environment, RoundSteps
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target
@@ -43,11 +47,21 @@ APPS_CODE = 'print(",".join(p["account_name"] for p in apis.supervisor.show_acco
 """What a task's apps are: those its supervisor has an account in (AppWorld's tasks name no apps of their own)."""
 
 
-def appworld_source_root() -> Path:
-    """The AppWorld data root runs read: APPWORLD_ROOT (official data), else the synthetic world (built on first use,
-    about 40 s)."""
-    if os.environ.get("APPWORLD_ROOT"):
-        return Path(os.environ["APPWORLD_ROOT"])
+@settings_dataclass(config=STRICT)
+class AppWorldSettings:
+    """AppWorld's own settings: the profile's `environment` section when `evaluation.benchmark` is `appworld`."""
+
+    root: str | None = None
+    """AppWorld's data root (the folder holding `data/`: official data, docs/appworld.md); None: $APPWORLD_ROOT,
+    else the synthetic world the kit builds offline."""
+
+
+def appworld_source_root(root: str | None = None) -> Path:
+    """The AppWorld data root runs read: `root` (the profile's `environment.root`), else APPWORLD_ROOT (official
+    data), else the synthetic world (built on first use, about 40 s)."""
+    root = root or os.environ.get("APPWORLD_ROOT")
+    if root:
+        return Path(root)
     return build_synthetic_world().root
 
 
@@ -57,10 +71,11 @@ class AppWorldEnvironment(Environment):
     root (default: `appworld_source_root()`)."""
 
     name = "appworld"
+    Settings = AppWorldSettings
 
     def __init__(self, config, run_dir: str | Path, source_root: str | Path | None = None):
         super().__init__(config, run_dir)
-        self.source_root = Path(source_root) if source_root else appworld_source_root()
+        self.source_root = Path(source_root) if source_root else appworld_source_root(self.settings.root)
         self._root: Path | None = None
         self._server: AppWorldServer | None = None
         self._api_docs: dict | None = None
@@ -177,19 +192,21 @@ class AppWorldEnvironment(Environment):
 
     @classmethod
     def plan(cls, run) -> tuple[dict, list[str]]:
-        root, split = os.environ.get("APPWORLD_ROOT"), run.evaluation.split
+        given, split = AppWorldSettings(**run.environment).root, run.evaluation.split
+        root = given or os.environ.get("APPWORLD_ROOT")
         benchmark = {"name": cls.name, "split": split,
-                     "data": f"APPWORLD_ROOT={root}" if root else "the synthetic world (APPWORLD_ROOT is not set)",
+                     "data": (f"environment.root={given}" if given else f"APPWORLD_ROOT={root}" if root
+                              else "the synthetic world (neither environment.root nor APPWORLD_ROOT is set)"),
                      "setup": "make appworld (AppWorld's venv); official data: docs/appworld.md"}
         notes = [] if root or split in ("train", "dev") else [
-            f"APPWORLD_ROOT is not set and the synthetic world has no {split!r} split: point APPWORLD_ROOT at "
-            "AppWorld's official data (docs/appworld.md)"]
+            f"no AppWorld data root is set and the synthetic world has no {split!r} split: point environment.root "
+            "(or APPWORLD_ROOT) at AppWorld's official data (docs/appworld.md)"]
         return benchmark, notes
 
     @classmethod
     def check(cls, run) -> list[str]:
         """What the AppWorld environment supports so far: both explorers and context builders, the deterministic
-        abstraction with validation, no held-out set or warm start, its one reward (binary) and the pool updates of
+        abstraction with validation, no held-out set, its one reward (binary) and the pool updates of
         APPWORLD_POOL_UPDATES."""
         data, problems, needs = run.data_engine, [], []
         if run.evaluation.split in ("val", "all"):
@@ -202,8 +219,6 @@ class AppWorldEnvironment(Environment):
         if data.heldout.sets():
             needs.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
                          "are measured on evaluation.split)")
-        if data.warm_start.enabled:
-            needs.append("data_engine.warm_start.enabled=false (the warm start is BFCL's)")
         if data.d0_source_split != "train":
             needs.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
         if run.training.pool_updates not in APPWORLD_POOL_UPDATES:

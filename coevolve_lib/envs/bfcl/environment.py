@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from coevolve_lib.core.environment import Environment, RoundSteps
@@ -34,6 +34,7 @@ from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
 from coevolve_lib.envs.bfcl.evaluate import evaluate
 from coevolve_lib.envs.bfcl.explore import explore
 from coevolve_lib.envs.bfcl.rewards import prefix_reward
+from coevolve_lib.envs.bfcl.settings import BFCLSettings
 from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
 from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.envs.bfcl.warm_start import (
@@ -56,19 +57,20 @@ class BFCLEnvironment(Environment):
 
     name = "bfcl"
     rewards = {**Environment.rewards, "prefix": prefix_reward}
+    Settings = BFCLSettings
 
     def _split(self, split: str) -> list:
-        cfg = self.config
-        return restrict_classes(split_tasks(load_tasks(cfg.data_version, "multi_turn_base"), split), cfg.classes)
+        bfcl = self.settings
+        return restrict_classes(split_tasks(load_tasks(bfcl.data_version, "multi_turn_base"), split), bfcl.classes)
 
     def partition(self) -> dict[str, list]:
         """The source environments of the pool and of the warm start: with a warm start a disjoint share each,
         without one the pool has them all."""
         sources = self._split(self.config.d0_source_split)
-        if not self.config.warm_start.enabled:
+        if not self.settings.warm_start.enabled:
             return {"pool": sources, "warm_start": []}
-        warm, pool = partition_environments(sources, self.config.warm_start.environment_share,
-                                            self.config.warm_start.seed)
+        warm, pool = partition_environments(sources, self.settings.warm_start.environment_share,
+                                            self.settings.warm_start.seed)
         return {"pool": pool, "warm_start": warm}
 
     def sources(self, part: str) -> list:
@@ -100,74 +102,77 @@ class BFCLEnvironment(Environment):
         return evaluate(settings, out, model=model, progress=progress, experiment=experiment, rollout=rollout)
 
     def heldout_identity(self) -> dict:
-        return {"data_version": self.config.data_version, "classes": self.config.classes}
+        return {"data_version": self.settings.data_version, "classes": self.settings.classes}
 
     def describe(self) -> dict:
-        return {"benchmark": self.name, "data_version": self.config.data_version}
+        return {"benchmark": self.name, "data_version": self.settings.data_version}
 
     @classmethod
     def plan(cls, run) -> tuple[dict, list[str]]:
-        evaluation = run.evaluation
-        return {"name": cls.name, "data_version": evaluation.data_version, "category": evaluation.category,
-                "split": evaluation.split}, []
+        bfcl = BFCLSettings(**run.environment)
+        return {"name": cls.name, "data_version": bfcl.data_version, "category": bfcl.category,
+                "split": run.evaluation.split, "classes": bfcl.classes, "warm_start": bfcl.warm_start.enabled}, []
 
     @classmethod
     def normalized(cls, run):
-        return replace(run, evaluation=replace(run.evaluation, category=normalize_category(run.evaluation.category)))
+        return run.with_environment({**run.environment, "category": normalize_category(run.environment["category"])})
 
     @classmethod
     def check(cls, run) -> list[str]:
+        bfcl = BFCLSettings(**run.environment)
         problems = []
         if run.evaluation.split not in BFCL_SPLITS:
             problems.append(f"evaluation.split: BFCL split {run.evaluation.split!r}: choose from {list(BFCL_SPLITS)}")
         try:
-            normalize_category(run.evaluation.category)
+            normalize_category(bfcl.category)
         except ValueError as error:
-            problems.append(f"evaluation.category: {error}")
-        unknown = [name for name in run.data_engine.classes or [] if name not in CLASSES]
+            problems.append(f"environment.category: {error}")
+        unknown = [name for name in bfcl.classes or [] if name not in CLASSES]
         if unknown:
-            problems.append(f"data_engine.classes: unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
+            problems.append(f"environment.classes: unknown BFCL class(es) {unknown}; choose from {list(CLASSES)}")
         return problems
 
     # -- the warm start (a kit addition: the tiny profile's policy starts from it) ----------------------------
     def warm_start_recipe(self, stage: str = "final") -> dict:
         """Everything that decides the warm start's weights (its key names the cache folder and the shipped copy):
         of the first stage alone (`stage="first"`), or of the whole warm start (with its worlds stage, if any)."""
-        cfg = self.config
-        settings = {k: v for k, v in asdict(cfg.warm_start).items() if k not in ("enabled", "worlds")}
+        cfg, bfcl = self.config, self.settings
+        settings = {k: v for k, v in asdict(bfcl.warm_start).items() if k not in ("enabled", "worlds")}
         base = asdict(TinyConfig()) if cfg.model == "tiny" else None  # the kit builds `tiny` itself, from TinyConfig
         recipe = {"recipe_version": RECIPE_VERSION, "model": cfg.model, "tiny_config": base, "warm_start": settings,
-                  "data_version": cfg.data_version, "classes": cfg.classes, "source_split": cfg.d0_source_split,
+                  "data_version": bfcl.data_version, "classes": bfcl.classes, "source_split": cfg.d0_source_split,
                   "query": {"abstraction": cfg.synthesis.abstraction,
                             "description_words": cfg.synthesis.description_words},
                   "tool_docs": cfg.rollout.tool_docs}
-        if stage == "final" and cfg.warm_start.worlds.count:
-            recipe["worlds_stage"] = {"worlds_version": WORLDS_VERSION, **asdict(cfg.warm_start.worlds)}
+        if stage == "final" and bfcl.warm_start.worlds.count:
+            recipe["worlds_stage"] = {"worlds_version": WORLDS_VERSION, **asdict(bfcl.warm_start.worlds)}
         return recipe
 
-    def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str:
-        """The warm start's model folder: taken from `coevolve_lib/data/warm_start/<profile>` when that copy was built
+    def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str | None:
+        """None when `warm_start.enabled` is off; else the warm start's model folder: taken from `coevolve_lib/data/warm_start/<profile>` when that copy was built
         from the same recipe (its files' hashes are checked), else from `.cache/warm_start/<key>`, building it there
         first: the first stage on benchmark environments (the tiny recipe: ~35 minutes on 2 cores), then, if the
         profile has one, the worlds stage from it (minutes). A build cut short leaves only a `.partial` folder, started
         afresh next time."""
-        cfg = self.config
+        cfg, warm = self.config, self.settings.warm_start
+        if not warm.enabled:
+            return None
 
         def first_stage(out: Path) -> dict:
             log.warning("building the %s warm start (no shipped copy matches its recipe): %d SFT steps, about %.0f min "
                         "on 2 CPU cores at the tiny model's measured 0.9 s/step", cfg.profile,
-                        cfg.warm_start.max_steps, cfg.warm_start.max_steps * 0.9 / 60)
-            return warm_start(base, self.sources("warm_start"), out, cfg.warm_start, cfg.synthesis, self,
+                        warm.max_steps, warm.max_steps * 0.9 / 60)
+            return warm_start(base, self.sources("warm_start"), out, warm, cfg.synthesis, self,
                               tool_docs=cfg.rollout.tool_docs, progress=progress)
 
         def first() -> str:
             return self._warm_start_stage(self.warm_start_recipe("first"), first_stage, use_shipped)
 
-        if not cfg.warm_start.worlds.count:
+        if not warm.worlds.count:
             return first()
         # the first stage is needed (found or built) only when the whole warm start is neither shipped nor cached
         return self._warm_start_stage(self.warm_start_recipe(), lambda out: worlds_stage(
-            first(), out, cfg.warm_start, cfg.synthesis, self, cfg.data_version, cfg.rollout.tool_docs, progress),
+            first(), out, warm, cfg.synthesis, self, self.settings.data_version, cfg.rollout.tool_docs, progress),
             use_shipped)
 
     def _warm_start_stage(self, recipe: dict, build, use_shipped: bool) -> str:

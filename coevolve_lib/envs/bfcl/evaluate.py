@@ -1,6 +1,6 @@
 """BFCL's metric: multi-turn success rate of a chat model over a split, as the paper reports it.
 
-`python -m coevolve_lib evaluate --model tiny --data-version v3 --category base --split val --out results/x.json`
+`python -m coevolve_lib evaluate --model tiny --set environment.category=base --split val --out results/x.json`
 (`cli.evaluate`)
 
 Each finished episode is appended to `<out>.rollouts.jsonl` as it ends; a killed run started again with the
@@ -22,18 +22,22 @@ from coevolve_lib.core.results import write_result
 from coevolve_lib.envs.bfcl.backend import normalize_category
 from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
 from coevolve_lib.envs.bfcl.episode import Episode
+from coevolve_lib.envs.bfcl.settings import BFCLSettings
 from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.rollout.evaluation import EvaluationError, load_evaluated_model
 
 
 def evaluation_tasks(cfg: EvalConfig) -> list:
-    tasks = split_tasks(load_tasks(cfg.data_version, normalize_category(cfg.category)), cfg.split, seed=cfg.split_seed)
+    bfcl = BFCLSettings(**cfg.environment)
+    tasks = split_tasks(load_tasks(bfcl.data_version, normalize_category(bfcl.category)), cfg.split,
+                        seed=cfg.split_seed)
     return tasks[: cfg.limit] if cfg.limit is not None else tasks
 
 
 def eval_set(cfg: EvalConfig) -> str:
     """The name results give the tasks `cfg` evaluates on: `<benchmark>/<data version>/<category>/<split>`."""
-    return f"{cfg.benchmark}/{cfg.data_version}/{normalize_category(cfg.category)}/{cfg.split}"
+    bfcl = BFCLSettings(**cfg.environment)
+    return f"{cfg.benchmark}/{bfcl.data_version}/{normalize_category(bfcl.category)}/{cfg.split}"
 
 
 def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True, resume: bool = True,
@@ -69,13 +73,14 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
         run_rollouts(model, remaining, rollout_cfg, Episode, on_record=keep, progress=progress)
     outcomes = [done[t.id] for t in tasks]
     if not outcomes:
-        raise EvaluationError(f"no task to evaluate ({cfg.category} {cfg.split}, limit {cfg.limit})")
+        raise EvaluationError(f"no task to evaluate ({eval_set(cfg)}, limit {cfg.limit})")
     if all(r["terminated"] == "model_error" for r in outcomes):
         raise EvaluationError(f"every episode ended in a model error (the first: {outcomes[0]['error_message']}); "
                               "is the model's endpoint up?")
     correct = sum(r["success"] for r in outcomes)
     row = {
-        "benchmark": cfg.benchmark, "data_version": cfg.data_version, "eval_set": eval_set(cfg),
+        "benchmark": cfg.benchmark, "data_version": BFCLSettings(**cfg.environment).data_version,
+        "eval_set": eval_set(cfg),
         "metric": "multi_turn_success_rate",
         "k": 1, "temperature": cfg.temperature, "seed": cfg.seed, "n": len(outcomes), "correct": correct,
         "value": round(100.0 * correct / len(outcomes), 2),

@@ -28,11 +28,12 @@ from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from coevolve_lib.core.config import DataEngineConfig, RolloutSettings, SynthesisConfig, WarmStartConfig
+from coevolve_lib.core.config import DataEngineConfig, RolloutSettings, SynthesisConfig
 from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.core.paper_models import PAPER_MODELS, PaperModel
 from coevolve_lib.core.paths import CACHE_DIR, MODELS_DIR
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+from coevolve_lib.envs.bfcl.settings import WarmStartConfig
 from coevolve_lib.envs.bfcl.tiny_model import QWEN_SPLIT_PATTERN
 from coevolve_lib.envs.bfcl.warm_start import sft_conversation, train_sft, warm_start_tasks
 
@@ -166,7 +167,7 @@ def format_tasks(work_dir: Path) -> list[dict]:
     stand-ins)."""
     from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
 
-    config = DataEngineConfig(profile="standin", model="standin", classes=FORMAT_CLASSES,
+    config = DataEngineConfig(profile="standin", model="standin", environment={"classes": FORMAT_CLASSES},
                               rollout=RolloutSettings(tool_docs="compact"))
     environment = BFCLEnvironment(config, work_dir)
     return warm_start_tasks(environment.sources("pool"), work_dir, FORMAT_WARM_START, SynthesisConfig(), environment)

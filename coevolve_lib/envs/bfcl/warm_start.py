@@ -34,13 +34,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.core.config import ExploreConfig, WarmStartConfig
+from coevolve_lib.core.config import ExploreConfig
 from coevolve_lib.core.paths import LIBRARY_DATA, profile_label
+from coevolve_lib.core.records import file_sha256
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+from coevolve_lib.envs.bfcl.settings import WarmStartConfig
 from coevolve_lib.envs.bfcl.worlds import world_tasks
 from coevolve_lib.rollout import toolcalls
 
@@ -298,16 +300,6 @@ WORLDS_VERSION = 1
 """Part of a recipe with a worlds stage: bump it when a change of `envs.bfcl.worlds` alters the worlds."""
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                "chat_template.jinja")
-
-
-def file_sha256(path: str | Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shipped_warm_start(profile: str, recipe_key: str) -> Path | None:
