@@ -138,8 +138,8 @@ class Environment(ABC):
 
     # -- the benchmark's metric --------------------------------------------------------------------------------
     @abstractmethod
-    def evaluate(self, model, settings, out: str | Path, rollout, experiment: str, progress: bool = False) -> dict:
-        """Evaluate `model` on the benchmark split of `settings` (an `EvalConfig`) with the `rollout` config; write
+    def evaluate(self, model, evaluation, out: str | Path, rollout, experiment: str, progress: bool = False) -> dict:
+        """Evaluate `model` on the benchmark split of `evaluation` (an `EvalConfig`) with the `rollout` config; write
         and return the results document (`core.results`). Its first metric row is the headline (`eval/val_success`
         in training); later rows are logged as `eval/val_<metric>`."""
 

@@ -275,10 +275,10 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
                         trained))
     val = folder / "eval" / f"val_step_{step:05d}.json"
     if val.exists():
-        bfcl = metric_row(json.loads(val.read_text()))
-        per_task = {t["task_id"]: float(t["success"]) for t in bfcl["per_task"]}
-        out.append(_row(study, run, variant, seed, "greedy_success", bfcl["eval_set"], 1, 0.0, per_task, folder,
-                        model_path, trained))
+        benchmark_row = metric_row(json.loads(val.read_text()))
+        per_task = {t["task_id"]: float(t["success"]) for t in benchmark_row["per_task"]}
+        out.append(_row(study, run, variant, seed, "greedy_success", benchmark_row["eval_set"], 1, 0.0, per_task,
+                        folder, model_path, trained))
     engine.close()
     return out
 

@@ -181,13 +181,13 @@ class AppWorldEnvironment(Environment):
         return self.episodes()(task, sample_index, tool_format, config)
 
     # -- the benchmark's metric ----------------------------------------------------------------------------------
-    def evaluate(self, model, settings, out, rollout, experiment: str, progress: bool = False) -> dict:
-        """TGC (the first row) and SGC on `settings.split`: of the run's own root and with its servers once the run
+    def evaluate(self, model, evaluation, out, rollout, experiment: str, progress: bool = False) -> dict:
+        """TGC (the first row) and SGC on `evaluation.split`: of the run's own root and with its servers once the run
         has one (training), else of the source data root with servers of its own (`python -m coevolve_lib
         evaluate`)."""
         own = self._root is not None
-        return evaluate_appworld(model, settings.split, self.root if own else self.source_root, rollout, out=out,
-                                 limit=settings.limit, profile=settings.profile, experiment=experiment,
+        return evaluate_appworld(model, evaluation.split, self.root if own else self.source_root, rollout, out=out,
+                                 limit=evaluation.limit, profile=evaluation.profile, experiment=experiment,
                                  episodes=self.episodes() if own else None, progress=progress)
 
     @classmethod

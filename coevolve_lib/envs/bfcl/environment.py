@@ -98,8 +98,8 @@ class BFCLEnvironment(Environment):
     def new_episode(self, task, sample_index: int, tool_format: str, config) -> Episode:
         return Episode(task, sample_index, tool_format, config)
 
-    def evaluate(self, model, settings, out, rollout, experiment: str, progress: bool = False) -> dict:
-        return evaluate(settings, out, model=model, progress=progress, experiment=experiment, rollout=rollout)
+    def evaluate(self, model, evaluation, out, rollout, experiment: str, progress: bool = False) -> dict:
+        return evaluate(evaluation, out, model=model, progress=progress, experiment=experiment, rollout=rollout)
 
     def heldout_identity(self) -> dict:
         return {"data_version": self.settings.data_version, "classes": self.settings.classes}

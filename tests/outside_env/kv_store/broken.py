@@ -8,7 +8,7 @@ from kv_store.environment import KeyValueStore
 class NoCounts(KeyValueStore):
     name = "kv-broken"
 
-    def evaluate(self, model, settings, out, rollout, experiment, progress=False):
+    def evaluate(self, model, evaluation, out, rollout, experiment, progress=False):
         row = {"benchmark": self.name, "eval_set": "kv/val", "metric": "success", "value": 0.0}
-        return write_result(out, experiment=experiment, profile=settings.profile, model=model.name,
+        return write_result(out, experiment=experiment, profile=evaluation.profile, model=model.name,
                             config_hash=config_hash({}), metrics=[row])

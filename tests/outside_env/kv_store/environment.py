@@ -192,15 +192,15 @@ class KeyValueStore(Environment):
     def new_episode(self, task, sample_index, tool_format, config):
         return StoreEpisode(task, sample_index, tool_format, config)
 
-    def evaluate(self, model, settings, out, rollout, experiment, progress=False):
-        tasks = evaluation_tasks()[:settings.limit]
+    def evaluate(self, model, evaluation, out, rollout, experiment, progress=False):
+        tasks = evaluation_tasks()[:evaluation.limit]
         outcomes = task_outcomes(model, tasks, rollout, self, progress=progress)
         correct = sum(o[0] for o in outcomes.values())
         row = {"benchmark": self.name, "eval_set": "kv/val", "metric": "success", "n": len(outcomes),
                "correct": correct, "value": round(100.0 * correct / len(outcomes), 2),
                "temperature": rollout.generation.temperature}
-        return write_result(out, experiment=experiment, profile=settings.profile, model=model.name,
-                            config_hash=config_hash({"split": settings.split, "limit": settings.limit}),
+        return write_result(out, experiment=experiment, profile=evaluation.profile, model=model.name,
+                            config_hash=config_hash({"split": evaluation.split, "limit": evaluation.limit}),
                             metrics=[row])
 
     @classmethod
