@@ -38,6 +38,11 @@ def only(kind, **config):
     return SignalExtractor(SignalConfig(enabled=(kind,), **config))
 
 
+LITERAL = {"rare_rule": "pattern", "rare_min_tasks": 1}
+"""The paper's literal rare rule (c_p / N < theta / 100 and c_p > 0), which the rare cases below written before the
+`tail` rule and the recurrence condition check (2026-12-04)."""
+
+
 def fired(records):
     return sorted(r["rollout_id"] for r in records)
 
@@ -137,7 +142,7 @@ def test_one_task_drawn_twice_in_a_step_is_two_groups():
 # ---- rare ---------------------------------------------------------------------------------------------------
 
 def test_rare_waits_for_n_min():
-    extractor = only("rare", rare_theta=20, rare_min_total=12)
+    extractor = only("rare", rare_theta=20, rare_min_total=12, **LITERAL)
     step0 = [rollout(f"t{i}", 1, calls=["a()"]) for i in range(10)] + [rollout("odd", 0, calls=["b()"])]
     assert extractor.observe(0, step0) == []  # N = 11 < N_min although b is at 1/11 < 20%
     (record,) = extractor.observe(1, [rollout("odd", 0, calls=["b()"], step=1)])
@@ -146,19 +151,20 @@ def test_rare_waits_for_n_min():
 
 def test_rare_frequency_exactly_at_theta_does_not_fire():
     at_threshold = [rollout(f"t{i}", 1, calls=["a()"]) for i in range(9)] + [rollout("odd", 0, calls=["b()"])]
-    assert only("rare", rare_theta=10, rare_min_total=10).observe(0, at_threshold) == []  # 1/10 == 10%
+    assert only("rare", rare_theta=10, rare_min_total=10, **LITERAL).observe(0, at_threshold) == []  # 1/10 == 10%
     below = at_threshold + [rollout("t9", 1, calls=["a()"])]
-    assert fired(only("rare", rare_theta=10, rare_min_total=10).observe(0, below)) == ["0/odd/0"]  # 1/11
+    assert fired(only("rare", rare_theta=10, rare_min_total=10, **LITERAL).observe(0, below)) == ["0/odd/0"]  # 1/11
 
 
 def test_rare_counts_distinct_patterns_per_rollout_and_accumulates():
-    extractor = only("rare", rare_theta=30, rare_min_total=1)
+    extractor = only("rare", rare_theta=30, rare_min_total=1, **LITERAL)
     looping = rollout("loop", 0, calls=["cd()", "ls()", "cd()", "ls()", "cd()"])  # cd>ls and ls>cd, once each
     common = [rollout(f"c{i}", 1, calls=["cd()", "ls()"]) for i in range(3)]
     silent = rollout("silent", 0, calls=())
     records = extractor.observe(0, [looping, *common, silent])
     state = extractor.state_dict()["signals"]["rare"]
-    assert state == {"counts": {"cd>ls": 4, "ls>cd": 1}, "total": 5}
+    assert state == {"counts": {"cd>ls": 4, "ls>cd": 1}, "total": 5,
+                     "tasks": {"cd>ls": ["loop"], "ls>cd": ["loop"]}}  # the first distinct tasks, min_tasks at most
     (record,) = records  # ls>cd: 1/5 < 30%; cd>ls: 4/5; no calls, no patterns
     assert record["rollout_id"] == "0/loop/0"
     assert record["evidence"]["patterns"] == [{"pattern": "ls>cd", "count": 1}]
@@ -166,12 +172,36 @@ def test_rare_counts_distinct_patterns_per_rollout_and_accumulates():
     assert extractor.observe(1, [rollout(f"r{i}", 1, calls=["ls()", "cd()"], step=1) for i in range(3)]) == []
 
 
+def test_rare_needs_the_pattern_in_several_tasks():
+    """The recurrence condition counts distinct tasks: K samples of one task that share a pattern are one situation."""
+    extractor = only("rare", rare_rule="pattern", rare_theta=20, rare_min_total=1, rare_min_tasks=3)
+    common = [rollout(f"c{i}", 1, calls=["a()"]) for i in range(40)]
+    assert extractor.observe(0, common + [rollout("odd", 0, sample=k, calls=["b()"]) for k in range(4)]) == []
+    assert extractor.observe(1, [rollout("odd2", 0, calls=["b()"], step=1)]) == []  # b in 2 tasks
+    (record,) = extractor.observe(2, [rollout("odd3", 0, calls=["b()"], step=2)])  # 3 tasks: b is rare
+    assert record["evidence"]["patterns"] == [{"pattern": "b", "count": 6}]
+
+
+def test_rare_tail_takes_the_rarest_count_levels_whole():
+    """`tail`: the least frequent recurring patterns whose occurrences together stay under theta % of N."""
+    def rollouts(theta):
+        extractor = only("rare", rare_theta=theta, rare_min_total=1, rare_min_tasks=1)
+        records = ([rollout(f"a{i}", 1, calls=["a()"]) for i in range(20)]
+                   + [rollout(f"{p}{i}", 0, calls=[f"{p}()"]) for p, n in (("b", 3), ("c", 3), ("d", 4))
+                      for i in range(n)])  # N = 30: a 20, d 4, b and c 3 each
+        return sorted({p["pattern"] for r in extractor.observe(0, records) for p in r["evidence"]["patterns"]})
+
+    assert rollouts(25) == ["b", "c"]  # b + c = 6 < 7.5; with d 10 >= 7.5
+    assert rollouts(40) == ["b", "c", "d"]  # 10 < 12; with a 30
+    assert rollouts(15) == []  # the level of 3 holds 6 >= 4.5: b and c are equally rare, neither is taken alone
+
+
 def test_rare_pattern_kinds():
     rollouts = [rollout(f"t{i}", 1, calls=["a()", "b()", "c()"]) for i in range(5)]
     rollouts.append(rollout("odd", 0, calls=["c()", "b()", "a()"]))
-    assert fired(only("rare", rare_pattern="sequence", rare_theta=20, rare_min_total=1).observe(0, rollouts)) == [
+    assert fired(only("rare", rare_pattern="sequence", rare_theta=20, rare_min_total=1, **LITERAL).observe(0, rollouts)) == [
         "0/odd/0"]
-    assert only("rare", rare_pattern="set", rare_theta=20, rare_min_total=1).observe(0, rollouts) == []
+    assert only("rare", rare_pattern="set", rare_theta=20, rare_min_total=1, **LITERAL).observe(0, rollouts) == []
 
 
 # ---- compositional (the example extra signal) ----------------------------------------------------------------
@@ -199,7 +229,7 @@ def test_compositional_is_off_by_default():
 
 def test_one_trajectory_carries_several_types():
     extractor = SignalExtractor(SignalConfig(enabled=("forgetting", "boundary", "rare", "compositional"),
-                                             rare_theta=50, rare_min_total=1))
+                                             rare_theta=50, rare_min_total=1, **LITERAL))
     extractor.observe(0, group("t", [1], calls=["a()"], classes=("A", "B")) + group("a", [1], classes=("A",))
                       + group("b", [1], classes=("B",)))
     records = extractor.observe(1, group("t", [0, 1], step=1, calls=["z()"], classes=("A", "B")))
@@ -325,7 +355,7 @@ def test_action_names_and_rare_patterns_on_real_calls(ground_truth_rollouts):
     assert action_names(first)[:6] == ["cd", "mkdir", "mv", "cd", "grep", "sort"]
     assert {"cd>mkdir", "mkdir>mv", "mv>cd", "grep>sort", "cd>diff"} <= set(action_patterns(first))
 
-    config = SignalConfig(enabled=("rare",), rare_theta=1, rare_min_total=100)
+    config = SignalConfig(enabled=("rare",), rare_theta=1, rare_min_total=100, **LITERAL)
     records_fired = SignalExtractor(config).observe(0, records)
     counts = Counter(p for r in records for p in set(action_patterns(r)))
     total = sum(counts.values())
@@ -334,6 +364,24 @@ def test_action_names_and_rare_patterns_on_real_calls(ground_truth_rollouts):
     assert {r["task_id"]: [p["pattern"] for p in r["evidence"]["patterns"]] for r in records_fired} == {
         task: patterns for task, patterns in expected.items() if patterns}
     assert 0 < len(records_fired) < len(records)  # some trajectories are ordinary, some hold a rare pattern
+
+
+def test_the_tail_rule_on_real_trajectories(ground_truth_rollouts):
+    """`tail` with 3 tasks on the 30 ground truths (N = 135 over 78 bigrams, 50 of them seen once: the one-offs the
+    recurrence condition leaves out; the 7 recurring patterns seen 3 times hold 16% of N, so theta is 20 here): the
+    rare patterns together hold under theta % of all occurrences, each recurs in 3 tasks or more, and not every
+    trajectory carries one."""
+    records = ground_truth_rollouts
+    extractor = SignalExtractor(SignalConfig(enabled=("rare",), rare_min_total=100, rare_theta=20))
+    records_fired = extractor.observe(0, records)
+    counts = Counter(p for r in records for p in set(action_patterns(r)))
+    tasks = {p: {r["task_id"] for r in records if p in action_patterns(r)} for p in counts}
+    rare = {p["pattern"] for r in records_fired for p in r["evidence"]["patterns"]}
+    assert rare and all(len(tasks[p]) >= 3 for p in rare)
+    assert sum(counts[p] for p in rare) * 100 < 20 * sum(counts.values())
+    # Every recurring pattern seen less often than a rare one is rare too (the tail is taken from its rarest end).
+    assert {p for p in counts if len(tasks[p]) >= 3 and counts[p] < max(counts[q] for q in rare)} <= rare
+    assert 0 < len(records_fired) < len(records)
 
 
 def test_the_rollout_table_counts_the_groups_the_boundary_signal_fires_on():

@@ -102,6 +102,16 @@ def test_the_table_puts_each_variant_beside_the_paper_with_its_scale(compared):
     assert table.loc["static", f"{ranked} pass@2 %"].count("[") == 1
     d0_sizes = {r["d0_tasks"] for r in results}
     assert len(d0_sizes) == 1 and f"D_0 {d0_sizes.pop()} tasks" in table.loc["coevolve", "scale"]
+    # trained runs carry their final pool and their signals' share per round; the zero-shot row trained nothing
+    by_variant = {r["variant"]: r for r in results}
+    assert "pool_tasks" not in by_variant["zero_shot"] and "final pool" not in table.loc["zero_shot", "scale"]
+    coevolve = by_variant["coevolve"]
+    assert coevolve["pool_tasks"] >= coevolve["d0_tasks"]
+    assert f"final pool {coevolve['pool_tasks']} tasks" in table.loc["coevolve", "scale"]
+    assert set(coevolve["signal_shares"]) == {"forgetting", "boundary", "rare"}
+    assert all(len(values) == 2 and all(0 <= v <= 100 for v in values)  # 2 steps, F = 1: two rounds
+               for values in coevolve["signal_shares"].values())
+    assert "signals, % of rollouts per round (seed 0): boundary " in table.loc["coevolve", "scale"]
     # a variant that ended with an earlier one's weights on every seed is that policy, and its row says so (at this
     # scale the 2 GRPO steps may leave the weights as they were: then static's row names zero_shot)
     twin = results + [{**r, "variant": "static_again"} for r in results if r["variant"] == "static"]

@@ -291,11 +291,20 @@ class SignalConfig:
     that is where tool-use mistakes are (mv before cd). Bigrams are the shortest patterns that keep order.
     A rollout counts each distinct pattern once, so c_p is the number of trajectories that contain p, and a
     loop that repeats one pair does not inflate it."""
+    rare_rule: Literal["tail", "pattern"] = "tail"
+    """When a recurring pattern counts as infrequent. `tail` (default): the least frequent patterns that together
+    make up under theta % of all N pattern occurrences (whole count levels, rarest first). `pattern`: the paper's
+    literal c_p / N < theta / 100 for each pattern alone. With many distinct patterns `pattern` flags nearly every
+    trajectory: on BFCL v3 base ground truth (267 distinct bigrams, N = 952, the most common at 4.6%) theta = 5
+    flags all of them, and at the tiny default (271 bigrams over 24 steps) 100% of rollouts in every round; `tail`
+    at theta = 5 with `rare_min_tasks` = 3 flags 11-19% per round there (docs/log.md, 2026-12-04)."""
     rare_theta: Annotated[float, Field(gt=0.0, lt=100.0)] = 5.0
-    """theta in (0, 100), the paper's "e.g. 5": a pattern is rare when c_p / N < theta / 100. Warning: with
-    many distinct patterns even the most common one is below 5%. On BFCL v3 base ground truth (267 distinct
-    bigrams, N = 952, the most common at 4.6%) theta = 5 flags every trajectory. theta = 0.2 flags 44% there
-    (the patterns seen once), theta = 1 flags 96%."""
+    """theta in (0, 100), the paper's "e.g. 5": the frequency bound of `rare_rule`, in % of N."""
+    rare_min_tasks: PositiveInt = 3
+    """The paper's recurrence condition ("low empirical frequency ... that still recur across several
+    trajectories"), which it does not quantify: a pattern can be rare only once trajectories of this many distinct
+    tasks contained it. Tasks, not trajectories: the K samples of one task repeat one situation. 1 drops the
+    condition (the paper's literal c_p > 0)."""
     rare_min_total: NonNegativeInt = 200
     """N_min: no rare signal until N >= N_min. N counts all pattern occurrences (each rollout's distinct
     patterns), cumulative over training, so c_p / N is a frequency. It does not count distinct patterns. With

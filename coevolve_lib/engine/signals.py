@@ -247,7 +247,11 @@ class Boundary(Signal):
 
 @register
 class Rare(Signal):
-    """Trajectories that contain an action pattern whose cumulative frequency over training is below theta %."""
+    """Trajectories that contain a rare action pattern: one of low cumulative frequency over training that still
+    recurs, i.e. was seen in trajectories of at least `rare_min_tasks` distinct tasks (the paper's "systematic
+    under-exploration instead of one-off stochastic events"). Low frequency is `SignalConfig.rare_rule`: `tail`
+    (default), the least frequent recurring patterns that together make up under theta % of all N pattern
+    occurrences; `pattern`, the paper's literal c_p / N < theta / 100 for each pattern alone."""
 
     type = "rare"
 
@@ -255,24 +259,45 @@ class Rare(Signal):
         super().__init__(config)
         self.counts: Counter[str] = Counter()
         self.total = 0
+        self.tasks: dict[str, list[str]] = {}  # per pattern, the first rare_min_tasks distinct tasks seen with it
 
     def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
         patterns = [sorted(set(action_patterns(r, self.config.rare_pattern))) for r in rollouts]
-        for own in patterns:
+        for rollout, own in zip(rollouts, patterns):
             self.counts.update(own)
             self.total += len(own)
+            for pattern in own:
+                seen = self.tasks.setdefault(pattern, [])
+                if len(seen) < self.config.rare_min_tasks and rollout["task_id"] not in seen:
+                    seen.append(rollout["task_id"])
         if self.total < self.config.rare_min_total:
             return []
+        rare_now = self.rare_patterns()  # this step's patterns were counted first, so c_p > 0 always holds
         fired = []
         for rollout, own in zip(rollouts, patterns):
-            # c_p > 0 always holds here because this step's patterns were counted first. The comparison uses
-            # integers, so a frequency exactly at theta / 100 is not rare.
-            rare = [{"pattern": p, "count": self.counts[p]} for p in own
-                    if self.counts[p] * 100 < self.config.rare_theta * self.total]
+            rare = [{"pattern": p, "count": self.counts[p]} for p in own if p in rare_now]
             if rare:
                 fired.append(self.fire(rollout, step, {"patterns": rare, "total": self.total,
                                                        "theta": self.config.rare_theta}))
         return fired
+
+    def rare_patterns(self) -> set[str]:
+        """The patterns rare now. Counts are compared as integers, so a frequency exactly at theta / 100 is not rare,
+        and `tail` takes or leaves each count level whole (patterns seen equally often are equally rare)."""
+        theta, total = self.config.rare_theta, self.total
+        recurring = {p: c for p, c in self.counts.items() if len(self.tasks[p]) >= self.config.rare_min_tasks}
+        if self.config.rare_rule == "pattern":
+            return {p for p, c in recurring.items() if c * 100 < theta * total}
+        levels: dict[int, list[str]] = defaultdict(list)
+        for pattern, count in recurring.items():
+            levels[count].append(pattern)
+        rare, mass = set(), 0
+        for count, level in sorted(levels.items()):
+            mass += count * len(level)
+            if mass * 100 >= theta * total:
+                break
+            rare.update(level)
+        return rare
 
     @classmethod
     def describe(cls, evidence: dict) -> str | None:
@@ -290,10 +315,10 @@ class Rare(Signal):
         return list(dict.fromkeys(name for name in names if name in known))
 
     def state_dict(self) -> dict:
-        return {"counts": dict(self.counts), "total": self.total}
+        return {"counts": dict(self.counts), "total": self.total, "tasks": self.tasks}
 
     def load_state_dict(self, state: dict) -> None:
-        self.counts, self.total = Counter(state["counts"]), state["total"]
+        self.counts, self.total, self.tasks = Counter(state["counts"]), state["total"], dict(state["tasks"])
 
 
 @register

@@ -328,20 +328,32 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
         val = _matrix(results, variant, "greedy_success", split)[2] if split else []
         row["BFCL val %"] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
         row[f"paper {paper_column}"] = paper_cells.get(first["paper_row"], "-")
-        d0_sizes = sorted({r["d0_tasks"] for r in results if r["variant"] == variant and "d0_tasks" in r})
         twin = same_run(results, variant, variants)
         row["scale"] = (f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
                         f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {scale_seeds}, "
-                        f"n={scale_n} ranked ({sets[0]})"
-                        + (f", D_0 {'/'.join(map(str, d0_sizes))} tasks" if d0_sizes else "")
+                        f"n={scale_n} ranked ({sets[0]})" + _pool_cell(results, variant)
                         + (f"; THE SAME POLICY AS {twin}: equal final weights on every seed" if twin else ""))
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant")
 
 
+def _pool_cell(results: list[dict], variant: str) -> str:
+    """The scale cell's pools (`studies.run.run_fingerprint`): D_0 and final pool sizes over the seeds, and the
+    signals' % of rollouts per feedback round on the first seed; empty for rows that carry none."""
+    mine = sorted((r for r in results if r["variant"] == variant), key=lambda r: r["seed"])
+    sizes = lambda key: "/".join(map(str, sorted({r[key] for r in mine if key in r})))
+    cell = f", D_0 {sizes('d0_tasks')} tasks" if sizes("d0_tasks") else ""
+    cell += f", final pool {sizes('pool_tasks')} tasks" if sizes("pool_tasks") else ""
+    shares = next((r["signal_shares"] for r in mine if r.get("signal_shares")), None)
+    if shares:
+        cell += (f"; signals, % of rollouts per round (seed {next(r['seed'] for r in mine if r.get('signal_shares'))}):"
+                 + ",".join(f" {kind} {'/'.join(f'{v:g}' for v in values)}" for kind, values in shares.items()))
+    return cell
+
+
 def same_run(results: list[dict], variant: str, variants: list[str]) -> str | None:
     """The first variant before `variant` in `variants` that ended with the same weights on every seed
-    (`studies.run.trained_fingerprint`): one policy under two names, a setting that changed nothing at this scale.
+    (`studies.run.run_fingerprint`): one policy under two names, a setting that changed nothing at this scale.
     None when there is none, or when the rows carry no weights digest."""
     def weights(name: str) -> tuple:
         by_seed = {r["seed"]: r.get("weights_sha256") for r in results if r["variant"] == name}

@@ -29,7 +29,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, run_identity
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, profile_label, repo_relative
-from coevolve_lib.core.records import config_hash, file_sha256, write_json_atomic
+from coevolve_lib.core.records import config_hash, file_sha256, read_jsonl, write_json_atomic
 from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
 from coevolve_lib.engine.data_engine import DataEngine, EmptyPool
 from coevolve_lib.engine.feedback import round_counts
@@ -216,13 +216,33 @@ def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout:
     return outcomes
 
 
-def trained_fingerprint(engine: DataEngine, model_path: str | Path) -> dict:
-    """What tells two runs apart once they are done: the size of the D_0 they trained on, and the sha256 of the
-    weights they ended with (two variants with equal weights on every seed were the same run: a setting the world
-    gives no room to act: `report.study_table` says so in the row)."""
+def run_fingerprint(run: RunConfig, engine: DataEngine, folder: Path, model_path: str | Path,
+                    trained: bool = True) -> dict:
+    """What tells two runs apart once they are done: the size of the D_0 they trained on and the sha256 of the weights
+    they ended with (two variants with equal weights on every seed were the same run: a setting the world gives no
+    room to act: `report.study_table` says so in the row); for a trained run also the size and the sha256 of its
+    final pool (sorted task ids) and, per feedback round, the % of its rollouts each signal type flagged
+    (`signal_shares`)."""
     weights = Path(model_path) / "model.safetensors"
-    return {"d0_tasks": sum(task["pool_version"] == 0 for task in engine.pool.tasks),
-            "weights_sha256": file_sha256(weights)[:16] if weights.exists() else None}
+    out = {"d0_tasks": sum(task["pool_version"] == 0 for task in engine.pool.tasks),
+           "weights_sha256": file_sha256(weights)[:16] if weights.exists() else None}
+    if trained:
+        ids = sorted(task["task_id"] for task in engine.pool.tasks)
+        out |= {"pool_tasks": len(ids), "pool_sha256": config_hash(ids),
+                "signal_shares": signal_shares(folder / "metrics.jsonl", run.training.feedback_every)}
+    return out
+
+
+def signal_shares(metrics: Path, feedback_every: int) -> dict[str, list[float]]:
+    """Per signal type, the % of the training rollouts it flagged in each window of `feedback_every` steps."""
+    steps = [row for row in read_jsonl(metrics) if "train/episodes" in row]
+    types = sorted({key.removeprefix("signals/") for row in steps for key in row if key.startswith("signals/")})
+    windows: dict[int, list[dict]] = {}
+    for row in steps:
+        windows.setdefault((row["step"] - 1) // feedback_every, []).append(row)
+    return {kind: [round(100 * sum(r.get(f"signals/{kind}", 0) for r in rows)
+                         / max(sum(r["train/episodes"] for r in rows), 1), 1) for _, rows in sorted(windows.items())]
+            for kind in types}
 
 
 def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str, eval_set: str, k: int,
@@ -250,7 +270,7 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
     evaluation = json.loads((folder / "eval" / f"step_{step:05d}.json").read_text())
     engine = DataEngine(run.data_engine, folder, run.evaluation.benchmark)
     model_path = engine.policy() if zero_shot else str(folder / "final")
-    trained = trained_fingerprint(engine, model_path)
+    trained = run_fingerprint(run, engine, folder, model_path, trained=not zero_shot)
     out = []
     for name, (key, tasks) in engine.heldout_sets().items():  # the paper profiles have none
         eval_set = heldout_eval_set(name, key)
