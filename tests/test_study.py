@@ -98,6 +98,9 @@ def test_the_table_puts_each_variant_beside_the_paper_with_its_scale(compared):
     assert list(table.columns[1:3]) == [f"{ranked} greedy_success %", f"{ranked}: vs zero_shot (points)"]
     assert table.loc["zero_shot", f"{ranked}: vs zero_shot (points)"] == "-"
     assert table.loc["static", f"{other}: vs zero_shot (points)"].count("[") == 1  # both sets, each with its CI
+    for cell in table[f"{ranked}: vs zero_shot (points)"].iloc[1:]:  # and what the CI tells
+        low, high = (float(x) for x in cell.split("[")[1].split("]")[0].split(", "))
+        assert cell.endswith(" excludes 0" if low > 0 or high < 0 else " includes 0")
     assert "seeds [0]" in table.loc["static", "scale"] and "K=2" in table.loc["static", "scale"]
     assert table.loc["static", f"{ranked} pass@2 %"].count("[") == 1
     d0_sizes = {r["d0_tasks"] for r in results}

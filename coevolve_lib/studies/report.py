@@ -266,8 +266,11 @@ def _ci_cell(matrix: list) -> str:
 
 
 def _diff_cell(matrix: list, reference: list) -> str:
-    diff = bootstrap_ci([[a - b for a, b in zip(row, ref_row)] for row, ref_row in zip(matrix, reference)])
-    return f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]"
+    """The paired difference in points with its CI, and whether the CI excludes 0 (a gain or a loss it can tell)."""
+    mean, low, high = (round(100 * x, 1) for x in
+                       bootstrap_ci([[a - b for a, b in zip(row, ref)] for row, ref in zip(matrix, reference)]))
+    told = "excludes 0" if low > 0 or high < 0 else "includes 0"  # on the printed bounds, so that both agree
+    return f"{mean:+.1f} [{low:+.1f}, {high:+.1f}] {told}"
 
 
 def ranked_sets(results: list[dict], rank_by: str = "new_tasks") -> list[str]:
