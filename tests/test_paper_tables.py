@@ -17,8 +17,10 @@ from coevolve_lib.studies.run import results_file, run_hash, settings_hash, vari
 OVERRIDES = ["training.max_steps=2"]
 
 
-def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], overrides=OVERRIDES) -> Path:
-    """A comparison results file of profile tiny, seed 0: rows on both held-out sets, D_0 and BFCL val per variant."""
+def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], overrides=OVERRIDES,
+                   weights: dict[str, str] | None = None) -> Path:
+    """A comparison results file of profile tiny, seed 0: rows on both held-out sets, D_0 and BFCL val per variant
+    (with `weights`, each variant's final-weights digest)."""
     rows = []
     for variant in ("zero_shot", *[v.name for v in COMPARISON.variants]):
         study_variant = next((v for v in COMPARISON.variants if v.name == variant), COMPARISON.variants[0])
@@ -29,7 +31,8 @@ def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], override
                          "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0, "seed": 0,
                          "n": len(per_task), "value": 100 * sum(per_task.values()) / len(per_task),
                          "steps": run.training.max_steps, "tasks_per_step": 8, "group_size": 8, "profile": "tiny",
-                         "model": "tiny", "config_hash": run_hash(run), "run_dir": "runs/x", "per_task": per_task})
+                         "model": "tiny", "config_hash": run_hash(run), "run_dir": "runs/x", "per_task": per_task,
+                         **({"weights_sha256": weights[variant]} if weights else {})})
     settings = {"profile": "tiny", "seeds": [0], "overrides": overrides, "pass_k": COMPARISON.pass_k, "rank_by": "new_tasks",
                 "variants": [{"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row}
                              for v in COMPARISON.variants]}
@@ -78,6 +81,18 @@ def test_measured_rows_sit_beside_the_paper_with_their_scale(tmp_path):
     assert any("(b) unseen envs" in c for c in tables["table2"].kit.columns)  # both sets on every row
     path = paper_tables.write_markdown(list(tables.values()), tmp_path / "tables.md", "# t")
     assert "| coevolve |" in path.read_text() and "63.00" in path.read_text()
+
+
+def test_a_kit_row_that_ended_with_an_earlier_rows_weights_says_so(tmp_path):
+    weights = {"zero_shot": "w0", "static": "w1", "random": "w2", "coevolve": "w1"}
+    comparison_doc(tmp_path, OUTCOMES, weights=weights)
+    tables = {t.table_ids[0]: t for t in paper_tables.assemble(
+        paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))}
+    table6 = tables["table6"].kit["scale"]  # its rows: the zero-shot policy and CoEvolve, each a _kit_cells row
+    assert table6["BFCL (Ours)"].endswith("; THE SAME POLICY AS static: equal final weights on every seed")
+    assert "THE SAME POLICY" not in table6["Zero-shot baseline"]
+    assert tables["table3"].kit.loc["coevolve", "scale"].endswith("THE SAME POLICY AS static: equal final weights "
+                                                                 "on every seed")
 
 
 def appworld_doc(results_dir: Path, eval_set: str, before: float, after: float,

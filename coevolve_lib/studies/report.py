@@ -331,11 +331,10 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
         val = _matrix(results, variant, "greedy_success", split)[2] if split else []
         row["BFCL val %"] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
         row[f"paper {paper_column}"] = paper_cells.get(first["paper_row"], "-")
-        twin = same_run(results, variant, variants)
         row["scale"] = (f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
                         f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {scale_seeds}, "
                         f"n={scale_n} ranked ({sets[0]})" + _pool_cell(results, variant)
-                        + (f"; THE SAME POLICY AS {twin}: equal final weights on every seed" if twin else ""))
+                        + same_policy_note(results, variant, variants))
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant")
 
@@ -352,6 +351,12 @@ def _pool_cell(results: list[dict], variant: str) -> str:
         cell += (f"; signals, % of rollouts per round (seed {next(r['seed'] for r in mine if r.get('signal_shares'))}):"
                  + ",".join(f" {kind} {'/'.join(f'{v:g}' for v in values)}" for kind, values in shares.items()))
     return cell
+
+
+def same_policy_note(results: list[dict], variant: str, variants: list[str]) -> str:
+    """What a row's scale adds when `same_run` finds its twin: one policy under two names, said in the row."""
+    twin = same_run(results, variant, variants)
+    return f"; THE SAME POLICY AS {twin}: equal final weights on every seed" if twin else ""
 
 
 def same_run(results: list[dict], variant: str, variants: list[str]) -> str | None:

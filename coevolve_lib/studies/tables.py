@@ -28,8 +28,9 @@ from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, PAPER_D0_SIZES, P
 from coevolve_lib.studies.catalog import baselines as baselines_study
 from coevolve_lib.studies.catalog import explorers as explorers_study
 from coevolve_lib.studies.catalog import sensitivity as sensitivity_grid
-from coevolve_lib.studies.report import bootstrap_ci, study_table
+from coevolve_lib.studies.report import bootstrap_ci, same_policy_note, study_table
 from coevolve_lib.studies.run import (
+    ZERO_SHOT,
     Study,
     Variant,
     default_runs_dir,
@@ -208,8 +209,9 @@ def _kit_cells(doc: dict | None, variant: str) -> dict:
     columns["kit BFCL val %"] = "bfcl/"
     if doc is None:
         return {**{column: "not run" for column in columns}, "scale": "-"}
+    variants = [ZERO_SHOT, *(v["name"] for v in doc["config"]["variants"])]
     return {**{column: _mean_ci(_rows(doc, variant, prefix)) for column, prefix in columns.items()},
-            "scale": _scale(doc)}
+            "scale": _scale(doc) + same_policy_note(doc["metrics"], variant, variants)}
 
 
 def _ranked_prefix(doc: dict) -> str:
