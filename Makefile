@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
 
-.PHONY: setup appworld test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
+.PHONY: setup standins appworld test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 
 setup: $(STAMP)
 	$(PY) -m coevolve_lib setup
+
+# The Qwen3-4B stand-in (coevolve_lib/envs/bfcl/standins.py, ~4 min on 2 cores the first time): what `make test`'s
+# stand-in tests load and the paper rehearsals start from. The default profile never loads it: `make reproduce` skips it.
+standins: setup
+	$(PY) -m coevolve_lib setup --standins
 
 # AppWorld in its own venv (it pins pydantic<2; the kit never imports it and talks to its server over HTTP:
 # coevolve_lib/envs/appworld/server.py). `appworld install` unpacks AppWorld's apps offline; its tests bundle goes into
@@ -40,7 +45,7 @@ appworld: $(APPWORLD_STAMP)
 # half, so that the two halves end together.
 TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py
 
-test: setup appworld
+test: standins appworld
 	rm -rf runs/nbval
 	COEVOLVE_MAX_TORCH_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-unit-half test-notebooks-half
 
@@ -58,9 +63,9 @@ test-notebooks:
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
 # The paper profiles' CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
-# evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make setup` does not). Even the fastest
+# evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not). Even the fastest
 # would take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
-test-paper: setup
+test-paper: standins
 	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
 
 # Every table and figure of the embedded default profile: the numbered notebooks run with papermill, in order, by the

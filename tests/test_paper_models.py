@@ -1,5 +1,5 @@
 """The paper's backbones as the kit knows them without a hub (`core.paper_models`), and their stand-ins
-(`envs.bfcl.standins`, built by `make setup`): the sizes the plan's vLLM check reads are the transformers classes'
+(`envs.bfcl.standins`, built by `make standins`): the sizes the plan's vLLM check reads are the transformers classes'
 own, and a stand-in carries what the paper profiles' code paths touch: the architecture, the real Qwen vocabulary
 with its added tokens at their real ids, the family's chat template and its stop tokens (issue 28)."""
 
@@ -31,7 +31,7 @@ def test_parameter_count_is_the_transformers_class_own(model):
                                          pytest.param(model, marks=pytest.mark.paper) for model in BACKBONES],
                 ids=lambda m: m.standin)
 def standin(request):
-    """A built stand-in (`make setup` builds Qwen3-4B's; `make test-paper` builds the others here, ~6.5 min each)."""
+    """A built stand-in (`make standins` builds Qwen3-4B's; `make test-paper` builds the others here, ~6.5 min each)."""
     build_standin(request.param)
     return request.param, load_chat_model(request.param.standin)
 

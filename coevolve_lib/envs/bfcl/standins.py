@@ -12,9 +12,9 @@ the assistant tokens only (`warm_start.train_sft(assistant_only=True)`: the 151,
 learned). After it, rollouts emit real `<tool_call>{json}</tool_call>` blocks, most with a known function name; they
 are not expected to solve tasks.
 
-`make setup` builds the Qwen3-4B stand-in (what `make test`'s stand-in tests load), `rehearse` the others on first
-use (each ~6.5 min on 2 cores: 300 steps over ~1,400-token prompts), into `.cache/models/<standin>`; `standin.json`
-there records the dims, the warm start's recipe and its summary.
+`make standins` (a step of `make test`) builds the Qwen3-4B stand-in (what its stand-in tests load; ~4 min on 2
+cores), `rehearse` the others on first use (~6.5-10 min each: 300 steps over ~1,400-token prompts), into
+`.cache/models/<standin>`; `standin.json` there records the dims, the warm start's recipe and its summary.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ Qwen3 stand-in: at 200 steps greedy replies still looped inside the JSON, at 300
 log.md). ~1.3 s a step on 2 cores, most of it attention over the long prompts: the head is applied to the data's
 tokens only (`warm_start.DataVocabulary`, exact)."""
 BUILD_THREADS = 2
-"""torch threads of a build (`make setup` runs alone)."""
+"""torch threads of a build (`make standins` runs alone)."""
 FORMAT_CLASSES = ["GorillaFileSystem"]
 """The BFCL classes the format warm start's tasks use (the rehearsal's pool uses the same world)."""
 RECIPE_VERSION = 1
@@ -222,7 +222,7 @@ def build_standin(model: PaperModel, out: Path | None = None, dims: StandinDims 
 
 
 SETUP_STANDINS = ("standin-qwen3-4b",)
-"""The stand-ins `make setup` builds (the one `make test` loads); `rehearse` builds the others when it needs them."""
+"""The stand-ins `setup --standins` builds (`make standins`: the one `make test` loads); `rehearse` builds the others when it needs them."""
 
 
 def build_all(names=SETUP_STANDINS, force: bool = False, progress: bool = False) -> dict[str, Path]:
