@@ -98,7 +98,7 @@ def run_bound(model, records: list[dict], args) -> dict:
                 for r in records]
     generation = generation_config(args)
     generator = torch.Generator(device=device).manual_seed(0) if args.temperature > 0 else None
-    with torch.inference_mode(), generation_attention(device):
+    with torch.inference_mode(), generation_attention(model.model):
         start = time.perf_counter()
         for i in range(0, len(rows), args.batch):
             model.model(input_ids=torch.tensor(rows[i:i + args.batch], device=device), logits_to_keep=1)
@@ -141,7 +141,7 @@ def run_plain(model, prompts: list[list[int]], length: int, batch: int, temperat
     for i in range(0, len(prompts), batch):
         chunk = prompts[i:i + batch]
         width = max(map(len, chunk))
-        with torch.inference_mode(), generation_attention(device):  # the attention kernels the engines use
+        with torch.inference_mode(), generation_attention(model.model):  # the attention kernels the engines use
             input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=device)
             attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
             sequences = model.model.generate(input_ids=input_ids, attention_mask=attention_mask,

@@ -118,6 +118,21 @@ def test_sampling_follows_temperature_and_top_p():
     assert all(sample_tokens(logits, nucleus, generator).tolist() == [1, 0] for _ in range(20))
 
 
+def test_sampling_draws_each_token_at_its_probability():
+    import torch
+
+    logits = torch.tensor([[0.0, 1.0, float("-inf"), 2.0]]).log_softmax(-1).repeat(20_000, 1)
+    temperature = 0.9
+    tokens = sample_tokens(logits, GenerationConfig(temperature=temperature), torch.Generator().manual_seed(1))
+    counts = torch.bincount(tokens, minlength=4).double()
+    expected = (logits[0] / temperature).softmax(-1).double() * len(tokens)
+    assert counts[2] == 0  # a token of probability 0 is never drawn
+    # within 5 standard deviations of the binomial count of every token
+    assert ((counts - expected).abs() <= 5 * (expected * (1 - expected / len(tokens))).sqrt() + 1e-9).all(), counts
+    again = sample_tokens(logits, GenerationConfig(temperature=temperature), torch.Generator().manual_seed(1))
+    assert torch.equal(tokens, again)  # a seeded generator repeats its samples
+
+
 def test_auto_picks_the_engine_by_backend(policy):
     class Scripted:  # an object with generate_from_ids and no local model behind it
         pass
@@ -139,3 +154,55 @@ def test_continuous_batching_greedy_ids_equal_the_generate_engine(policy, pool_t
     assert [r["completion_ids"] for r in reference] == [r["completion_ids"] for r in batched]
     assert [r["completion_mask"] for r in reference] == [r["completion_mask"] for r in batched]
     assert policy.model.config._attn_implementation == "sdpa"  # the manager hands the model back as it found it
+
+
+def test_grouped_attention_gives_the_bits_of_transformers_sdpa(policy):
+    """`generation_attention` on the CPU reads grouped-query heads in place; the logits of a left-padded batch with a
+    cache are the bits transformers' own SDPA attention gives (its `repeat_kv` copies)."""
+    import torch
+
+    from coevolve_lib.core.models import GROUPED_SDPA, generation_attention
+
+    model = policy.model
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # the tiny model has grouped heads
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = (torch.arange(6) >= torch.tensor([[2], [0]])).long()
+
+    def logits():
+        with torch.inference_mode():
+            prefill = model(input_ids=ids, attention_mask=mask, use_cache=True)
+            step = model(input_ids=torch.tensor([[15], [16]]), past_key_values=prefill.past_key_values, use_cache=True,
+                         attention_mask=torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], 1))
+        return prefill.logits, step.logits
+
+    plain = logits()
+    with generation_attention(model):
+        assert model.config._attn_implementation == GROUPED_SDPA
+        grouped = logits()
+    assert model.config._attn_implementation == "sdpa"  # restored
+    assert all(torch.equal(a, b) for a, b in zip(plain, grouped))
+
+
+def test_roomy_cache_equals_concatenation():
+    import torch
+    from transformers import DynamicCache
+
+    from coevolve_lib.rollout.kv_caches import stack_caches, unstack_caches
+
+    rows = [[(torch.randn(2, n, 4), torch.randn(2, n, 4)) for _ in range(3)] for n in (3, 5)]
+    roomy, mask = stack_caches(rows, "cpu", room=2)
+    plain = DynamicCache()
+    for layer in range(3):
+        keys = torch.stack([torch.cat([k.new_zeros(2, 5 - k.shape[1], 4), k], 1) for k, _ in (r[layer] for r in rows)])
+        values = torch.stack([torch.cat([v.new_zeros(2, 5 - v.shape[1], 4), v], 1) for _, v in (r[layer] for r in rows)])
+        plain.update(keys, values, layer)
+    for added in (1, 1, 3):  # the third outgrows the room: the buffers grow
+        new = [(torch.randn(2, 2, added, 4), torch.randn(2, 2, added, 4)) for _ in range(3)]
+        for layer, (keys, values) in enumerate(new):
+            assert all(torch.equal(a, b) for a, b in zip(roomy.update(keys, values, layer),
+                                                         plain.update(keys, values, layer)))
+        mask = torch.cat([mask, torch.ones(2, added, dtype=torch.long)], 1)
+    assert roomy.get_seq_length() == plain.get_seq_length() == 10
+    split = unstack_caches(roomy, mask)
+    assert [tuple(k.shape) for k, _ in (layers[0] for layers in split)] == [(2, 8, 4), (2, 10, 4)]
+    assert torch.equal(split[0][2][0], torch.cat([rows[0][2][0], plain.layers[2].keys[0, :, 5:]], 1))

@@ -138,7 +138,7 @@ class KVCacheEngine(SynchronousEngine):
         training = self.model.model.training
         self.model.model.eval()
         try:
-            with torch.inference_mode(), generation_attention(device):
+            with torch.inference_mode(), generation_attention(self.model.model):
                 first_tokens, caches = self._prefill(requests, generation, generator)
                 replies = self._decode(requests, first_tokens, caches, generation, generator)
         finally:
@@ -209,22 +209,26 @@ class KVCacheEngine(SynchronousEngine):
         cache of all its tokens."""
         import torch
 
+        from coevolve_lib.rollout.kv_caches import stack_caches, unstack_caches
+
         device = self.model.model.device
         pad = self.model.tokenizer.pad_token_id
-        cache, cache_mask = _stack_caches([saved.layers if saved else None for saved, _ in items], device)
         width = max(len(new) for _, new in items)
+        cache, cache_mask = stack_caches([saved.layers if saved else None for saved, _ in items], device, room=width)
         ids = torch.tensor([[pad] * (width - len(new)) + new for _, new in items], device=device)
         new_mask = torch.tensor([[0] * (width - len(new)) + [1] * len(new) for _, new in items], device=device)
         mask = torch.cat([cache_mask, new_mask], dim=1)
         positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -width:]
         output = self.model.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                                   use_cache=True, logits_to_keep=1)
-        return output.logits[:, -1].float(), _unstack_caches(output.past_key_values, mask)
+        return output.logits[:, -1].float(), unstack_caches(output.past_key_values, mask)
 
     # -- decode --------------------------------------------------------------------------------------------------
 
     def _decode(self, requests, first_tokens, caches, generation, generator) -> list[list[int]]:
         import torch
+
+        from coevolve_lib.rollout.kv_caches import stack_caches, unstack_caches
 
         device = self.model.model.device
         pad = self.model.tokenizer.pad_token_id
@@ -235,7 +239,8 @@ class KVCacheEngine(SynchronousEngine):
             if ended(row):
                 self.saved[requests[row].key] = caches[row]
         while rows:
-            cache, mask = _stack_caches([caches[row].layers for row in rows], device)
+            room = max(requests[row].max_new_tokens - len(replies[row]) for row in rows)  # the most steps left
+            cache, mask = stack_caches([caches[row].layers for row in rows], device, room=room)
             lengths = mask.sum(1)
             live = torch.ones(len(rows), dtype=torch.bool, device=device)
             while True:
@@ -255,7 +260,7 @@ class KVCacheEngine(SynchronousEngine):
                 if (~live).sum() >= max(1, self.compact_share * len(rows)):
                     break
             # Rows whose reply ended leave the batch with their cache; the others go on in a fresh, narrower batch.
-            layers = _unstack_caches(cache, mask)
+            layers = unstack_caches(cache, mask)
             for index, row in enumerate(rows):
                 fed = requests[row].prompt_ids + replies[row][:-1]
                 caches[row] = _SavedCache(fed, layers[index])
@@ -267,7 +272,12 @@ class KVCacheEngine(SynchronousEngine):
 
 def sample_tokens(logits, generation: GenerationConfig, generator):
     """Next token per row: argmax when greedy, else temperature and nucleus (top-p) sampling as transformers does it
-    (top-k off)."""
+    (top-k off).
+
+    A sample inverts each row's cumulative distribution at one uniform number: the distribution `torch.multinomial`
+    samples, at a tenth of its cost on the CPU, where it draws an exponential number per vocabulary entry (64 rows
+    of the tiny model's 4k vocabulary: 4.1 vs 0.33 ms per decode step, a quarter of a GRPO step's rollouts). Seeded
+    samples differ from those of runs made before 2026-12-04, which used `torch.multinomial`."""
     import torch
 
     if generation.temperature <= 0:
@@ -278,37 +288,11 @@ def sample_tokens(logits, generation: GenerationConfig, generator):
         drop = sorted_logits.softmax(-1).cumsum(-1) <= 1 - generation.top_p
         drop[:, -1] = False
         logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
-
-
-def _stack_caches(rows: list[list[tuple] | None], device):
-    """A DynamicCache holding the rows' caches, left-padded to the longest, and its attention mask."""
-    import torch
-    from transformers import DynamicCache
-
-    lengths = [0 if layers is None else layers[0][0].shape[1] for layers in rows]
-    width = max(lengths)
-    mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.long, device=device)
-    cache = DynamicCache()
-    if width == 0:
-        return cache, mask
-    template = next(layers for layers in rows if layers is not None)
-    for layer, (keys, values) in enumerate(template):
-        heads, _, dim = keys.shape
-        stacked = [keys.new_zeros(len(rows), heads, width, dim), values.new_zeros(len(rows), heads, width, dim)]
-        for index, layers in enumerate(rows):
-            if layers is not None and lengths[index]:
-                stacked[0][index, :, width - lengths[index]:] = layers[layer][0]
-                stacked[1][index, :, width - lengths[index]:] = layers[layer][1]
-        cache.update(stacked[0], stacked[1], layer)
-    return cache, mask
-
-
-def _unstack_caches(cache, mask) -> list[list[tuple]]:
-    """Per row, per layer (keys, values) of the positions the mask keeps (padding and idle steps dropped)."""
-    keep = [row.nonzero().squeeze(1) for row in mask.bool()]
-    return [[(layer.keys[index].index_select(1, positions), layer.values[index].index_select(1, positions))
-             for layer in cache.layers] for index, positions in enumerate(keep)]
+    cumulative = logits.softmax(-1).cumsum(-1)
+    uniform = torch.rand(len(cumulative), 1, generator=generator, dtype=cumulative.dtype, device=cumulative.device)
+    # The first token whose cumulative mass passes u * total (the total is 1 up to rounding): never one of mass 0.
+    chosen = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True).squeeze(1)
+    return chosen.clamp(max=cumulative.shape[-1] - 1)
 
 
 class ContinuousBatchingEngine:
