@@ -166,6 +166,15 @@ def test_bootstrap_interval_brackets_the_mean_and_keeps_pairs():
     assert report.bootstrap_ci([[1 - 0, 1 - 0], [1 - 0, 1 - 0]]) == (1.0, 1.0, 1.0)
 
 
+def test_pool_sizes_are_printed_per_seed_in_seed_order():
+    rows = [{"variant": "coevolve", "seed": seed, "eval_set": name, "d0_tasks": 91, "pool_tasks": pool}
+            for seed, pool in ((2, 855), (0, 840), (1, 855)) for name in ("a", "b")]
+    assert report._pool_cell(rows, "coevolve") == ", D_0 91 tasks, final pool 840/855/855 tasks (seeds 0/1/2)"
+    assert report._pool_cell([r for r in rows if r["seed"] == 1], "coevolve") == ", D_0 91 tasks, final pool 855 tasks"
+    assert report._pool_cell([{**r, "pool_tasks": 91} for r in rows], "coevolve") == ", D_0 91 tasks, final pool 91 tasks"
+    assert report._pool_cell([{"variant": "zero_shot", "seed": 0}], "zero_shot") == ""
+
+
 def test_cli_rejects_a_bad_override(capsys):
     assert cli(["compare", "--set", "training.nope=1"]) == 2
     err = capsys.readouterr().err

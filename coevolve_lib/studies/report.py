@@ -340,12 +340,18 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
 
 
 def _pool_cell(results: list[dict], variant: str) -> str:
-    """The scale cell's pools (`studies.run.run_fingerprint`): D_0 and final pool sizes over the seeds, and the
-    signals' % of rollouts per feedback round on the first seed; empty for rows that carry none."""
+    """The scale cell's pools (`studies.run.run_fingerprint`): D_0 and final pool sizes per seed, in seed order (one
+    size when every seed's is the same), and the signals' % of rollouts per feedback round on the first seed; empty
+    for rows that carry none."""
     mine = sorted((r for r in results if r["variant"] == variant), key=lambda r: r["seed"])
-    sizes = lambda key: "/".join(map(str, sorted({r[key] for r in mine if key in r})))
-    cell = f", D_0 {sizes('d0_tasks')} tasks" if sizes("d0_tasks") else ""
-    cell += f", final pool {sizes('pool_tasks')} tasks" if sizes("pool_tasks") else ""
+
+    def sizes(key: str) -> str:
+        per_seed = {r["seed"]: r[key] for r in mine if key in r}  # a seed's rows (one per eval set) carry the same
+        if len(set(per_seed.values())) <= 1:
+            return f"{next(iter(per_seed.values()))} tasks" if per_seed else ""
+        return f"{'/'.join(map(str, per_seed.values()))} tasks (seeds {'/'.join(map(str, per_seed))})"
+    cell = f", D_0 {sizes('d0_tasks')}" if sizes("d0_tasks") else ""
+    cell += f", final pool {sizes('pool_tasks')}" if sizes("pool_tasks") else ""
     shares = next((r["signal_shares"] for r in mine if r.get("signal_shares")), None)
     if shares:
         cell += (f"; signals, % of rollouts per round (seed {next(r['seed'] for r in mine if r.get('signal_shares'))}):"
