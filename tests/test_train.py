@@ -359,3 +359,24 @@ def test_report_to_loggers_get_the_kits_columns():
     callback.on_log(None, SimpleNamespace(global_step=1), None, logs={"grad_norm": 1.0})  # not a step's logs
     callback.on_log(None, SimpleNamespace(global_step=1), None, logs={"loss": 0.1})
     assert received == [{"train/reward": 0.5, "pool/size": 8}]
+
+
+def test_a_resumed_mixture_of_experts_gets_its_trained_experts_back(tmp_path):
+    """transformers saves a MoE block's fused experts in the hub's per-expert layout, which the Trainer's own resume
+    (`load_state_dict(strict=False)`) skips; `load_saved_weights` restores every tensor."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                            num_experts=4, num_experts_per_tok=2)
+    torch.manual_seed(0)
+    trained = Qwen3MoeForCausalLM(config)
+    trained.save_pretrained(tmp_path)
+    saved_names = set(load_file(tmp_path / "model.safetensors"))
+    assert not any(name.endswith("experts.gate_up_proj") for name in saved_names)  # why the Trainer's load skips them
+    torch.manual_seed(1)
+    fresh = Qwen3MoeForCausalLM(config)
+    experts = lambda model: model.model.layers[0].mlp.experts.gate_up_proj  # noqa: E731
+    assert not torch.equal(experts(fresh), experts(trained))
+    train_lib.load_saved_weights(fresh, tmp_path)
+    assert all(torch.equal(fresh.state_dict()[name], tensor) for name, tensor in trained.state_dict().items())

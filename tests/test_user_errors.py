@@ -178,9 +178,12 @@ def test_ctrl_c_is_one_line_saying_how_to_resume_and_exit_status_130(tmp_path):
     import signal
     import time
 
+    # A terminal's Ctrl-C: a test run started in the background of a script (`make test &`) hands its children
+    # SIGINT ignored, and Python keeps it ignored; the child gets the default back before it starts.
     process = subprocess.Popen([sys.executable, "-m", "coevolve_lib", "train", "--out", str(tmp_path / "run"),
                                 "--set", "training.max_steps=1"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while not (tmp_path / "run").exists() and time.time() < deadline:  # the run has started
         time.sleep(0.2)

@@ -238,6 +238,34 @@ def latest_checkpoint(trainer_dir: Path, recorded_steps: set | None = None) -> P
     return None
 
 
+def load_saved_weights(model, checkpoint: Path) -> None:
+    """Load a full-weights checkpoint into `model` as `from_pretrained` reads it. transformers 5 keeps some weights
+    fused in memory (a MoE block's experts as one `experts.gate_up_proj` tensor) and saves them in the hub's layout
+    (`experts.0.gate_proj.weight`, ...); its Trainer resumes with a plain `load_state_dict(strict=False)` that skips
+    them with a warning only, so a resumed Qwen3-30B-A3B run went on from its step-0 experts. `from_pretrained`
+    converts them back; every tensor is then copied, strictly."""
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=model.dtype, local_files_only=True)
+    model.load_state_dict(saved.state_dict(), strict=True)
+
+
+def _trainer_class():
+    from peft import PeftModel
+    from trl import GRPOTrainer
+
+    class CoEvolveGRPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer resuming full weights with `load_saved_weights`; DeepSpeed, FSDP and LoRA checkpoints
+        (their own formats) keep the Trainer's path."""
+
+        def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled or isinstance(self.model, PeftModel):
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            load_saved_weights(self.model, Path(resume_from_checkpoint))
+
+    return CoEvolveGRPOTrainer
+
+
 class CoEvolveLoop:
     """What happens around TRL's update: records, signals, feedback rounds, evaluation, metrics, state."""
 
@@ -728,7 +756,7 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
            start_evaluations) -> dict:
     import torch
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     cfg = run.training
     trainer_dir = out_dir / "trainer"
@@ -770,8 +798,9 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
     args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()),
                       disable_tqdm=not progress)
     slots = Dataset.from_dict({"prompt": [f"pool slot {i}" for i in range(cfg.max_steps * cfg.tasks_per_step)]})
-    trainer = GRPOTrainer(model=policy_path, reward_funcs=[environment_reward], args=args, train_dataset=slots,
-                          rollout_func=rollouts, peft_config=lora_config(cfg), callbacks=[_callback(loop)])
+    trainer = _trainer_class()(model=policy_path, reward_funcs=[environment_reward], args=args,
+                               train_dataset=slots, rollout_func=rollouts, peft_config=lora_config(cfg),
+                               callbacks=[_callback(loop)])
     loop.trainer = trainer
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.save_model(str(out_dir / "final"))  # on every rank: ZeRO-3 / FSDP gather the weights collectively
