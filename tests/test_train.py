@@ -380,3 +380,13 @@ def test_a_resumed_mixture_of_experts_gets_its_trained_experts_back(tmp_path):
     assert not torch.equal(experts(fresh), experts(trained))
     train_lib.load_saved_weights(fresh, tmp_path)
     assert all(torch.equal(fresh.state_dict()[name], tensor) for name, tensor in trained.state_dict().items())
+
+
+def test_full_weights_without_their_config_are_a_damaged_checkpoint(tmp_path):
+    """A resume reads full weights with `from_pretrained` (`load_saved_weights`), which needs config.json."""
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.zeros(2)}, tmp_path / "model.safetensors")
+    assert train_lib.checkpoint_damage(tmp_path) == "config.json is missing beside the model weights"
+    (tmp_path / "config.json").write_text("{}")
+    assert train_lib.checkpoint_damage(tmp_path) is None

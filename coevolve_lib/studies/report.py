@@ -344,18 +344,18 @@ def _pool_cell(results: list[dict], variant: str) -> str:
     size when every seed's is the same), and the signals' % of rollouts per feedback round on the first seed; empty
     for rows that carry none."""
     mine = sorted((r for r in results if r["variant"] == variant), key=lambda r: r["seed"])
-
-    def sizes(key: str) -> str:
+    cell = ""
+    for label, key in (("D_0", "d0_tasks"), ("final pool", "pool_tasks")):
         per_seed = {r["seed"]: r[key] for r in mine if key in r}  # a seed's rows (one per eval set) carry the same
-        if len(set(per_seed.values())) <= 1:
-            return f"{next(iter(per_seed.values()))} tasks" if per_seed else ""
-        return f"{'/'.join(map(str, per_seed.values()))} tasks (seeds {'/'.join(map(str, per_seed))})"
-    cell = f", D_0 {sizes('d0_tasks')}" if sizes("d0_tasks") else ""
-    cell += f", final pool {sizes('pool_tasks')}" if sizes("pool_tasks") else ""
-    shares = next((r["signal_shares"] for r in mine if r.get("signal_shares")), None)
-    if shares:
-        cell += (f"; signals, % of rollouts per round (seed {next(r['seed'] for r in mine if r.get('signal_shares'))}):"
-                 + ",".join(f" {kind} {'/'.join(f'{v:g}' for v in values)}" for kind, values in shares.items()))
+        if len(set(per_seed.values())) == 1:
+            cell += f", {label} {next(iter(per_seed.values()))} tasks"
+        elif per_seed:
+            cell += f", {label} {'/'.join(map(str, per_seed.values()))} tasks (seeds {'/'.join(map(str, per_seed))})"
+    first = next((r for r in mine if r.get("signal_shares")), None)
+    if first:
+        cell += (f"; signals, % of rollouts per round (seed {first['seed']}):"
+                 + ",".join(f" {kind} {'/'.join(f'{v:g}' for v in values)}"
+                            for kind, values in first["signal_shares"].items()))
     return cell
 
 

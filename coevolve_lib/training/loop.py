@@ -190,9 +190,13 @@ class PoolRollouts:
 def checkpoint_damage(checkpoint: Path) -> str | None:
     """What is wrong with a checkpoint's files, None when nothing is: a JSON file that does not parse (an emptied
     `trainer_state.json`), a safetensors file shorter than its header says, a torch file (`optimizer.pt`, zip) without
-    its closing directory: a file cut short or emptied after it was saved (a full disk, a partial copy). Cheap: the
-    headers and directories are read, not the tensors."""
+    its closing directory: a file cut short or emptied after it was saved (a full disk, a partial copy); full weights
+    without the config.json `load_saved_weights` reads them with. Cheap: the headers and directories are read, not
+    the tensors."""
     from safetensors import SafetensorError, safe_open
+
+    if any(checkpoint.glob("model*.safetensors")) and not (checkpoint / "config.json").exists():
+        return "config.json is missing beside the model weights"
 
     for path in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
         name = path.relative_to(checkpoint)

@@ -195,7 +195,7 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> dict:
     (run_dir / "summary.json").unlink()
     phases["resume_s"] = launch(train, out / "resume.log")
     after = _files(run_dir)
-    resume_checks = {  # each must hold; the record names the ones that did not
+    resume_checks = {  # each must hold; the record names those that did not
         "earlier_metrics_kept": (run_dir / "metrics.jsonl").read_text().splitlines()[:-1] == metrics[:-1],
         "one_row_per_step": [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, last + 1)),
         "only_the_last_step_rewritten": all((after.get(name) == mtime) == (f"step_{last:05d}" not in name)
@@ -203,7 +203,7 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> dict:
         "last_step_replayed_exactly": _episodes(run_dir, last) == step_episodes,
         "pool_unchanged": (run_dir / "pool.jsonl").read_text() == pool,  # the replayed round added nothing twice
         "checkpoint_rewritten": (run_dir / "trainer" / f"checkpoint-{last}").is_dir()}
-    resumed = all(resume_checks.values())
+    resume_failures = [name for name, held in resume_checks.items() if not held]
 
     results = out / "evaluation.json"
     evaluate = ["python", "-m", "coevolve_lib", "evaluate", "--profile", profile, "--model",
@@ -227,8 +227,7 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> dict:
         rounds=sum(1 for p in run_dir.glob("round_*/report.json") if p.parent.name != "round_000"),
         tool_calls_parsed=parsed, tool_calls_rejected=rejected, lora_trainable_params=lora,
         trainable_params=lora or _parameter_count(run_dir / "final", "model.safetensors"),
-        weights_moved=_moved(standin, run_dir / "final"), resumed=resumed,
-        resume_failures=[name for name, held in resume_checks.items() if not held],
+        weights_moved=_moved(standin, run_dir / "final"), resumed=not resume_failures, resume_failures=resume_failures,
         evaluated=evaluation["metrics"][0]["n"] > 0, seconds=round(time.perf_counter() - start, 1),
         grpo={"weights": "lora" if run.training.lora.enabled else "full", "beta": run.training.beta,
               "loss_type": run.training.loss_type, "gradient_checkpointing": run.training.gradient_checkpointing,
