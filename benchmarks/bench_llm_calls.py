@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from coevolve_lib.cli.transformers_serve import transformers_serve
+from coevolve_lib.cli.local_servers import transformers_serve
 from coevolve_lib.core.llm_calls import RecordedChatModel
 from coevolve_lib.core.models import GenerationConfig, HFChatModel, OpenAIChatModel
 from coevolve_lib.core.paths import LIBRARY_DATA

@@ -7,11 +7,14 @@ import pytest
 
 from coevolve_lib.core.config import ConfigError, RunError
 from coevolve_lib.core.llm_calls import (
+    MAX_ERROR_SHARE,
     RECORD_NAME,
     RecordedChatModel,
+    commit_recording,
     explorer_model,
     llm_scope,
     record_path,
+    recording_report,
     request_key,
 )
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
@@ -130,6 +133,42 @@ def test_a_recorded_model_error_replays_as_one_and_is_asked_again_when_recording
     [answered] = RecordedChatModel("counting", path, live).generate(ask("a"))  # the rerun that records asks again
     assert answered.error is None and answered.text == "a #2"
     assert RecordedChatModel("counting", path).generate(ask("a")) == [answered]  # the new line replaced the error
+
+
+class FailsEvery(Counting):
+    """An endpoint whose every `period`-th ask fails (what a server that answers some replies with HTTP 500 gives)."""
+
+    def __init__(self, period: int):
+        super().__init__()
+        self.period = period
+
+    def generate(self, conversations, tools=None, config=GenerationConfig()):
+        out = super().generate(conversations, tools, config)
+        return [Generation("", None, 0, 0, 0.1, "error", error="InternalServerError: Error code: 500")
+                if (self.asks - len(out) + i + 1) % self.period == 0 else g for i, g in enumerate(out)]
+
+
+def test_a_recording_of_mostly_errors_is_not_committed_and_one_within_the_bound_is(tmp_path):
+    """`record-explorer` commits a new recording only when at most 5% of its asks are model errors (the first Table 12
+    recording held 210 HTTP 500s in 218 asks); an ask whose error a later line replaced counts as answered."""
+    committed = tmp_path / "explorer.jsonl"
+    committed.write_text("the committed recording\n")
+    bad, good = tmp_path / "bad.partial.jsonl", tmp_path / "good.partial.jsonl"
+    RecordedChatModel("counting", bad, FailsEvery(4)).generate(ask(*"abcdefgh"))  # 2 errors in 8 asks: 25%
+    assert recording_report(bad) | {"path": None} == {
+        "path": None, "asks": 8, "errors": 2, "error_share": 0.25, "over_bound": True,
+        "frequent_errors": {"InternalServerError: Error code: 500": 2}}
+    with pytest.raises(RunError, match=r"2 of 8 recorded asks are model errors \(25.0%, over the 5% bound\)"):
+        commit_recording(bad, committed)
+    assert committed.read_text() == "the committed recording\n" and bad.exists()
+    # the same asks recorded again: the errors are asked anew and answered, their new lines replace them
+    RecordedChatModel("counting", bad, Counting()).generate(ask(*"abcdefgh"))
+    assert recording_report(bad)["errors"] == 0 and len(bad.read_text().splitlines()) == 10
+    assert commit_recording(bad, committed)["asks"] == 8 and not bad.exists()
+    assert len(committed.read_text().splitlines()) == 10
+    # the bound itself: one error in 20 asks is 5%, committed
+    RecordedChatModel("counting", good, FailsEvery(20)).generate(ask(*"abcdefghijklmnopqrst"))
+    assert recording_report(good)["error_share"] == MAX_ERROR_SHARE and commit_recording(good, committed)
 
 
 def test_asks_are_numbered_within_their_unit_of_work_so_a_resumed_round_finds_its_replies(tmp_path):

@@ -17,7 +17,7 @@ import openai
 import pytest
 from helpers import BFCL
 
-from coevolve_lib.cli.transformers_serve import free_port, transformers_serve
+from coevolve_lib.cli.local_servers import free_port, transformers_serve
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
 from coevolve_lib.core.llm_calls import RecordedChatModel
 from coevolve_lib.core.models import OpenAIChatModel
@@ -102,19 +102,40 @@ def test_a_server_slower_than_the_deadline_is_one_line_and_the_rerun_measures_ev
     assert again["metrics"][0]["n"] == 4 and again["details"]["resumed_episodes"] == 0
 
 
+ROUND = FeedbackConfig(explore=ExploreConfig(explorer="llm", context_builder="llm", runs=2, calls_per_run=2),
+                       synthesis=SynthesisConfig(abstraction="llm", judge=True))
+"""An LLM feedback round on one target with every LLM stage: context builder, explorer, abstraction and judge."""
+
+
+def recorded_round(model_name: str, base_url: str, folder) -> tuple[dict, OpenAIChatModel]:
+    """ROUND with the served model, recorded into `folder/llm_calls.jsonl`: its report and the live client."""
+    [target] = boundary_targets(1)
+    model = OpenAIChatModel(model_name, base_url=base_url, timeout=60.0)
+    report = feedback_round(1, folder / "round_001", [target], TaskPool(folder / "pool.jsonl"), ROUND,
+                            BFCL.round_steps(), RecordedChatModel(model_name, folder / "llm_calls.jsonl", model),
+                            progress=False)
+    return report, model
+
+
+def check_replayed_round(model_name: str, folder, report: dict) -> None:
+    """The round again, from its recording alone (no client, no endpoint), in a fresh folder: the same report, and
+    every file byte for byte but the wall times of timings.json."""
+    [target] = boundary_targets(1)
+    replay_dir = folder / "replay"
+    again = feedback_round(1, replay_dir / "round_001", [target], TaskPool(replay_dir / "pool.jsonl"), ROUND,
+                           BFCL.round_steps(), RecordedChatModel(model_name, folder / "llm_calls.jsonl"),
+                           progress=False)
+    assert again == report
+    assert differing_files(folder, replay_dir, ("round_001/timings.json", "llm_calls.jsonl", "replay")) == []
+
+
 def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path):
     """Context builder, explorer, abstraction and judge all through the served policy. A tiny policy is a poor
     explorer: what the round measures is that every stage's calls reach the server and come back counted, and that
     whatever it wrote is validated and its rejections given reasons."""
     base_url, log = served
-    [target] = boundary_targets(1)
-    config = FeedbackConfig(explore=ExploreConfig(explorer="llm", context_builder="llm", runs=2, calls_per_run=2),
-                            synthesis=SynthesisConfig(abstraction="llm", judge=True))
-    model = OpenAIChatModel(str(POLICY), base_url=base_url, timeout=60.0)
-    recording = RecordedChatModel(str(POLICY), tmp_path / "llm_calls.jsonl", model)
     before = requests_logged(log)
-    report = feedback_round(1, tmp_path / "round_001", [target], TaskPool(tmp_path / "pool.jsonl"), config,
-                            BFCL.round_steps(), recording, progress=False)
+    report, model = recorded_round(str(POLICY), base_url, tmp_path)
     requests = requests_logged(log) - before
     calls = {stage: cost["calls"] for stage, cost in report["cost"].items()}
     skipped = report["cost"]["explore"]["skipped"]
@@ -126,15 +147,9 @@ def test_a_full_llm_feedback_round_runs_against_the_real_server(served, tmp_path
     if skipped.get("model_error"):  # measured: the tiny policy writes a malformed <tool_call> even when no tools
         # were sent, and the server's own response parser raises on it (HTTP 500); the kit retries, then counts it
         assert "json parser could not parse region as JSON" in log.read_text()
-    # The round again, from its recording alone (no client, no endpoint), in a fresh folder: every file byte for byte
-    # but the wall times of timings.json. One record line per ask, errors included.
+    # One record line per ask, errors included; replayed from it alone, the same round
     assert len(read_jsonl(tmp_path / "llm_calls.jsonl")) == sum(calls.values())
-    replay_dir = tmp_path / "replay"
-    again = feedback_round(1, replay_dir / "round_001", [target], TaskPool(replay_dir / "pool.jsonl"), config,
-                           BFCL.round_steps(), RecordedChatModel(str(POLICY), tmp_path / "llm_calls.jsonl"),
-                           progress=False)
-    assert again == report
-    assert differing_files(tmp_path, replay_dir, ("round_001/timings.json", "llm_calls.jsonl", "replay")) == []
+    check_replayed_round(str(POLICY), tmp_path, report)
     # the IGNORED checks can fail: a field the server drops is logged so (the last test on this server: it is left in)
     openai.OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0).chat.completions.create(
         model=str(POLICY), messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=2)

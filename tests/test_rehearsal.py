@@ -18,19 +18,28 @@ ARCHITECTURES = {"paper-qwen3-4b": "Qwen3ForCausalLM", "paper-qwen2.5-7b": "Qwen
                  "paper-qwen3-30b-a3b": "Qwen3MoeForCausalLM"}
 
 
+VLLM_COLOCATE = ("--set", "training.use_vllm=true", "--set", "training.vllm_mode=colocate")
+"""The paper path's rollout engine: TRL's vLLM inside each training process (vLLM's CPU build: `make test-vllm`)."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("profile", [
-    pytest.param("paper-qwen3-4b", marks=pytest.mark.paper),
-    pytest.param("paper-qwen2.5-7b", marks=pytest.mark.paper),
-    pytest.param("paper-qwen3-30b-a3b", marks=pytest.mark.paper),
+@pytest.mark.parametrize("profile,extra", [
+    pytest.param("paper-qwen3-4b", (), marks=pytest.mark.paper),
+    pytest.param("paper-qwen2.5-7b", (), marks=pytest.mark.paper),
+    pytest.param("paper-qwen3-30b-a3b", (), marks=pytest.mark.paper),
+    pytest.param("paper-qwen3-4b", VLLM_COLOCATE, marks=pytest.mark.vllm, id="paper-qwen3-4b-vllm-colocate"),
 ])
-def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, tmp_path):
+def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "coevolve_lib", "rehearse", "--profile", profile, "--out",
-                           str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
+                           str(tmp_path), *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "rehearsal.json").read_text())
     print(json.dumps({k: record[k] for k in ("profile", "seconds", "tool_calls_parsed", "phases")}))
     assert record["architecture"] == ARCHITECTURES[profile] and record["processes"] == 2
+    assert record["rollout_engine"] == ("vllm (colocate)" if extra else "kit")
+    if extra:  # vLLM's own checkpoint loader ran in the training, then again in the resumed training
+        assert all("Loading safetensors checkpoint shards: 100%" in (tmp_path / log).read_text()
+                   for log in ("train.log", "resume.log"))
     assert record["steps"] == 2 and record["rounds"] == 2  # a feedback round after each step
     assert record["tool_calls_parsed"] > 0  # the stand-in's replies hold real <tool_call> blocks
     assert record["resumed"] is True, record["resume_failures"]

@@ -2,13 +2,16 @@
 replays (notebook 12's `explorer_recordings` in configs/reproduce.yaml), so that a profile without an endpoint still
 shows an LLM explorer's runs.
 
-For each such row, its model (`openai:<folder>`, a local model folder) is served by `transformers serve` on loopback,
-and the row's runs (synthesis only, then CoEvolve) train in a scratch folder with `data_engine.llm_calls=record`,
+For each such row, its model (`openai:<folder>`, a local model folder) is served on loopback by `vllm serve` (vLLM's
+CPU build, `make vllm`; `--server transformers` for `transformers serve`), and the row's runs (synthesis only, then CoEvolve) train in a scratch folder with `data_engine.llm_calls=record`,
 appending every explorer reply to the row's recording. The CoEvolve run asks D_0's calls again: the answered ones come
 from the recording, the failed ones are asked again (`record` asks a recorded model error again), and their new
 replies replace the failures, so both replays see the same D_0, the last one recorded. A run whose D_0 holds no task
-ends there: that is what the row then shows. An existing recording is replaced. The runs `make reproduce` measures are
-the replays, in the study's own folders.
+ends there: that is what the row then shows. An existing recording is replaced only by one whose share of model
+errors is at most `core.llm_calls.MAX_ERROR_SHARE` (5%): a recording of mostly errors would replay an explorer that was
+never heard (the first one, against `transformers serve`, held 210 HTTP 500s in 218 asks: its hermes-style tool-call
+parser raises on the tiny policy's malformed `<tool_call>` blocks, where vLLM's leaves them in the reply's content).
+The runs `make reproduce` measures are the replays, in the study's own folders.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import argparse
 import os
 import shutil
 
-from coevolve_lib.cli.transformers_serve import transformers_serve
+from coevolve_lib.cli.local_servers import transformers_serve, vllm_serve
 from coevolve_lib.core.config import ConfigError
+from coevolve_lib.core.llm_calls import commit_recording
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
-from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.data_engine import EmptyPool
 from coevolve_lib.studies.catalog import explorers
 from coevolve_lib.studies.reproduce import EXPLORER_EXPERIMENT, parameters, recorded_explorers
@@ -33,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="tiny", help="the profile whose replayed rows are recorded (tiny)")
     parser.add_argument("--row", help="only this paper row (default: every row with a recording)")
+    parser.add_argument("--server", choices=("vllm", "transformers"), default="vllm",
+                        help="the server of the row's model: vllm serve (.venv-vllm, `make vllm`) or transformers serve")
     args = parser.parse_args(argv)
     values = parameters(EXPLORER_EXPERIMENT, args.profile, None, False)
     recorded = recorded_explorers(args.profile, values)
@@ -47,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         spec, recording = recorded[row][0], REPO_ROOT / recorded[row][1]
         folder = spec.removeprefix("openai:")
         if not spec.startswith("openai:") or not (REPO_ROOT / folder / "config.json").exists():
-            raise ConfigError(f"row {row}: {spec} is not openai:<a local model folder> that transformers serve can "
+            raise ConfigError(f"row {row}: {spec} is not openai:<a local model folder> that a local server can "
                               "serve; to record an endpoint's calls, train the row's runs against it with "
                               f"--set data_engine.llm_calls=record --set data_engine.llm_record={recorded[row][1]}")
         partial = recording.with_name(f"{recording.stem}.partial{recording.suffix}")  # the committed one stays
@@ -56,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         (scratch / row).mkdir(parents=True)
         study = explorers({row: spec}, values.get("default_row", ""))
         recording_settings = ["data_engine.llm_calls=record", f"data_engine.llm_record={shown_path(partial)}"]
-        with transformers_serve(folder, scratch / row / "server.log") as (base_url, _, _):
+        serve = vllm_serve if args.server == "vllm" else transformers_serve
+        with serve(folder, scratch / row / "server.log") as (base_url, _, _):
             os.environ["OPENAI_BASE_URL"] = base_url
             for variant in study.variants:
                 if variant.paper_row != row:
@@ -70,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                     except EmptyPool as empty:
                         outcome = f"not trained: {empty}"
                     print(f"{row} {variant.name} seed {seed}: {outcome}")
-        partial.replace(recording)
-        print(f"{shown_path(recording)}: {len(read_jsonl(recording))} replies, {recording.stat().st_size / 1e6:.2f} MB")
+        report = commit_recording(partial, recording)  # refused over the error bound: see the server's log
+        print(f"{shown_path(recording)}: {report['asks']} asks, {report['errors']} model errors "
+              f"({100 * report['error_share']:.1f}%), {recording.stat().st_size / 1e6:.2f} MB")
     return 0

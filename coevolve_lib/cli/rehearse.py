@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         if model.standin == run.model:
             standins.build_standin(model)  # kept when it is built already
     record = rehearsal.rehearse(args.profile, out, args.set)
-    print(json.dumps({k: record[k] for k in ("profile", "architecture", "processes", "steps", "rounds",
+    print(json.dumps({k: record[k] for k in ("profile", "architecture", "processes", "rollout_engine", "steps", "rounds",
                                              "tool_calls_parsed", "lora_trainable_params", "resumed",
                                              "resume_failures", "evaluated", "seconds")}))
     return 0

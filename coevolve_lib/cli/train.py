@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from coevolve_lib import profiles
+from coevolve_lib.core.llm_calls import recording_warning
 from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.training import loop
 from coevolve_lib.training.plan import plan
@@ -31,5 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = loop.train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
     if summary:
         print(json.dumps({k: summary[k] for k in ("profile", "steps", "signals_total", "pool_size_start",
-                                                  "pool_size_end", "time")}, default=str))
+                                                  "pool_size_end", "time", "llm_calls") if k in summary}, default=str))
+        if summary.get("llm_calls", {}).get("over_bound"):
+            print(recording_warning(summary["llm_calls"]), file=sys.stderr)
     return 0

@@ -45,6 +45,10 @@ REPLY_FIELDS = ("text", "tool_calls", "prompt_tokens", "completion_tokens", "sec
 """What a record line keeps of a `Generation` (its token ids are a local model's; the explorer's are never trained on)."""
 ASKED_CHARS = 160
 """Characters of an ask's last message kept in its record line, to name it in a report or an error."""
+MAX_ERROR_SHARE = 0.05
+"""Most share of a recording's asks that may hold a model error (no reply) for it to stand for the model's replies:
+`record-explorer` commits none above it, and a recording run's summary says when it is above (a recording of mostly
+errors replays a model that was never heard, as the first Table 12 recording did: 210 of 218 HTTP 500s)."""
 
 
 def request_key(model: str, messages: list[dict], tools: list[dict] | None, config: GenerationConfig) -> str:
@@ -109,6 +113,36 @@ class RecordedChatModel(ChatModel):
                 append_jsonl(self.path, {"schema": SCHEMA, "scope": scope, "key": key, "n": number, "model": self.name,
                                          "asked": _asked(conversations[index]), "reply": reply})
         return out
+
+
+def recording_report(path: str | Path) -> dict:
+    """What a recording holds, ask by ask (a later line for the same ask replaces an earlier one, as in replay): its
+    asks, the asks whose reply is a model error, their share, and the most frequent error messages."""
+    last = {(line.get("scope"), line.get("key"), line.get("n")): line.get("reply") or {} for line in read_jsonl(path)}
+    errors = Counter(str(reply["error"])[:120] for reply in last.values() if reply.get("error") is not None)
+    asks, failed = len(last), sum(errors.values())
+    return {"path": shown_path(Path(path)), "asks": asks, "errors": failed,
+            "error_share": round(failed / asks, 4) if asks else 0.0, "over_bound": failed > MAX_ERROR_SHARE * asks,
+            "frequent_errors": dict(errors.most_common(3))}
+
+
+def recording_warning(report: dict) -> str:
+    """One line on a recording over `MAX_ERROR_SHARE`: what it holds and its most frequent error."""
+    frequent = next(iter(report["frequent_errors"]), "")
+    return (f"{report['path']}: {report['errors']} of {report['asks']} recorded asks are model errors "
+            f"({100 * report['error_share']:.1f}%, over the {100 * MAX_ERROR_SHARE:g}% bound): it records an endpoint "
+            f"that mostly failed, not the model's replies (most frequent: {frequent!r})")
+
+
+def commit_recording(partial: Path, recording: Path) -> dict:
+    """Put the new recording `partial` in the place of `recording` when at most `MAX_ERROR_SHARE` of its asks are model
+    errors; its report. Over the bound, a RunError saying why, and both files stay as they are."""
+    report = recording_report(partial)
+    if report["over_bound"]:
+        raise RunError(f"{recording_warning(report)}; {shown_path(recording)} is kept as it was (the new recording is "
+                       f"{shown_path(partial)})")
+    partial.replace(recording)
+    return {**report, "path": shown_path(recording)}
 
 
 @contextlib.contextmanager

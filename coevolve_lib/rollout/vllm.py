@@ -22,7 +22,9 @@ an arbitrary prompt could decode to the cap and hold up the whole call); and a p
 ended keeps taking part from `close()` until no process has requests left. One process, or colocate mode without
 tensor parallelism: no exchange, no padding, no extra calls.
 
-Unit-tested with a stand-in for `trainer.vllm_generation` (tests/test_vllm_engine.py); vLLM itself has not run here.
+Run with vLLM's CPU build (`make test-vllm`: a paper profile's rehearsal with colocated vLLM, and `trl vllm-serve`
+answering these rollouts; on the CPU, `rollout.vllm_cpu` keeps TRL's weight sync working); the lockstep is tested with
+a scripted client (tests/test_vllm_engine.py: several processes need server mode or TP > 1, which train on GPUs only).
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from coevolve_lib.core.config import (
     ConfigError,
     DataEngineConfig,
     RunConfig,
+    RunError,
     TrainConfig,
     run_identity,
 )
@@ -67,6 +68,7 @@ from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
 from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.rollout.evaluation import task_outcomes
+from coevolve_lib.rollout.vllm_cpu import keep_weights_loadable
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs, lora_config
 
@@ -99,7 +101,8 @@ def check_vllm(cfg: TrainConfig) -> None:
     starts: a profile with use_vllm still loads, and dry-runs, without it)."""
     if cfg.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ConfigError("training.use_vllm=true needs the vllm package, which is not installed (GPU nodes: pip "
-                          "install \"vllm==0.31.0\", docs/training.md section 5); or set training.use_vllm=false")
+                          "install \"vllm==0.31.0\"; the CPU: `make vllm` and .venv-vllm/bin/python; docs/training.md "
+                          "section 5); or set training.use_vllm=false")
 
 
 def rewards_vary(rewards: list[float]) -> bool:
@@ -802,9 +805,19 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
     args = GRPOConfig(**grpo_kwargs(cfg, run.rollout, str(trainer_dir), cuda=torch.cuda.is_available()),
                       disable_tqdm=not progress)
     slots = Dataset.from_dict({"prompt": [f"pool slot {i}" for i in range(cfg.max_steps * cfg.tasks_per_step)]})
-    trainer = _trainer_class()(model=policy_path, reward_funcs=[environment_reward], args=args,
-                               train_dataset=slots, rollout_func=rollouts, peft_config=lora_config(cfg),
-                               callbacks=[_callback(loop)])
+    if cfg.use_vllm and cfg.vllm_mode == "colocate":
+        keep_weights_loadable()  # vLLM's CPU platform only: TRL's weight sync must reach what vLLM computes with
+    try:
+        trainer = _trainer_class()(model=policy_path, reward_funcs=[environment_reward], args=args,
+                                   train_dataset=slots, rollout_func=rollouts, peft_config=lora_config(cfg),
+                                   callbacks=[_callback(loop)])
+    except NotImplementedError as refused:
+        if cfg.use_vllm and cfg.vllm_mode == "server" and not torch.cuda.is_available():
+            raise RunError(f"training.vllm_mode=server needs CUDA: TRL syncs the policy's weights to `trl vllm-serve` "
+                           f"over NCCL and refuses on this machine ({str(refused).splitlines()[0][:160]}); generation "
+                           "through the server works, and on GPU nodes this does not apply. On the CPU: "
+                           "training.vllm_mode=colocate (docs/training.md, vLLM rollouts)") from None
+        raise
     loop.trainer = trainer
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.save_model(str(out_dir / "final"))  # on every rank: ZeRO-3 / FSDP gather the weights collectively

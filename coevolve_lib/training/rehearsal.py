@@ -58,6 +58,9 @@ class Rehearsal:
     model: str
     """The backbone the profile trains, and its stand-in: `<hub id> (stand-in <spec>)`."""
     processes: int
+    rollout_engine: str
+    """What generated the GRPO rollouts: the kit's engines on the training model, or TRL's vLLM (`training.use_vllm`,
+    colocated in each process or a `trl vllm-serve` server)."""
     steps: int
     """GRPO steps of the finished run (after the resume)."""
     rounds: int
@@ -224,6 +227,7 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> dict:
         profile=profile, architecture=json.loads((standin / "config.json").read_text())["architectures"][0],
         model=f"{profiles.run_config(profile).model} (stand-in {run.model})",
         processes=run.training.launch.num_processes, steps=summary["steps"],
+        rollout_engine=f"vllm ({run.training.vllm_mode})" if run.training.use_vllm else "kit",
         rounds=sum(1 for p in run_dir.glob("round_*/report.json") if p.parent.name != "round_000"),
         tool_calls_parsed=parsed, tool_calls_rejected=rejected, lora_trainable_params=lora,
         trainable_params=lora or _parameter_count(run_dir / "final", "model.safetensors"),

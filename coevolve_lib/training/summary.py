@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from coevolve_lib.core.llm_calls import record_path, recording_report
 from coevolve_lib.core.records import read_jsonl, write_json_atomic
 
 
@@ -59,5 +60,8 @@ def summarize(out_dir: str | Path) -> dict:
         "eval_curve": [{**e, "pool/size": pool_size.get(e["step"], rows[0].get("pool/size") if rows else None)}
                        for e in evals],
     }
+    data_engine = run_info.get("config", {}).get("data_engine", {})
+    if data_engine.get("llm_calls") == "record":  # what the recording holds: replies, or mostly errors
+        summary["llm_calls"] = recording_report(record_path(out_dir, data_engine.get("llm_record")))
     write_json_atomic(out_dir / "summary.json", summary)
     return summary
