@@ -185,3 +185,20 @@ def test_asks_are_numbered_within_their_unit_of_work_so_a_resumed_round_finds_it
     assert resumed.scope == "" and live.asks == 4
     with llm_scope(Counting(), "ignored"):  # any other model: nothing to number
         pass
+
+
+def test_a_recording_runs_summary_says_how_many_of_its_asks_failed(tmp_path):
+    """`data_engine.llm_calls=record`: the run's summary reports its recording (asks, model errors, their share, and
+    whether that is over the 5% bound), read back from the recording the run config names."""
+    from coevolve_lib.training.summary import summarize
+
+    record = tmp_path / "calls.jsonl"
+    RecordedChatModel("counting", record, FailsEvery(2)).generate(ask(*"abcd"))
+    training = {"seed": 0, "max_steps": 1, "tasks_per_step": 1, "group_size": 2, "learning_rate": 1e-6,
+                "feedback_every": 1, "pool_updates": "signals"}
+    write_json_atomic(tmp_path / "run_config.json", {
+        "profile": "tiny", "model": "tiny", "training": training,
+        "config": {"data_engine": {"llm_calls": "record", "llm_record": str(record)}}})
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "pool/size": 3}\n')
+    report = summarize(tmp_path)["llm_calls"]
+    assert (report["asks"], report["errors"], report["error_share"], report["over_bound"]) == (4, 2, 0.5, True)
