@@ -42,7 +42,7 @@ appworld: $(APPWORLD_STAMP)
 # dependencies (a full resolve refuses two kit pins: fastapi and numpy), then its dependencies under the kit's pins,
 # then the kit itself. The registry's torchvision / torchaudio / torchcodec are CUDA builds that break
 # `from vllm import LLM`; they are never installed, and removed if something pulled them in. The default profile never
-# needs this venv; `make test-vllm` (in .ci/run) runs the vLLM tests in it. About 3 min once the wheels are cached.
+# needs this venv; `make test-vllm` (in .ci/run) runs the vLLM tests in it. About 1.5 min once the wheels are cached.
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 

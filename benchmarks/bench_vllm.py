@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from coevolve_lib.cli.local_servers import VLLM_CPU_ENV
+
 ROLLOUT_ENGINES = ["kv_cache", "vllm-kept", "vllm-packed"]
 PLAIN_ENGINES = ["transformers", "vllm-kept", "vllm-packed"]
 PROMPTS = ["Explain in detail how a {} works.".format(w) for w in
@@ -130,8 +132,7 @@ def main() -> None:
     if args.engine:
         print(json.dumps(one(args)), flush=True)
         return
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", **VLLM_CPU_ENV}
     rows = []
     for part, engines in (("rollouts", ROLLOUT_ENGINES), ("plain", PLAIN_ENGINES)):
         for engine in engines:

