@@ -75,14 +75,14 @@ test-unit:
 	$(PY) -m pytest tests -m "not paper and not vllm"
 
 test-unit-half:
-	$(PY) -m pytest tests -m "not paper and not vllm" $(addprefix --ignore=,$(TESTS_AFTER_NOTEBOOKS))
+	$(PY) -m pytest tests -m "not paper and not vllm" --durations=10 $(addprefix --ignore=,$(TESTS_AFTER_NOTEBOOKS))
 
 test-notebooks-half: test-notebooks
-	$(PY) -m pytest $(TESTS_AFTER_NOTEBOOKS) -m "not paper and not vllm"
+	$(PY) -m pytest $(TESTS_AFTER_NOTEBOOKS) -m "not paper and not vllm" --durations=5
 
 test-notebooks:
 	COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
-	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --durations=5 notebooks
 
 # The paper profiles' CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
 # evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not). Even the fastest
@@ -94,7 +94,7 @@ test-paper: standins
 # `vllm serve` and `trl vllm-serve` against the in-process evaluation, a recorded and replayed round, TRL's colocated
 # weight sync. About 10 min on 2 cores (each server starts in ~45 s); `.ci/run` runs it after `make test-paper`.
 test-vllm: standins vllm
-	$(VLLM_VENV)/bin/python -m pytest tests -m vllm
+	$(VLLM_VENV)/bin/python -m pytest tests -m vllm --durations=10
 
 # Every table and figure of the embedded default profile: the numbered notebooks run with papermill, in order, by the
 # batch driver (results/<profile>/ with tables.md, figures/<profile>/, executed notebooks in runs/reproduce/<profile>/).
