@@ -128,8 +128,9 @@ def test_colocated_vllm_gets_the_trained_weights(tmp_path):
     assert result["gap_after_under_initial"] > 1.0  # ... which the initial weights would not make
     assert result["vllm_after"] != result["vllm_before"]
     # the workaround is still needed: without it TRL's first sync fails on vLLM's repacked CPU weights
-    unpatched = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "vllm_weight_sync.py"), str(tmp_path / "bare"),
-                                "--without-workaround"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    unpatched = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "vllm_weight_sync.py"),
+                                str(tmp_path / "bare"), "--without-workaround"],
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert unpatched.returncode != 0 and "has no attribute 'weight_loader'" in unpatched.stderr
 
 

@@ -64,8 +64,8 @@ def main(out_dir: str, workaround: bool) -> None:
     greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
 
     def vllm_greedy():
-        return [list(out.outputs[0].token_ids) for out in llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids],
-                                                                        greedy, use_tqdm=False)]
+        outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], greedy, use_tqdm=False)
+        return [list(out.outputs[0].token_ids) for out in outputs]
 
     before = vllm_greedy()
     trainer.train()

@@ -1,8 +1,7 @@
 """Real OpenAI-compatible servers on loopback, started and stopped by the kit: `transformers serve` (transformers' own,
 the `serving` extras `make setup` installs), `vllm serve` and `trl vllm-serve` (vLLM's, from `.venv-vllm/`, `make
-vllm`). They are the
-servers the tests talk to (not the kit's own, `coevolve_lib/cli/openai_server.py`), and the endpoint
-`python -m coevolve_lib record-explorer` records an offline explorer's calls from.
+vllm`). They are the servers the tests talk to (not the kit's own, `coevolve_lib/cli/openai_server.py`), and the
+endpoint `python -m coevolve_lib record-explorer` records an offline explorer's calls from.
 
 Start-up and shutdown are bounded: the server must answer `/health` within its start budget, and is stopped with
 SIGTERM, then SIGKILL after `STOP_S`. Its log (stdout and stderr) is kept in a file. It runs in the repository root, so
@@ -61,34 +60,35 @@ def transformers_serve(model_folder: str | Path, log_path: Path, port: int | Non
         yield up
 
 
-@contextlib.contextmanager
-def vllm_serve(model_folder: str | Path, log_path: Path, port: int | None = None, extra: tuple[str, ...] = ()):
-    """Serve `model_folder` with `vllm serve` from `.venv-vllm/` on a loopback port, as a GPU user serves a checkpoint
-    for evaluation (docs/training.md section 6: the hermes tool-call parser) but in float32 and eager mode (no
-    torch.compile warm-up: minutes on 2 cores); yields `(base_url, log_path, process)`. `extra`: more `vllm serve`
-    arguments."""
-    binary = VLLM_VENV / "bin" / "vllm"
+def _vllm_venv_command(name: str) -> str:
+    """A command of vLLM's venv (`vllm`, `trl`); a RunError naming `make vllm` when that venv is not built."""
+    binary = VLLM_VENV / "bin" / name
     if not binary.exists():
         raise RunError(f"{binary} is not installed: `make vllm` builds vLLM's CPU venv (docs/training.md)")
+    return str(binary)
+
+
+@contextlib.contextmanager
+def vllm_serve(model_folder: str | Path, log_path: Path, port: int | None = None):
+    """Serve `model_folder` with `vllm serve` from `.venv-vllm/` on a loopback port, as a GPU user serves a checkpoint
+    for evaluation (docs/training.md section 6: the hermes tool-call parser) but in float32 and eager mode (no
+    torch.compile warm-up: minutes on 2 cores); yields `(base_url, log_path, process)`."""
     port = port or free_port()
-    command = [str(binary), "serve", str(model_folder), "--host", "127.0.0.1", "--port", str(port), "--dtype",
-               "float32", "--max-model-len", str(SERVED_CONTEXT), "--enable-auto-tool-choice", "--tool-call-parser",
-               "hermes", "--enforce-eager", *extra]
+    command = [_vllm_venv_command("vllm"), "serve", str(model_folder), "--host", "127.0.0.1", "--port", str(port),
+               "--dtype", "float32", "--max-model-len", str(SERVED_CONTEXT), "--enable-auto-tool-choice",
+               "--tool-call-parser", "hermes", "--enforce-eager"]
     with _served("vllm serve", command, VLLM_CPU_ENV, port, log_path, VLLM_START_S) as up:
         yield up
 
 
 @contextlib.contextmanager
-def trl_vllm_serve(model_folder: str | Path, log_path: Path, port: int | None = None, extra: tuple[str, ...] = ()):
+def trl_vllm_serve(model_folder: str | Path, log_path: Path, port: int | None = None):
     """`trl vllm-serve` from `.venv-vllm/` (TRL's server for GRPO's server mode, which in TRL 1.16 runs vLLM's own
     server with TRL's weight-transfer settings) on a loopback port, float32 and eager; yields `(base_url, log_path,
     process)`, `base_url` without `/v1` (TRL's `VLLMClient` takes the server's root)."""
-    binary = VLLM_VENV / "bin" / "trl"
-    if not binary.exists():
-        raise RunError(f"{binary} is not installed: `make vllm` builds vLLM's CPU venv (docs/training.md)")
     port = port or free_port()
-    command = [str(binary), "vllm-serve", "--model", str(model_folder), "--host", "127.0.0.1", "--port", str(port),
-               "--dtype", "float32", "--max-model-len", str(SERVED_CONTEXT), "--enforce-eager", *extra]
+    command = [_vllm_venv_command("trl"), "vllm-serve", "--model", str(model_folder), "--host", "127.0.0.1", "--port",
+               str(port), "--dtype", "float32", "--max-model-len", str(SERVED_CONTEXT), "--enforce-eager"]
     with _served("trl vllm-serve", command, VLLM_CPU_ENV, port, log_path, VLLM_START_S) as (base_url, log, server):
         yield base_url.removesuffix("/v1"), log, server
 

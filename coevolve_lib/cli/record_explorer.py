@@ -3,10 +3,11 @@ replays (notebook 12's `explorer_recordings` in configs/reproduce.yaml), so that
 shows an LLM explorer's runs.
 
 For each such row, its model (`openai:<folder>`, a local model folder) is served on loopback by `vllm serve` (vLLM's
-CPU build, `make vllm`; `--server transformers` for `transformers serve`), and the row's runs (synthesis only, then CoEvolve) train in a scratch folder with `data_engine.llm_calls=record`,
-appending every explorer reply to the row's recording. The CoEvolve run asks D_0's calls again: the answered ones come
-from the recording, the failed ones are asked again (`record` asks a recorded model error again), and their new
-replies replace the failures, so both replays see the same D_0, the last one recorded. A run whose D_0 holds no task
+CPU build, `make vllm`; `--server transformers` for `transformers serve`), and the row's runs (synthesis only, then
+CoEvolve) train in a scratch folder with `data_engine.llm_calls=record`, appending every explorer reply to the row's
+recording. The CoEvolve run asks D_0's calls again: the answered ones come from the recording, the failed ones are
+asked again (`record` asks a recorded model error again), and their new replies replace the failures, so both replays
+see the same D_0, the last one recorded. A run whose D_0 holds no task
 ends there: that is what the row then shows. An existing recording is replaced only by one whose share of model
 errors is at most `core.llm_calls.MAX_ERROR_SHARE` (5%): a recording of mostly errors would replay an explorer that was
 never heard (the first one, against `transformers serve`, held 210 HTTP 500s in 218 asks: its hermes-style tool-call
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="tiny", help="the profile whose replayed rows are recorded (tiny)")
     parser.add_argument("--row", help="only this paper row (default: every row with a recording)")
     parser.add_argument("--server", choices=("vllm", "transformers"), default="vllm",
-                        help="the server of the row's model: vllm serve (.venv-vllm, `make vllm`) or transformers serve")
+                        help="the row's model's server: vllm serve (.venv-vllm, `make vllm`) or transformers serve")
     args = parser.parse_args(argv)
     values = parameters(EXPLORER_EXPERIMENT, args.profile, None, False)
     recorded = recorded_explorers(args.profile, values)

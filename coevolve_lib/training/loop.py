@@ -813,8 +813,9 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
                                    callbacks=[_callback(loop)])
     except NotImplementedError as refused:
         if cfg.use_vllm and cfg.vllm_mode == "server" and not torch.cuda.is_available():
+            said = (str(refused).splitlines() or [""])[0][:160]
             raise RunError(f"training.vllm_mode=server needs CUDA: TRL syncs the policy's weights to `trl vllm-serve` "
-                           f"over NCCL and refuses on this machine ({(str(refused).splitlines() or [''])[0][:160]}); generation "
+                           f"over NCCL and refuses on this machine ({said}); generation "
                            "through the server works, and on GPU nodes this does not apply. On the CPU: "
                            "training.vllm_mode=colocate (docs/training.md, vLLM rollouts)") from None
         raise
