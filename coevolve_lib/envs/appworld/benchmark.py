@@ -2,7 +2,7 @@
 
 The agent's action is Python code calling `apis.<app>.<api>(...)`, sent as a fenced ```python block in the model's
 reply. The kit only extracts that block (`extract_code`); the code runs inside AppWorld's server, in AppWorld's own
-sandbox (its safety guard refuses e.g. `os.system`), never in the kit. The same code path serves the official data
+the kit's OS-level sandbox around it (`server.py`), never in the kit. The same code path serves the official data
 (APPWORLD_ROOT = the folder with AppWorld's downloaded `data/`, docs/appworld.md) and the synthetic world the tests
 build (`synthetic.py`).
 
@@ -40,7 +40,7 @@ _FENCE_CLOSE = re.compile("```")
 
 def extract_code(reply: str) -> str | None:
     """The first fenced code block of a model reply (```python, ```py or a bare ```), None if it has none. The code is
-    data here: only AppWorld's sandboxed server runs it. Linear time (`core.text_blocks`)."""
+    data here: only AppWorld's server, in its sandbox, runs it. Linear time (`core.text_blocks`)."""
     for start, end in iter_blocks(reply, _FENCE_OPEN, _FENCE_CLOSE):
         return reply[start.end():end.start()].strip()
     return None
@@ -165,7 +165,7 @@ class AppWorldEnv:
         return self.execute(code)
 
     def execute(self, code: str) -> str:
-        """Run `code` in AppWorld's sandbox; returns what it printed, or AppWorld's error text (a normal result)."""
+        """Run `code` on the sandboxed server; returns what it printed, or AppWorld's error text (a normal result)."""
         self._spend_step()
         limit = self.config.execution_timeout_s
         start = time.monotonic()

@@ -4,7 +4,7 @@ holds, and validation renders to code.
 A call is `<app>.<api>(key=literal, ...)`, e.g. `simple_note.show_note(note_id=3)`: keyword literals only, parsed with
 `safe_calls` (never evaluated), and without `access_token`: the code gets it from the login preamble every rendered
 solution starts with (the supervisor's passwords, as AppWorld's own agents log in). What the kit runs is code that
-AppWorld's server executes in its sandbox; the kit itself never executes it.
+AppWorld's server executes in the kit's sandbox (`server.py`); the kit itself never executes it.
 
     calls = ["simple_note.search_notes(query='Gate')", "simple_note.show_note(note_id=3)", ...]
     solution_code(calls, api_docs, answer_from="field:content")   # preamble + one line per call + complete_task

@@ -1,24 +1,24 @@
 """An HTTP client for AppWorld's environment server (`appworld.serve.environment`), standard library only.
 
 The kit never imports `appworld` (it pins pydantic<2, the kit pydantic 2); AppWorld runs in its own venv and process
-(`server.py`) and the kit speaks to it over loopback HTTP. The server's contract, measured on AppWorld
-0.1.3.post1: every body is JSON, every answer is `{"output": ...}`, and it holds ONE task at a time (a request naming
-another task is refused).
+(`server.py`, in a sandbox without network) and the kit speaks HTTP to it over a Unix socket. The server's contract,
+measured on AppWorld 0.1.3.post1: every body is JSON, every answer is `{"output": ...}`, and it holds ONE task at a
+time (a request naming another task is refused).
 
-Every failure of the server itself raises `AppWorldServerError` (down, timed out, refused, unreadable answer), so that
-callers count it as an environment error, never as a policy failure. What the policy's code does (an exception, a
-blocked call, a syntax error) is a normal result: `execute` returns AppWorld's own text for it. The server answers
-every refusal with a bare HTTP 500 "Internal Server Error" (it passes its message as `HTTPException`'s status code),
-so the client says what went wrong from what it knows: which task it initialized, whether the server still answers,
-and the end of the server's log when the server manager gave one.
+Every failure of the server itself raises `AppWorldServerError` (down, timed out, refused, unreadable answer); whose
+fault it is, the environment's or the policy's code's, the caller decides from when it arose (`episode.py`). What the
+policy's code does (an exception, a blocked call, a syntax error) is a normal result: `execute` returns AppWorld's own
+text for it. The server answers every refusal with a bare HTTP 500 "Internal Server Error" (it passes its message as
+`HTTPException`'s status code), so the client says what went wrong from what it knows: which task it initialized,
+whether the server still answers, and the end of the server's log when the server manager gave one.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import urllib.error
-import urllib.request
+import socket
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +27,8 @@ SERVER_ERROR_KINDS = ("down", "timeout", "refused", "bad_response")
 
 
 class AppWorldServerError(RuntimeError):
-    """The AppWorld server failed, not the policy: an environment error to count apart (and to retry after a restart).
+    """The AppWorld server failed: an environment error to count apart (and to retry after a restart), unless it
+    failed while it held the policy's code (`episode.CODE_FAULTS`).
 
     `kind` is one of SERVER_ERROR_KINDS: "down" (no answer: not started, killed, connection reset), "timeout" (no
     answer within the request's timeout), "refused" (HTTP error: task not initialized, another task active, unknown
@@ -41,10 +42,13 @@ class AppWorldServerError(RuntimeError):
 
 @dataclass
 class AppWorldClient:
-    """One AppWorld environment server at `base_url` (e.g. `http://127.0.0.1:8765`)."""
+    """One AppWorld environment server, at `socket_path` (the server manager's) or `base_url` (e.g. a test's fake)."""
 
     base_url: str
-    """Where the server listens (loopback: the server manager binds 127.0.0.1)."""
+    """Where the server listens over TCP (e.g. a test's server on 127.0.0.1); unused when `socket_path` is set."""
+    socket_path: str | None = None
+    """The Unix socket the server listens on (the server manager's sandboxed servers have no network: the kit
+    reaches them only through this socket in their scratch folder)."""
     timeout_s: float = 120.0
     """Seconds to wait for one answer. Above AppWorld's own limit on one code execution (100 s by default), so that a
     slow execution comes back as AppWorld's "Execution timed out" text, and only a hung server as a timeout."""
@@ -64,8 +68,9 @@ class AppWorldClient:
         return output
 
     def execute(self, task_id: str, code: str, max_chars: int | None = None, timeout_s: float | None = None) -> str:
-        """Run `code` in the task's sandbox (AppWorld's IPython shell with `apis`) and return what it printed, or
-        AppWorld's own error text ("Execution failed. Traceback: ...") for code that raised or was refused.
+        """Run `code` in the task's shell (AppWorld's IPython shell with `apis`, inside the server's sandbox) and
+        return what it printed, or AppWorld's own error text ("Execution failed. Traceback: ...") for code that raised
+        or was refused.
         `max_chars`: read at most what holds that many characters of output (JSON escapes take up to 6 bytes each)
         and return only a prefix of a longer output, a little over `max_chars` long, so that a code block printing
         hundreds of megabytes costs the kit no more than its observation budget (the caller then cuts it there).
@@ -95,13 +100,27 @@ class AppWorldClient:
         """A task's `{task_id, instruction, supervisor, datetime}` without loading it (GET /tasks/{task_id})."""
         return self._request("GET", f"/tasks/{task_id}", None, task_id)["output"]
 
+    @property
+    def address(self) -> str:
+        """Where the server is, for messages."""
+        return f"unix:{self.socket_path}" if self.socket_path else self.base_url
+
     def healthy(self) -> bool:
         """Whether the server answers its index page (GET /) within 5 s."""
+        connection = self._connection(5)
         try:
-            with _OPENER.open(self.base_url + "/", timeout=5) as response:
-                return response.status == 200
+            connection.request("GET", "/")
+            return connection.getresponse().status == 200
         except (OSError, http.client.HTTPException):
             return False
+        finally:
+            connection.close()
+
+    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self.socket_path:
+            return _UnixConnection(self.socket_path, timeout_s)
+        url = urllib.parse.urlsplit(self.base_url)
+        return http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
 
     def _post(self, path: str, body: dict, task_id: str, max_bytes: int | None = None,
               timeout_s: float | None = None) -> Any:
@@ -112,27 +131,28 @@ class AppWorldClient:
         """The server's JSON answer; given `max_bytes`, an answer longer than that is read no further and comes back
         as `{"output": <the prefix of its output string>}` (`_output_prefix`)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        connection = self._connection(timeout_s)
         try:
-            with _OPENER.open(request, timeout=timeout_s) as response:
-                raw = response.read() if max_bytes is None else response.read(max_bytes + 1)
-                if max_bytes is not None and len(raw) > max_bytes:
-                    return {"output": _output_prefix(raw[:max_bytes])}
-        except urllib.error.HTTPError as error:
-            raise AppWorldServerError(self._refusal(path, task_id, error.code), "refused") from None
-        except (TimeoutError, urllib.error.URLError, OSError, http.client.HTTPException) as error:
-            reason = error.reason if isinstance(error, urllib.error.URLError) else error
-            if isinstance(reason, TimeoutError):
-                raise AppWorldServerError(f"AppWorld server at {self.base_url} gave no answer to {path} within "
-                                          f"{timeout_s:g} s (hung or overloaded)", "timeout") from None
-            raise AppWorldServerError(f"AppWorld server at {self.base_url} is not reachable on {path} (dead or not "
-                                      f"started: {type(reason).__name__}: {reason})", "down") from None
+            connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            if response.status >= 400:
+                raise AppWorldServerError(self._refusal(path, task_id, response.status), "refused")
+            raw = response.read() if max_bytes is None else response.read(max_bytes + 1)
+            if max_bytes is not None and len(raw) > max_bytes:
+                return {"output": _output_prefix(raw[:max_bytes])}
+        except TimeoutError:
+            raise AppWorldServerError(f"AppWorld server at {self.address} gave no answer to {path} within "
+                                      f"{timeout_s:g} s (hung or overloaded)", "timeout") from None
+        except (OSError, http.client.HTTPException) as error:
+            raise AppWorldServerError(f"AppWorld server at {self.address} is not reachable on {path} (dead or not "
+                                      f"started: {type(error).__name__}: {error})", "down") from None
+        finally:
+            connection.close()
         try:
             return json.loads(raw)
         except ValueError:
-            raise AppWorldServerError(f"AppWorld server at {self.base_url} answered {path} with non-JSON: "
+            raise AppWorldServerError(f"AppWorld server at {self.address} answered {path} with non-JSON: "
                                       f"{raw[:200]!r}", "bad_response") from None
 
     def _refusal(self, path: str, task_id: str | None, status: int) -> str:
@@ -149,7 +169,7 @@ class AppWorldClient:
         else:
             why = (f"the server failed on task {task_id!r} although this client initialized it (restarted by someone "
                    "else, or an error inside AppWorld)")
-        message = f"AppWorld server at {self.base_url} refused {path} with HTTP {status}: {why}"
+        message = f"AppWorld server at {self.address} refused {path} with HTTP {status}: {why}"
         if not self.healthy():
             message += "; the server no longer answers (dead)"
         if self.log_tail is not None:  # the server's own exception is the log's last line
@@ -159,8 +179,17 @@ class AppWorldClient:
         return message
 
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""Loopback requests never go through an HTTP proxy named in the environment (`http_proxy`)."""
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (no proxy is ever consulted: http.client reads no proxy settings)."""
+
+    def __init__(self, path: str, timeout_s: float):
+        super().__init__("localhost", timeout=timeout_s)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
 
 
 def _output_prefix(raw: bytes) -> str:

@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic.dataclasses import dataclass as settings_dataclass
 
 from coevolve_lib.core.config import STRICT
 from coevolve_lib.core.environment import Environment, RoundSteps
+from coevolve_lib.core.sandbox import SandboxConfig
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target
-from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
-from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.benchmark import AppWorldTask, load_task, load_tasks
 from coevolve_lib.envs.appworld.calls import DATA_VERSION, api_tool_docs, is_failed_output
 from coevolve_lib.envs.appworld.client import AppWorldServerError
+from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
+from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.explore import abstract_appworld, make_appworld_explorer
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
 from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
@@ -54,6 +56,10 @@ class AppWorldSettings:
     root: str | None = None
     """AppWorld's data root (the folder holding `data/`: official data, docs/appworld.md); None: $APPWORLD_ROOT,
     else the synthetic world the kit builds offline."""
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    """How AppWorld's servers, which run the policy's code, are isolated (`core/sandbox.py`): "bwrap", the OS-level
+    sandbox (refused in one line where it cannot run); "none", an opt-in without isolation (the code then runs as
+    the kit's user, with its network and files: only for code you trust or a machine you can lose)."""
 
 
 def appworld_source_root(root: str | None = None) -> Path:
@@ -90,10 +96,14 @@ class AppWorldEnvironment(Environment):
         return self._root
 
     # -- the server ----------------------------------------------------------------------------------------------
+    def server_config(self, root: Path) -> AppWorldServerConfig:
+        """How this run's servers run: on `root`, in the profile's sandbox (`environment.sandbox`)."""
+        return AppWorldServerConfig(root=root, sandbox=SandboxConfig(mode=self.settings.sandbox))
+
     def server(self) -> AppWorldServer:
         """The environment's server (started on first use, restarted if it died)."""
         if self._server is None:
-            self._server = AppWorldServer(AppWorldServerConfig(root=self.root))
+            self._server = AppWorldServer(self.server_config(self.root))
             self._server.start()
         else:
             self._server.ensure_running()
@@ -174,7 +184,8 @@ class AppWorldEnvironment(Environment):
         """The episode factory; its first server is the environment's own (idle while rollouts run: a server costs
         ~12 s of CPU to start and load its first task)."""
         if self._episodes is None:
-            self._episodes = AppWorldEpisodes(self.root, split="pool", servers=[self.server()]).__enter__()
+            self._episodes = AppWorldEpisodes(self.root, split="pool", servers=[self.server()],
+                                              server_config=self.server_config(self.root)).__enter__()
         return self._episodes
 
     def new_episode(self, task, sample_index: int, tool_format: str, config):
@@ -186,9 +197,11 @@ class AppWorldEnvironment(Environment):
         has one (training), else of the source data root with servers of its own (`python -m coevolve_lib
         evaluate`)."""
         own = self._root is not None
-        return evaluate_appworld(model, evaluation.split, self.root if own else self.source_root, rollout, out=out,
-                                 limit=evaluation.limit, profile=evaluation.profile, experiment=experiment,
-                                 episodes=self.episodes() if own else None, progress=progress)
+        root = self.root if own else self.source_root
+        return evaluate_appworld(model, evaluation.split, root, rollout, out=out, limit=evaluation.limit,
+                                 profile=evaluation.profile, experiment=experiment,
+                                 episodes=self.episodes() if own else None, server_config=self.server_config(root),
+                                 progress=progress)
 
     @classmethod
     def plan(cls, run) -> tuple[dict, list[str]]:

@@ -3,18 +3,25 @@ the TGC / SGC evaluation of a split is `envs/appworld/evaluate.py`.
 
 The protocol (AppWorld's own agents' style, docs/appworld.md): the system message explains the code-action protocol
 and lists the apps' APIs; the user message is the supervisor and the task's instruction. Every reply must hold one
-```python block calling `apis.<app>.<api>(...)`; the kit only extracts it, and AppWorld's server runs it in its own
-sandbox (`AppWorldEnv.step`); what it printed comes back as the next user message. The episode ends when the agent
-calls `apis.supervisor.complete_task(...)`, at the step cap (`RolloutConfig.max_steps_per_episode`, the paper's 30;
-a reply without code spends a step too), at the token cap, at an episode budget (`core.config.EpisodeBudget`; a code
-block is one call) or on a model error.
+```python block calling `apis.<app>.<api>(...)`; the kit only extracts it, and AppWorld's server runs it in the
+kit's OS-level sandbox (`AppWorldEnv.step`); what it printed comes back as the next user message. The episode ends
+when the agent calls `apis.supervisor.complete_task(...)`, at the step cap (`RolloutConfig.max_steps_per_episode`,
+the paper's 30; a reply without code spends a step too), at the token cap, at an episode budget
+(`core.config.EpisodeBudget`; a code block is one call), on a model error, or on a fault its code caused.
 
-Servers: `AppWorldEpisodes` owns a pool of AppWorld servers, one per live episode (so `RolloutConfig.batch_size`
-bounds them), started when first needed and reused by the next episode. A server failure (`AppWorldServerError`) is
-an environment error, never a policy failure: the server is restarted and the episode starts over from `reset()`
-once, with a fresh conversation; a second failure ends it with `environment_error=True` and
-`error_type="environment:<kind>"`: TGC leaves such a record out and SGC its scenario (`envs/appworld.py`), and
-the evaluation reports their count apart.
+Servers: `AppWorldEpisodes` owns a pool of AppWorld servers, each in its OS-level sandbox (`server.py`), one per live
+episode (so `RolloutConfig.batch_size` bounds them), started when first needed and reused by the next episode unless
+the last one's code left it worn (`AppWorldServer.recycle_reason`: then it is restarted first).
+
+Faults: a server that dies (`os.abort()`, a limit that kills it) or hangs past the execution budget (a loop that
+outlives AppWorld's time-out) while it holds the policy's code, or that the code leaves running processes or spinning
+threads in, is the policy's failure (`CODE_FAULTS`): the episode ends (reward 0, counted in TGC / SGC, trained on)
+and the server is recycled. Faults the code did not cause are environment errors: starting the server, loading the
+task, a refusal (AppWorld refuses a request for a task it does not hold before running any code), a server found
+exited between two replies. Then the server is restarted and the episode starts over from `reset()` once, with a
+fresh conversation; a second failure ends it with `environment_error=True` and `error_type="environment:<kind>"`:
+TGC leaves such a record out and SGC its scenario (`benchmark.py`), and the
+evaluation reports their count apart.
 """
 
 from __future__ import annotations
@@ -61,6 +68,18 @@ My name is {first_name} {last_name}. My email is {email} and my phone number is 
 Task: {instruction}"""
 
 EMPTY_OUTPUT = "(the code ran and printed nothing)"
+CODE_FAULTS = ("server_crash", "execution_hang", "left_running")
+"""How the policy's code can end an episode as its own failure (`terminated`, `error_type` `agent:<cause>`): the
+server died or refused while it held the code (`os.abort()`, a limit that kills), gave no answer past the execution
+budget (a loop that outlives AppWorld's time-out), or was left running processes or spinning threads. Reward 0,
+counted in TGC / SGC."""
+
+
+def code_fault_cause(error: AppWorldServerError) -> str | None:
+    """The `CODE_FAULTS` cause of a server failure met while the server held the policy's code, or None when the
+    code did not cause it: a refusal (AppWorld refuses a request for a task it does not hold before running any code)
+    or an answer AppWorld never gives."""
+    return {"timeout": "execution_hang", "down": "server_crash"}.get(error.kind)
 
 
 def api_list(api_docs: dict) -> str:
@@ -99,6 +118,8 @@ class AppWorldEpisode(Conversation):
         self.steps: list[dict] = []
         self.attempts = 1
         self.faults: list[dict] = []  # every AppWorldServerError met, in order
+        self.code_ran = False  # the policy's code ran on the server in this attempt: its faults are the policy's
+        self.code_fault: dict | None = None
         self.model_error: str | None = None
         self.env_seconds = 0.0
         self._start_attempt()
@@ -140,7 +161,7 @@ class AppWorldEpisode(Conversation):
         # seconds keep adding up (they are what the episode cost).
         self.messages, self.steps = list(self.prompt), []
         self.prompt_ids, self.completion_ids, self.completion_mask, self.rendered = None, [], [], 0
-        self.terminated = None
+        self.terminated, self.code_ran = None, False
         return True
 
     def feed(self, generation: Generation) -> None:
@@ -159,24 +180,43 @@ class AppWorldEpisode(Conversation):
         # one call of the episode budget.
         if self.terminated or not self.admit_calls(1):
             return
-        start = time.perf_counter()
-        try:
-            output = self.env.step(text)
-        except AppWorldServerError as error:
-            if self._recover(error):
-                self._start_attempt()
+        code = extract_code(text)
+        if code is not None and not self.server.running():  # down before this step: not this code's doing
+            self._server_died_between_steps()
             return
+        self.code_ran = self.code_ran or code is not None
+        start = time.perf_counter()
+        fault = None
+        try:
+            threads = self.server.threads() if code is not None else 0
+            output = self.env.step(text)
+            if code is not None:
+                # AppWorld may start a thread of its own on an execution; one left spinning is the code's
+                leftovers = self.server.leftovers()
+                if not leftovers and self.server.threads() > threads and self.server.busy_while_idle():
+                    leftovers = "the code left threads running (spinning) in the AppWorld server after its execution"
+                if leftovers:
+                    fault = ("left_running", leftovers)
+        except AppWorldServerError as error:
+            if not code_fault_cause(error):  # refused before the code ran, or an answer AppWorld never gives
+                if self._recover(error):
+                    self._start_attempt()
+                return
+            output, fault = "", (code_fault_cause(error), str(error))  # the server died or hung holding the code
         finally:
             self.env_seconds += time.perf_counter() - start
-        if self.env.timed_out:
+        if fault:
+            self._code_fault(*fault)
+        elif self.env.timed_out:
             self._end("time_cap")
         output, = self.kept_observations([output])
-        code = extract_code(text)
         # What signals and contexts read: `calls`, the APIs the code names (read as text), and one observation per
         # call; the block's output is one text, given to its last call.
         calls = code_api_names(code)
         self.steps.append({"step": len(self.steps), "raw": text, "code": code, "output": output,
                            "calls": calls, "observations": [""] * (len(calls) - 1) + [output] if calls else []})
+        if fault:
+            return
         self.messages.append({"role": "user", "content": output or EMPTY_OUTPUT})
         if self.terminated:  # an episode budget
             return
@@ -185,17 +225,47 @@ class AppWorldEpisode(Conversation):
         elif self.env.done:
             self.terminated = "episode_step_cap"
 
+    def _server_died_between_steps(self) -> None:
+        """The server exited while it waited for this reply, holding no code: an environment fault (the episode
+        starts over once)."""
+        message = (f"the AppWorld server at {self.server.client.address} exited between two replies\n--- end of the "
+                   f"server log ---\n{self.server.log_tail()}")
+        if self._recover(AppWorldServerError(message, "down")):
+            self._start_attempt()
+
+    def _code_fault(self, cause: str, message: str) -> None:
+        """End the episode as the policy's failure: its code crashed or hung the server, or left processes in it.
+        The server is recycled (its sandbox killed, a fresh one started) so that the next episode meets a clean
+        one; a failure to restart is met by the next episode's start."""
+        self.terminated = cause
+        self.code_fault = {"step": len(self.steps), "cause": cause, "message": message[:2000]}
+        log.warning("task %s: the policy's code ended the episode (%s): %s", self.task.task_id, cause,
+                    message.splitlines()[0] if message else "")
+        start = time.perf_counter()
+        try:
+            self.server.restart()
+        except AppWorldServerError:
+            pass
+        finally:
+            self.env_seconds += time.perf_counter() - start
+
     def record(self, model_name: str) -> dict:
         """Score the episode with AppWorld's tests (caps and model errors fail it), release the server, and return
-        the trajectory record. A server failure while scoring makes it an environment error."""
+        the trajectory record. A server failure while scoring is the code's fault (`CODE_FAULTS`) or an environment
+        error, by the rule of the module docstring."""
         score = None
-        if self.terminated != "environment_error":
+        if self.terminated != "environment_error" and self.terminated not in CODE_FAULTS:
             start = time.perf_counter()
+            was_running = self.server.running()
             try:
                 score = self.env.score()
                 self.env.close()
             except AppWorldServerError as error:
-                if score is None:
+                # The state AppWorld scores is what the code left: a server that dies or hangs scoring it is the
+                # code's; one that had exited before, or refuses, is the environment's (as between two steps).
+                if score is None and self.code_ran and was_running and code_fault_cause(error):
+                    self._code_fault(code_fault_cause(error), str(error))
+                elif score is None:
                     self.faults.append({"attempt": self.attempts, "step": len(self.steps), "kind": error.kind,
                                         "message": str(error)[:2000]})
                     self.terminated = "environment_error"
@@ -212,6 +282,8 @@ class AppWorldEpisode(Conversation):
         success = bool(score and score["success"]) and self.terminated == "completed"
         if environment_error:
             error_type = f"environment:{self.faults[-1]['kind']}"
+        elif self.code_fault:
+            error_type = f"agent:{self.code_fault['cause']}"
         elif self.terminated != "completed":
             error_type = f"agent:{self.terminated}"
         else:
@@ -235,11 +307,13 @@ class AppWorldEpisode(Conversation):
             "passes": score["passes"] if score else [],
             "failures": score["failures"] if score else [],
             "error_type": error_type,
-            "error_message": self.model_error or (self.faults[-1]["message"] if environment_error else None),
+            "error_message": self.model_error or (self.faults[-1]["message"] if environment_error else None)
+            or (self.code_fault["message"] if self.code_fault else None),
             "terminated": self.terminated,
             "format_errors": self.env.format_errors,
             "environment_error": environment_error,
             "environment_faults": self.faults,
+            "code_fault": self.code_fault,
             "attempts": self.attempts,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -297,7 +371,12 @@ class AppWorldEpisodes:
             server = self.idle.pop()
             if server.process is not None:
                 try:
-                    server.ensure_running()
+                    reason = server.recycle_reason()
+                    if reason:  # what the last episode's code left behind must not slow or touch this one
+                        log.info("recycling the AppWorld server at %s: %s", server.client.address, reason)
+                        server.restart()
+                    else:
+                        server.ensure_running()
                 except AppWorldServerError:
                     pass  # the episode's start meets the failure and handles it
             return server

@@ -14,6 +14,7 @@ from coevolve_lib.core.records import append_jsonl, config_hash
 from coevolve_lib.core.results import write_result
 from coevolve_lib.envs.appworld.benchmark import data_root, load_tasks, measured_records, scenarios_completed
 from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
+from coevolve_lib.envs.appworld.server import AppWorldServerConfig
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.rollout.evaluation import EvaluationError
 
@@ -21,14 +22,15 @@ from coevolve_lib.rollout.evaluation import EvaluationError
 def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = None,
                       rollout_config: RolloutConfig | None = None, *, out: str | Path, limit: int | None = None,
                       profile: str = "tiny", experiment: str = "appworld", episodes: AppWorldEpisodes | None = None,
-                      progress: bool = False) -> dict:
+                      server_config: AppWorldServerConfig | None = None, progress: bool = False) -> dict:
     """TGC and SGC of `model` on an AppWorld split (one greedy episode per task by default), written to `out` as a
     `results/v2` document (two rows, `tgc` and `sgc`, in percent); every episode's record is appended to
     `<out>.rollouts.jsonl` as it ends. Returns the document.
 
     Environment errors (`environment_error`) are counted in `details` and left out of both metrics; a task whose
     episode hit one is listed in `per_task` with its error type. `episodes`: an `AppWorldEpisodes` to use (e.g.
-    with a test's running servers); by default one is made for `root` and `split`, and closed at the end."""
+    with a test's running servers); by default one is made for `root` and `split` (its servers run as `server_config`
+says: by default in the OS-level sandbox), and closed at the end."""
     rollout_config = rollout_config or RolloutConfig()
     root = data_root(root)
     tasks = load_tasks(split, root)[:limit]
@@ -41,7 +43,9 @@ def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = No
     settings = {"benchmark": "appworld", "split": split, "root": repo_relative(root), "limit": limit,
                 "model": model.name, "rollout": asdict(rollout_config)}
     start = time.perf_counter()
-    with nullcontext(episodes) if episodes else AppWorldEpisodes(root, split=split) as episodes:
+    owned = episodes is None
+    episodes = AppWorldEpisodes(root, split=split, server_config=server_config) if owned else episodes
+    with episodes if owned else nullcontext(episodes):
         records = run_rollouts(model, tasks, rollout_config, on_record=lambda r: append_jsonl(rollouts_path, r),
                                progress=progress, new_episode=episodes)
     measured = measured_records(records)
@@ -72,6 +76,7 @@ def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = No
                         config_hash=config_hash(settings), config=settings, metrics=rows,
                         details={"tasks": len(records), "environment_errors": len(records) - len(measured),
                                  "model_errors": sum(r["terminated"] == "model_error" for r in records),
+                                 "code_faults": sum(bool(r.get("code_fault")) for r in records),
                                  "format_errors": sum(r["format_errors"] for r in records),
                                  "positive_reward": sum(r["positive_reward"] for r in measured),
                                  "retried_episodes": sum(r["attempts"] > 1 for r in records),

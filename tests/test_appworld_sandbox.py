@@ -1,0 +1,133 @@
+"""Model-written code against the real AppWorld server in its sandbox (issue 45): the escape routes that got around
+AppWorld's own guard, a process left behind, a memory grab, spinning threads, `os.abort()` and a loop that outlives
+AppWorld's time-out. Each reply is one step of a real episode through the kit's rollout loop; each test checks the
+host (no file, no process), the server (bounded, recycled) and the record (a counted failure of the policy). The
+positive control runs the same escape without the sandbox and finds its file on the host."""
+
+import time
+
+import psutil
+import pytest
+from helpers import CodeModel
+
+from coevolve_lib.core.config import EpisodeBudget
+from coevolve_lib.core.sandbox import SandboxConfig, process_footprint
+from coevolve_lib.envs.appworld import benchmark
+from coevolve_lib.envs.appworld.benchmark import load_tasks, measured_records, sgc, tgc
+from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
+from coevolve_lib.envs.appworld.server import AppWorldServerConfig
+from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+
+SPLIT = "synthetic"
+SYS = ("sys = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
+       ".__init__.__globals__['sys']\n")
+"""The route around AppWorld's guard found in issue 45: any function's globals lead to `sys`, and `sys.modules` to
+`posix`, `signal` and `_thread`."""
+
+
+def _block(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def _attacks(marker_dir) -> dict[str, str]:
+    return {
+        "spawn": f"import os\nos.posix_spawn('/bin/sh', ['sh', '-c', 'touch {marker_dir}/pwned_spawn'], "
+                 "dict(os.environ))\nprint('spawned')",
+        "system": SYS + f"print(sys.modules['posix'].system('touch {marker_dir}/pwned_system; sleep 3001.7 &'))",
+        "abort": SYS + "sys.modules['posix'].abort()",
+        "threads": SYS + "def spin():\n    while True: pass\n"
+                         "for _ in range(3): sys.modules['_thread'].start_new_thread(spin, ())",
+        "hang": SYS + "signal = sys.modules['signal']\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True: pass",
+    }
+
+
+def _sleepers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if "3001.7" in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.fixture
+def episodes(world):
+    """Episodes on servers of their own (the attacks recycle them), in the default sandbox."""
+    with AppWorldEpisodes(world.root, split=SPLIT) as episodes:
+        yield episodes
+
+
+def test_model_code_cannot_reach_the_host_and_its_faults_are_the_policys(world, episodes, tmp_path, monkeypatch):
+    monkeypatch.setattr(benchmark, "EXECUTION_GRACE_S", 2)  # the hang is noticed 2 s after AppWorld's time-out
+    tasks = load_tasks(SPLIT, world.root)
+    attacks = _attacks(tmp_path)
+    names = dict(zip([task.task_id for task in tasks], attacks))
+    replies = {task_id: [_block(attacks[name]), _block("print('after')")] for task_id, name in names.items()}
+    config = RolloutConfig(batch_size=1, max_steps_per_episode=2, tool_docs="none",
+                           budget=EpisodeBudget(max_execution_seconds=2))
+    records = run_rollouts(CodeModel(tasks, replies), tasks, config, progress=False, new_episode=episodes)
+    ends = {names[r["task_id"]]: (r["terminated"], r["error_type"]) for r in records}
+    assert ends == {"spawn": ("left_running", "agent:left_running"), "system": ("left_running", "agent:left_running"),
+                    "abort": ("server_crash", "agent:server_crash"),
+                    "threads": ("left_running", "agent:left_running"),
+                    "hang": ("execution_hang", "agent:execution_hang")}
+    assert list(tmp_path.iterdir()) == []  # no file on the host
+    assert _sleepers() == []  # the background sleep died with its sandbox
+    for record in records:
+        assert not record["success"] and record["score"] == 0.0 and not record["environment_error"]
+        assert record["code_fault"]["cause"] == record["terminated"] and len(record["steps"]) == 1
+    # every one counts in the metrics' denominators (they were left out as environment errors before)
+    assert len(measured_records(records)) == 5 and tgc(records) == 0.0 and sgc(records) == 0.0
+    # each fault recycled the server: the one left is fresh and idle
+    server, = episodes.idle
+    assert server.restarts == 5 and not server.busy_while_idle() and server.recycle_reason() is None
+
+
+def test_a_memory_grab_stops_at_the_limit_and_the_next_episode_gets_a_fresh_server(world, episodes):
+    tasks = load_tasks(SPLIT, world.root)[:2]
+    grab = _block("chunks = []\nwhile True:\n    chunks.append(bytearray(100_000_000))")
+    replies = {tasks[0].task_id: [grab, _block("print(len(chunks))")], tasks[1].task_id: [_block("print('next')")]}
+    config = RolloutConfig(batch_size=1, max_steps_per_episode=2, tool_docs="none",
+                           budget=EpisodeBudget(max_execution_seconds=10))
+    model = CodeModel(tasks, replies)
+    grabbed = run_rollouts(model, tasks[:1], config, progress=False, new_episode=episodes)[0]
+    limit = SandboxConfig().limits.address_space_mb
+    assert grabbed["steps"][0]["output"].rstrip().endswith("MemoryError")  # stopped at the address-space limit
+    held = int(grabbed["steps"][1]["output"])  # what the code kept: under the limit
+    assert 0 < held * 100 < limit
+    server, = episodes.idle
+    assert limit / 2 < process_footprint(server.pid).memory_mb < limit + 300
+    assert "MB" in server.recycle_reason()
+    after = run_rollouts(model, tasks[1:], config, progress=False, new_episode=episodes)[0]
+    assert after["steps"][0]["output"] == "next\n" and server.restarts == 1  # recycled before the next episode
+    assert process_footprint(server.pid).memory_mb < AppWorldServerConfig(root=world.root).max_idle_memory_mb
+
+
+def test_positive_control_the_escape_reaches_the_host_without_the_sandbox(world, tmp_path):
+    """The same reply, on a server in mode "none": the file appears on the host, so the sandboxed test above would
+    see one if the sandbox let it through."""
+    task = load_tasks(SPLIT, world.root)[0]
+    escape = _block(SYS + f"print(sys.modules['posix'].system('touch {tmp_path}/pwned'))")
+    config = AppWorldServerConfig(root=world.root, sandbox=SandboxConfig(mode="none"))
+    with AppWorldEpisodes(world.root, split=SPLIT, server_config=config) as episodes:
+        record, = run_rollouts(CodeModel([task], {task.task_id: [escape]}), [task],
+                               RolloutConfig(batch_size=1, max_steps_per_episode=1, tool_docs="none"),
+                               progress=False, new_episode=episodes)
+    assert record["steps"][0]["output"] == "0\n" and (tmp_path / "pwned").exists()
+
+
+def test_a_server_that_exits_between_replies_is_the_environments(world, episodes):
+    """Not the code's doing: the server was killed from outside while the model was thinking. The episode starts
+    over on a fresh server and succeeds; the fault is recorded as the environment's."""
+    task = load_tasks(SPLIT, world.root)[0]
+    killed = []
+
+    def kill_once(task_id, step):
+        if step == 1 and not killed:
+            server, = [s for s in episodes.owned if s.process is not None]
+            killed.append(server.pid)
+            server.process.kill()
+            server.process.wait()
+            time.sleep(0.1)
+
+    look = _block("print(len(apis.supervisor.show_account_passwords()))")
+    model = CodeModel([task], {task.task_id: [look, _block(world.solutions[task.task_id])]}, before_reply=kill_once)
+    record, = run_rollouts(model, [task], RolloutConfig(batch_size=1, tool_docs="none"), progress=False,
+                           new_episode=episodes)
+    assert killed and record["success"] and record["attempts"] == 2 and record["code_fault"] is None
+    assert [f["kind"] for f in record["environment_faults"]] == ["down"]
