@@ -5,8 +5,10 @@ does reach the host there), so that a check that cannot fail would show. The App
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -146,3 +148,60 @@ def test_a_missing_sandbox_is_refused_in_one_line(monkeypatch):
         assert "bwrap" in str(error.value) and "'none'" in str(error.value) and "\n" not in str(error.value)
     finally:
         check_sandbox.cache_clear()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+                    reason="needs root (to become another user) and a system Python that user can read")
+def test_a_sandbox_started_by_another_user_runs_in_a_user_namespace():
+    """The kit run by a user other than root: bubblewrap makes a user namespace (no uid of its own to drop to); the
+    process has only its loopback, writes only its scratch folder, and the process limit counts its own threads."""
+    tmp_path = Path(tempfile.mkdtemp())  # in /tmp, which that user can reach (pytest's tmp_path is root's only)
+    os.chmod(tmp_path, 0o777)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    box = Sandbox(SandboxConfig(limits=SandboxLimits(processes=24)), scratch)
+    box.uid = None  # as that user would have it
+    os.chown(scratch, 65534, 65534)
+    code = textwrap.dedent(f"""\
+        import os, socket, threading, time
+        open("{scratch}/ok", "w").write("1")
+        refused = []
+        for path in ("{tmp_path}/outside", "/outside", "/dev/shm/outside"):  # the sandbox's own tmpfs included
+            try:
+                open(path, "w")
+            except OSError as error:
+                refused.append(type(error).__name__)
+        print(len(refused))
+        print([name for _, name in socket.if_nameindex()])
+        try:
+            for _ in range(64):
+                threading.Thread(target=time.sleep, args=(1,)).start()
+        except RuntimeError:
+            pass
+        print(threading.active_count())
+        """)
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+               *box.command(["/usr/bin/python3", "-I", "-c", code])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    refused, interfaces, threads = done.stdout.split("\n")[:3]
+    assert done.returncode == 0, done.stderr
+    assert refused == "3" and interfaces == "['lo']" and int(threads) < 24
+    assert (scratch / "ok").exists() and not (tmp_path / "outside").exists()
+    shutil.rmtree(tmp_path)
+
+
+def test_the_scratch_folder_is_the_only_place_a_sandbox_writes(tmp_path):
+    """bubblewrap's own root and /dev are in-memory file systems, remounted read-only so that code cannot fill memory
+    through them (in a user namespace they were writable: the test above pins that; as root the uid drop covers it)."""
+    box = Sandbox(SandboxConfig(), tmp_path, read_only=(Path(sys.base_prefix),))
+    code = textwrap.dedent(f"""\
+        for path in ("/escape", "/dev/shm/escape", "/dev/escape", "{tmp_path}/kept"):
+            try:
+                open(path, "w").write("x")
+                print("wrote", path)
+            except OSError:
+                pass
+        """)
+    command = box.command([str(Path(sys.base_prefix) / "bin" / "python3"), "-I", "-c", code])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, **box.popen_kwargs())
+    assert done.stdout.splitlines() == [f"wrote {tmp_path}/kept"], done.stderr

@@ -134,7 +134,9 @@ class Sandbox:
             path = Path(path).resolve()
             args += _parents(path, made)
             args += ["--bind" if path == self.scratch else "--ro-bind", str(path), str(path)]
-        args += ["--chdir", str(self.scratch), "--"]
+        # bubblewrap's root and /dev are in-memory file systems the sandbox could fill (and in a user namespace
+        # write): read-only, so that the scratch folder is the only place it writes.
+        args += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", str(self.scratch), "--"]
         if self.uid is not None:  # root sets up the namespaces, then the command runs as the sandbox's own uid
             args += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all",
                      "--bounding-set=-all", "--no-new-privs", "--"]
