@@ -40,6 +40,11 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
     if extra:  # vLLM's own checkpoint loader ran in the training, then again in the resumed training
         assert all("Loading safetensors checkpoint shards: 100%" in (tmp_path / log).read_text()
                    for log in ("train.log", "resume.log"))
+        # the context vLLM's engine was built with, as TRL handed it over: the plan's, not the model's own
+        assert record["vllm"]["max_model_len"] == record["vllm"]["planned_max_model_len"] == 8192 + 256
+    else:
+        assert record["vllm"] is None
+    assert record["failed_checks"] == []
     assert record["steps"] == 2 and record["rounds"] == 2  # a feedback round after each step
     assert record["tool_calls_parsed"] > 0  # the stand-in's replies hold real <tool_call> blocks
     assert record["resumed"] is True, record["resume_failures"]
@@ -66,3 +71,23 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
     assert (record["weights_moved"] > 0) == (advantage or bool(grpo["trl_aux_loss"]))
     # the sharded round: each of the two processes explored its share of the round's targets
     assert all((tmp_path / "run" / "round_001" / f"explorations.p{i}.jsonl").exists() for i in range(2))
+
+
+def test_rehearse_exits_non_zero_naming_the_checks_that_failed(tmp_path, monkeypatch, capsys):
+    """`rehearse` said exit 0 when its resume check failed (only rehearsal.json told); now status 1 and one line."""
+    from coevolve_lib.cli import rehearse
+    from coevolve_lib.training import rehearsal
+
+    record = rehearsal.Rehearsal(
+        profile="paper-qwen3-4b", architecture="Qwen3ForCausalLM", model="m", processes=2, rollout_engine="kit",
+        steps=2, rounds=2, tool_calls_parsed=1, tool_calls_rejected=0, lora_trainable_params=0, trainable_params=1,
+        weights_moved=1, resumed=False, resume_failures=["pool_unchanged"], evaluated=True, seconds=1.0,
+        vllm={"planned_max_model_len": 12288, "max_model_len": 262144})
+    monkeypatch.setattr(rehearsal, "rehearse", lambda profile, out, overrides: record)
+    monkeypatch.setattr(rehearse.standins, "build_standin", lambda model: None)
+    assert rehearse.main(["--profile", "paper-qwen3-4b", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "resume: pool_unchanged" in err[0] and "262144 is not the plan's 12288" in err[0]
+    monkeypatch.setattr(record, "resume_failures", [])
+    monkeypatch.setattr(record, "vllm", None)
+    assert rehearse.main(["--profile", "paper-qwen3-4b", "--out", str(tmp_path)]) == 0

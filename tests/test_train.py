@@ -382,6 +382,36 @@ def test_a_resumed_mixture_of_experts_gets_its_trained_experts_back(tmp_path):
     assert all(torch.equal(fresh.state_dict()[name], tensor) for name, tensor in trained.state_dict().items())
 
 
+def test_the_trainers_own_resume_path_restores_a_mixture_of_experts(tmp_path):
+    """The same fix, through the trainer the loop builds (`_trainer_class`): the checkpoint written by its
+    `save_model`, read back by `_load_from_checkpoint`, the method `Trainer.train(resume_from_checkpoint=...)`
+    calls. Without the kit's override the Trainer's own load leaves the experts at their fresh values."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from trl import GRPOConfig
+
+    config = Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                            num_experts=4, num_experts_per_tok=2)
+    tokenizer = AutoTokenizer.from_pretrained(MODELS_DIR / "tiny")
+
+    def trainer(seed):
+        torch.manual_seed(seed)
+        args = GRPOConfig(output_dir=str(tmp_path / f"trainer_{seed}"), use_cpu=True, per_device_train_batch_size=2,
+                          num_generations=2, max_steps=1, report_to="none", save_strategy="no")
+        return train_lib._trainer_class()(model=Qwen3MoeForCausalLM(config), reward_funcs=[lambda **_: [0.0]],
+                                          args=args, train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
+                                          processing_class=tokenizer)
+
+    trained, fresh = trainer(0), trainer(1)
+    trained.save_model(str(tmp_path / "checkpoint"))
+    experts = lambda t: t.model.model.layers[0].mlp.experts.gate_up_proj  # noqa: E731
+    assert not torch.equal(experts(fresh), experts(trained))
+    fresh._load_from_checkpoint(str(tmp_path / "checkpoint"))
+    assert all(torch.equal(fresh.model.state_dict()[name], tensor)
+               for name, tensor in trained.model.state_dict().items())
+
+
 def test_full_weights_without_their_config_are_a_damaged_checkpoint(tmp_path):
     """A resume reads full weights with `from_pretrained` (`load_saved_weights`), which needs config.json."""
     from safetensors.torch import save_file

@@ -343,6 +343,27 @@ def test_every_vllm_recipe_fits_its_gpu_share(profile, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_the_plan_states_the_checkpoints_disk(profile, capsys, tmp_path):
+    """Issue 46: a 4B run's checkpoints took ~110 GB and 30B-A3B's ~0.9 TB, stated nowhere. The plan counts 16 bytes
+    a parameter per full-weight checkpoint (the gathered bf16 weights, the engine's bf16 shards, fp32 Adam state),
+    `save_total_limit` of the 12 saves kept, and the final bf16 model; LoRA keeps adapters only."""
+    from coevolve_lib.core.paper_models import paper_model, parameter_count
+
+    code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path))
+    assert code == 0, err
+    billions = parameter_count(paper_model(EXPECTED[profile]["model"]).config) / 1e9
+    disk = plan["checkpoint_disk"]
+    assert (disk["checkpoints_saved"], disk["checkpoints_kept"]) == (12, 2)  # 120 steps, a save after each round
+    assert abs(disk["per_checkpoint_gb"] - 16 * billions) < 0.1 and abs(disk["final_gb"] - 2 * billions) < 0.1
+    assert abs(disk["kept_gb"] - 34 * billions) < 0.2 and abs(disk["peak_gb"] - 50 * billions) < 0.2
+    assert any(note.startswith(f"disk: {disk['per_checkpoint_gb']:g} GB per checkpoint") for note in plan["notes"])
+    code, lora, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path), "--set",
+                              "training.lora.enabled=true")
+    assert code == 0, err
+    assert 0 < lora["checkpoint_disk"]["per_checkpoint_gb"] < disk["per_checkpoint_gb"] / 100
+
+
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
 def test_the_plan_sizes_the_collective_timeout_from_the_rounds(profile, capsys, tmp_path):
     """Issue 28: D_0's 100 environments over the processes, each target 24 explorer calls (context, 18 steps,
     abstraction, 4 judged tasks) of at most 600 s: far past NCCL's 10 minutes."""

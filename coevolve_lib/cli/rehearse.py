@@ -1,11 +1,13 @@
 """`python -m coevolve_lib rehearse --profile paper-qwen3-4b --out runs/rehearse/paper-qwen3-4b`: a paper profile's
 GPU-node path on CPU (`training.rehearsal`): the printed train command on 2 processes with the backbone's stand-in
 (built first if `make setup` did not: ~6.5 min, once), a kill and a resume, then `evaluate` on the trained model;
-`<out>/rehearsal.json` says what ran."""
+`<out>/rehearsal.json` says what ran. Exit status 1, with the checks that failed in one line, when any of them did
+(the resume, the evaluation, vLLM's context)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from coevolve_lib import profiles
@@ -28,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         if model.standin == run.model:
             standins.build_standin(model)  # kept when it is built already
     record = rehearsal.rehearse(args.profile, out, args.set)
-    print(json.dumps({k: record[k] for k in ("profile", "architecture", "processes", "rollout_engine", "steps", "rounds",
-                                             "tool_calls_parsed", "lora_trainable_params", "resumed",
-                                             "resume_failures", "evaluated", "seconds")}))
+    shown = ("profile", "architecture", "processes", "rollout_engine", "steps", "rounds", "tool_calls_parsed",
+             "lora_trainable_params", "resumed", "resume_failures", "evaluated", "vllm", "seconds")
+    print(json.dumps({key: getattr(record, key) for key in shown}))
+    if record.failed_checks:
+        print(f"python -m coevolve_lib rehearse: failed: {'; '.join(record.failed_checks)} "
+              f"({out / 'rehearsal.json'})", file=sys.stderr)
+        return 1
     return 0

@@ -820,6 +820,11 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
                            "training.vllm_mode=colocate (docs/training.md, vLLM rollouts)") from None
         raise
     loop.trainer = trainer
+    if cfg.use_vllm and cfg.vllm_mode == "colocate" and state.is_main_process:
+        # The context vLLM was built with, as TRL handed it over: the plan's, never the model's own (262,144 tokens
+        # for Qwen3 2507, a KV cache no colocated share holds); the rehearsal checks the two agree.
+        built = trainer.vllm_generation.llm.model_config.max_model_len
+        write_json_atomic(out_dir / "vllm.json", {"planned_max_model_len": cfg.vllm_context, "max_model_len": built})
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.save_model(str(out_dir / "final"))  # on every rank: ZeRO-3 / FSDP gather the weights collectively
     summary = {}

@@ -15,7 +15,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.config import RunConfig, TrainConfig
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.llm_calls import record_path
-from coevolve_lib.core.paper_models import GB, kv_bytes_per_token, paper_model, parameter_count
+from coevolve_lib.core.paper_models import GB, head_dim, kv_bytes_per_token, paper_model, parameter_count
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
 from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
 from coevolve_lib.training.summary import summarize
@@ -154,6 +154,45 @@ def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[
     return commands, notes
 
 
+CHECKPOINT_BYTES_PER_PARAMETER = 16
+"""A full-weight checkpoint of a ZeRO-3 / FSDP run, per parameter: the bf16 weights gathered for `model.safetensors`
+(2; `zero3_save_16bit_model`), the bf16 weight shards of the engine's own state (2), and the optimizer's fp32 master
+weights and two Adam moments (12)."""
+LORA_CHECKPOINT_BYTES_PER_PARAMETER = 16
+"""A LoRA checkpoint, per adapter parameter: the adapter weights and the optimizer's state for them."""
+
+
+def checkpoint_disk(run: RunConfig) -> dict | None:
+    """What a paper backbone's run keeps on disk (`<run>/trainer/checkpoint-*` and `<run>/final`), from its hub config
+    and the save settings: each checkpoint, how many the run saves and keeps (`save_total_limit`), and the peak, while
+    a new checkpoint is written before the oldest is deleted. None for another model."""
+    model = paper_model(run.model)
+    if model is None:
+        return None
+    cfg = run.training
+    parameters = parameter_count(model.config)
+    if cfg.lora.enabled:
+        checkpoint = lora_parameter_count(model.config, cfg.lora.r, cfg.lora.target_modules) \
+            * LORA_CHECKPOINT_BYTES_PER_PARAMETER
+        final = checkpoint / LORA_CHECKPOINT_BYTES_PER_PARAMETER * 2
+    else:
+        checkpoint, final = parameters * CHECKPOINT_BYTES_PER_PARAMETER, parameters * 2
+    saved = cfg.max_steps // cfg.checkpoint_every
+    kept = min(saved, cfg.save_total_limit or saved)
+    return {"per_checkpoint_gb": round(checkpoint / GB, 1), "checkpoints_saved": saved, "checkpoints_kept": kept,
+            "final_gb": round(final / GB, 1), "kept_gb": round((kept * checkpoint + final) / GB, 1),
+            "peak_gb": round((min(kept + 1, saved) * checkpoint + final) / GB, 1)}
+
+
+def lora_parameter_count(config: dict, rank: int, modules: list[str]) -> int:
+    """LoRA adapter parameters: rank x (inputs + outputs) of each targeted attention projection, in every layer."""
+    hidden, dim = config["hidden_size"], head_dim(config)
+    queries, keys = config["num_attention_heads"] * dim, config["num_key_value_heads"] * dim
+    shapes = {"q_proj": (hidden, queries), "k_proj": (hidden, keys), "v_proj": (hidden, keys),
+              "o_proj": (queries, hidden)}
+    return config["num_hidden_layers"] * rank * sum(sum(shapes[name]) for name in modules if name in shapes)
+
+
 def _sets(settings: list[str]) -> list[str]:
     """`--set` options turning vLLM rollouts on, with `settings`."""
     return [part for setting in ["training.use_vllm=true", *settings] for part in ("--set", setting)]
@@ -183,6 +222,11 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
         notes.append(f"run the train command on each of the {launch.num_machines} nodes, with NODE_RANK=0.."
                      f"{launch.num_machines - 1} and MASTER_ADDR=<node 0's address>; --out must be on a filesystem "
                      "all nodes share")
+    disk = checkpoint_disk(run)
+    if disk:
+        notes.append(f"disk: {disk['per_checkpoint_gb']:g} GB per checkpoint, {disk['checkpoints_kept']} of "
+                     f"{disk['checkpoints_saved']} kept (training.save_total_limit), up to {disk['peak_gb']:g} GB in "
+                     f"{out}/ with the final model")
     if launch.num_processes > 1:
         notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
                      f"--profile {run.profile} --model {out}/final --all-tasks --out <results.json>")
@@ -214,6 +258,7 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
                          "explorer_deadline_s": run.data_engine.explorer_deadline_s} if launch.num_processes > 1
                         else None),
         "vllm_memory": {name: memory for name, memory in vllm.items() if memory is not None} or None,
+        "checkpoint_disk": checkpoint_disk(run),
         "commands": commands, "notes": notes,
     }
 

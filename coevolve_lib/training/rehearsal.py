@@ -89,6 +89,20 @@ class Rehearsal:
     phases: dict = field(default_factory=dict)
     """Seconds per phase (train, resume, evaluate) and each command as run."""
     evaluation: dict = field(default_factory=dict)
+    vllm: dict | None = None
+    """A colocated vLLM's context as its engine was built (`max_model_len`) beside the plan's
+    (`planned_max_model_len`), from the run's `vllm.json`; None without vLLM."""
+
+    @property
+    def failed_checks(self) -> list[str]:
+        """The checks that did not hold: what makes `rehearse` exit non-zero."""
+        failed = [f"resume: {name}" for name in self.resume_failures]
+        if not self.evaluated:
+            failed.append("evaluate measured no task")
+        if self.vllm and self.vllm["max_model_len"] != self.vllm["planned_max_model_len"]:
+            failed.append(f"vLLM's context {self.vllm['max_model_len']} is not the plan's "
+                          f"{self.vllm['planned_max_model_len']}")
+        return failed
 
 
 def rehearsal_run(profile: str, overrides: list[str] = ()) -> tuple[RunConfig, list[str]]:
@@ -169,8 +183,9 @@ def _files(run_dir: Path) -> dict[str, int]:
             for p in sorted((run_dir / folder).glob("step_*.jsonl"))}
 
 
-def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> dict:
-    """Rehearse `profile` into `out` (see the module docstring); returns (and writes) `rehearsal.json`'s record."""
+def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehearsal:
+    """Rehearse `profile` into `out` (see the module docstring); returns the record it writes to `rehearsal.json`
+    (with `failed_checks`)."""
     run, sets = rehearsal_run(profile, overrides)
     standin = MODELS_DIR / BUILT_MODELS[run.model]
     if not (standin / "config.json").exists():
@@ -238,6 +253,8 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> dict:
               "dtype": run.training.dtype, "gradient_accumulation_steps": run.training.gradient_accumulation_steps,
               "trl_kl": trl("kl"), "trl_aux_loss": trl("aux_loss"), "trl_loss": trl("loss")},
         phases=phases,
-        evaluation={row["metric"]: row["value"] for row in evaluation["metrics"]} | {"n": evaluation["metrics"][0]["n"]})
-    write_json_atomic(out / "rehearsal.json", asdict(record))
-    return asdict(record)
+        evaluation={row["metric"]: row["value"] for row in evaluation["metrics"]}
+        | {"n": evaluation["metrics"][0]["n"]},
+        vllm=json.loads((run_dir / "vllm.json").read_text()) if (run_dir / "vllm.json").exists() else None)
+    write_json_atomic(out / "rehearsal.json", asdict(record) | {"failed_checks": record.failed_checks})
+    return record
