@@ -10,23 +10,25 @@ import yaml
 
 from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core.paths import REPO_ROOT
-from coevolve_lib.profiles import CONFIGS_DIR, run_config
+from coevolve_lib.profiles import CONFIGS_DIR, ConfigError, run_config
 
 PAPER_PROFILES = sorted(p.stem for p in CONFIGS_DIR.glob("paper-*.yaml") if not p.stem.endswith("-appworld"))
 """The BFCL runs; `paper-qwen3-4b-appworld` is the same run on AppWorld (test_appworld_paper_profile_plan)."""
 
 # The paper (§4.2): 1 node x 8 GPUs with rollout TP 1 for the 4B/7B models, 2 nodes x 8 with TP 2 for 30B-A3B.
 EXPECTED = {
-    "paper-qwen2.5-7b": {"model": "Qwen/Qwen2.5-7B-Instruct", "machines": 1, "processes": 8, "tp": 1},
-    "paper-qwen3-4b": {"model": "Qwen/Qwen3-4B-Instruct-2507", "machines": 1, "processes": 8, "tp": 1},
-    "paper-qwen3-30b-a3b": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "machines": 2, "processes": 16, "tp": 2},
+    "paper-qwen2.5-7b": {"model": "Qwen/Qwen2.5-7B-Instruct", "machines": 1, "processes": 8, "tp": 1, "vllm": False},
+    "paper-qwen3-4b": {"model": "Qwen/Qwen3-4B-Instruct-2507", "machines": 1, "processes": 8, "tp": 1, "vllm": False},
+    # 30B-A3B's own rollouts are vLLM's, colocated: the kit's local engines would not fit a 96 GB GPU (issue 46)
+    "paper-qwen3-30b-a3b": {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "machines": 2, "processes": 16, "tp": 2,
+                            "vllm": True},
 }
 
 
 def dry_run(capsys, *argv) -> tuple[int, dict | None, str]:
     code = cli(["train", "--dry-run", *argv])
     captured = capsys.readouterr()
-    return code, (json.loads(captured.out) if code == 0 else None), captured.err
+    return code, (json.loads(captured.out) if captured.out.strip() else None), captured.err  # printed, refused or not
 
 
 def test_the_three_paper_profiles_exist():
@@ -79,7 +81,7 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     assert (batch["machines"], batch["processes"]) == (want["machines"], want["processes"])
     per_device, accumulation = batch["per_device_train_batch_size"], batch["gradient_accumulation_steps"]
     assert per_device * want["processes"] * accumulation == 256
-    assert per_device % 8 == 0  # every micro-batch holds whole groups
+    assert (256 // want["processes"]) % 8 == 0  # every process rolls out whole groups
 
     grpo = plan["grpo_config"]
     assert grpo["num_generations"] == 8
@@ -92,9 +94,13 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     assert grpo["temperature"] == 0.9 and grpo["max_completion_length"] == 4096
     assert grpo["max_steps"] == 120 and grpo["save_steps"] == 10
     assert grpo["bf16"] is True and grpo["gradient_checkpointing"] is True
-    # vLLM rollouts are opt-in (training.use_vllm): off, TRL builds no vLLM engine.
-    assert grpo["use_vllm"] is False
-    assert not any(key.startswith("vllm_") for key in grpo)
+    # vLLM rollouts (training.use_vllm): off for 4B / 7B, where TRL builds no vLLM engine; colocated for 30B-A3B
+    assert grpo["use_vllm"] is want["vllm"]
+    if want["vllm"]:
+        assert (grpo["vllm_mode"], grpo["vllm_max_model_length"]) == ("colocate", 12288)
+    else:
+        assert not any(key.startswith("vllm_") for key in grpo)
+    assert plan["training_memory"]["recipe"]["fits"] is True  # on the profile's own GPUs (96 GB)
     assert grpo["output_dir"] == str(tmp_path / "trainer")
 
     rollout = plan["rollout"]
@@ -140,8 +146,8 @@ def test_paper_profile_sections(profile):
     assert de.signals.success_threshold == 0.5 and de.signals.rare_theta == 5.0
     tr = run.training
     assert tr.pool_updates == "signals" and not tr.lora.enabled and tr.dtype == "bfloat16"
-    # vLLM rollouts are opt-in; the paper's rollout TP is vLLM's tensor parallel size
-    assert tr.use_vllm is False and tr.vllm_mode == "server"
+    # vLLM rollouts: the 30B-A3B profile's own (colocated), opt-in for the others; the paper's rollout TP is vLLM's
+    assert (tr.use_vllm, tr.vllm_mode) == ((True, "colocate") if EXPECTED[profile]["vllm"] else (False, "server"))
     assert tr.vllm_tensor_parallel_size == EXPECTED[profile]["tp"]
     assert EXPECTED[profile]["processes"] % tr.vllm_tensor_parallel_size == 0
 
@@ -200,11 +206,12 @@ def test_batch_that_does_not_split_over_the_processes_fails_clearly(capsys):
     code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "training.tasks_per_step=3")
     assert code == 2
     assert "24 completions must split into whole groups over 8 process(es)" in err
-    # the same batch on one process is fine
+    # the same batch on one process splits; one 96 GB GPU cannot hold it in one micro-batch: the plan is printed,
+    # the recipe refused in one line, naming one that fits
     code, plan, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "training.tasks_per_step=3",
                               "--set", "training.launch.num_processes=1", "--set",
                               "training.gradient_accumulation_steps=1")
-    assert code == 0, err
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "fits: " in err
     assert plan["batch"]["per_device_train_batch_size"] == 24
 
 
@@ -220,9 +227,14 @@ def test_dry_run_prints_the_vllm_launch_commands(profile, capsys, tmp_path):
     # vLLM's context: the longest first prompt (8,192) + the episode's 4,096 tokens, never the model's 262,144
     colocate = (commands["train"] + " --set training.use_vllm=true --set training.vllm_mode=colocate "
                 "--set training.vllm_max_model_length=12288")
-    if want["tp"] == 2:  # 30B-A3B's bf16 weights (61 GB) over TP 2 do not fit 0.3 of a 96 GB GPU
-        colocate += " --set training.vllm_gpu_memory_utilization=0.35"
-    assert commands["train_vllm_colocate"] == colocate
+    if profile == "paper-qwen2.5-7b":  # its micro-batches of 8 do not fit beside vLLM's share: 8 of 4 fit
+        colocate += " --set training.gradient_accumulation_steps=8"
+    assert commands["train_vllm_colocate"] == colocate  # 30B-A3B's profile holds its own 0.35 share and split
+    for name in ("train", "train_vllm_colocate", "train_vllm_server"):  # every printed recipe fits its GPUs
+        sets = shlex.split(commands[name])
+        sets = [sets[i + 1] for i, part in enumerate(sets) if part == "--set"]
+        code, printed, err = dry_run(capsys, "--profile", profile, *(p for s in sets for p in ("--set", s)))
+        assert code == 0 and printed["training_memory"]["recipe"]["fits"], (name, err)
 
     serve_env, *serve = shlex.split(commands["vllm_server"])
     assert serve[:2] == ["trl", "vllm-serve"]
@@ -231,7 +243,9 @@ def test_dry_run_prints_the_vllm_launch_commands(profile, capsys, tmp_path):
     assert args.max_model_len == 12288
     train_env, *train = shlex.split(commands["train_vllm_server"])
     processes = int(train[train.index("--num_processes") + 1])
-    accumulation = plan["batch"]["gradient_accumulation_steps"] * want["processes"] // processes
+    # the micro-batch that fits the training GPUs: 4B as the profile's (8), 7B and 30B-A3B smaller (4 and 2)
+    micro_batch = {"paper-qwen3-4b": 8, "paper-qwen2.5-7b": 4, "paper-qwen3-30b-a3b": 2}[profile]
+    accumulation = 256 // (processes * micro_batch)
     # 4B / 7B: 4 training GPUs and the server on GPU 4 of the node; 30B-A3B: node 0 trains, the server on node 1
     assert processes == 8 if want["machines"] > 1 else processes == 4
     assert train_env == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(processes))
@@ -244,11 +258,11 @@ def test_dry_run_prints_the_vllm_launch_commands(profile, capsys, tmp_path):
     if want["machines"] > 1:
         assert sets[4:] == ["training.launch.num_machines=1", "training.vllm_server_host=$VLLM_SERVER_HOST"]
         assert "--machine_rank" not in train and any("VLLM_SERVER_HOST=<node 1" in note for note in plan["notes"])
-    # The server-mode run resolves, with the same micro-batch, and TRL gets the vLLM settings.
+    # The server-mode run resolves, with that micro-batch, and TRL gets the vLLM settings.
     code, server_plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path),
                                      *(part for setting in sets for part in ("--set", setting)))
     assert code == 0, err
-    assert server_plan["batch"]["per_device_train_batch_size"] == plan["batch"]["per_device_train_batch_size"]
+    assert server_plan["batch"]["per_device_train_batch_size"] == micro_batch
     grpo = server_plan["grpo_config"]
     assert grpo["use_vllm"] is True and grpo["vllm_mode"] == "server" and grpo["vllm_server_port"] == 8000
     assert grpo["vllm_importance_sampling_correction"] is False  # the rollouts return no sampling logprobs
@@ -265,8 +279,10 @@ def test_the_tiny_profile_has_no_vllm_commands(capsys, tmp_path):
 @pytest.mark.parametrize("profile", ["tiny", "paper-qwen3-4b"])
 def test_use_vllm_loads_and_dry_runs_without_vllm(profile, capsys):
     """The vllm package is checked when training starts (tests/test_vllm_engine.py), not when a profile loads."""
+    fitting = ["--set", "training.gradient_accumulation_steps=8"] if profile != "tiny" else []  # beside 0.4 of a GPU
     code, plan, err = dry_run(capsys, "--profile", profile, "--set", "training.use_vllm=true", "--set",
-                              "training.vllm_mode=colocate", "--set", "training.vllm_gpu_memory_utilization=0.4")
+                              "training.vllm_mode=colocate", "--set", "training.vllm_gpu_memory_utilization=0.4",
+                              *fitting)
     assert code == 0, err
     grpo = plan["grpo_config"]
     assert (grpo["use_vllm"], grpo["vllm_mode"], grpo["vllm_gpu_memory_utilization"]) == (True, "colocate", 0.4)
@@ -374,3 +390,71 @@ def test_the_plan_sizes_the_collective_timeout_from_the_rounds(profile, capsys, 
     assert plan["collectives"]["timeout_s"] == -(-100 // processes) * (24 * 600 + 60)
     code, plan, _ = dry_run(capsys, "--profile", profile, "--set", "training.process_group_timeout_s=7200")
     assert plan["collectives"]["timeout_s"] == 7200
+
+
+GPUS = {"h100-80gb": 80, "h200": 141}
+"""The GPUs a user is likely to have besides the paper's H20 (96 GB): `training.launch.gpu_memory_gb`."""
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("profile", PAPER_PROFILES)
+def test_the_plan_fits_the_gpus_users_have_or_names_a_recipe_that_does(profile, gpu, capsys, tmp_path):
+    """Issue 46: 30B-A3B fitted no printed recipe on 80 GB GPUs and nothing said so. The plan estimates each recipe's
+    memory per GPU (`training.memory`); a recipe that does not fit is refused in one line naming one that does, and
+    that one, applied as named, plans without refusal."""
+    size = ["--set", f"training.launch.gpu_memory_gb={GPUS[gpu]}"]
+    code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path), *size)
+    memory = plan["training_memory"]
+    assert len(memory["table"]) == 9 and all(row["gpu_memory_gb"] == GPUS[gpu] for row in memory["table"])
+    if code == 0:
+        assert memory["recipe"]["fits"] and "fits_instead" not in memory
+        return
+    assert code == 1 and len(err.strip().splitlines()) == 1 and not memory["recipe"]["fits"]
+    named = memory["fits_instead"]["set"]
+    assert f"fits: {memory['fits_instead']['recipe']}" in err and "--set " + " --set ".join(named) in err
+    code, fitted, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path), *size,
+                                *(part for setting in named for part in ("--set", setting)))
+    assert code == 0, err
+    assert fitted["training_memory"]["recipe"]["total_gb"] == memory["fits_instead"]["total_gb"] <= GPUS[gpu]
+
+
+def test_30b_a3b_has_a_recipe_that_fits_one_node_of_80_gb_gpus(capsys, tmp_path):
+    one_node = ["--set", "training.launch.gpu_memory_gb=80", "--set", "training.launch.num_machines=1", "--set",
+                "training.launch.num_processes=8", "--set", "training.launch.accelerate_config="
+                "configs/accelerate/zero3_1x8.yaml"]
+    code, plan, err = dry_run(capsys, "--profile", "paper-qwen3-30b-a3b", "--out", str(tmp_path), *one_node)
+    assert code == 1, "its own recipe (ZeRO-3 with colocated vLLM) does not fit 8 x 80 GB"
+    instead = plan["training_memory"]["fits_instead"]
+    assert "training.launch.offload_optimizer=true" in instead["set"]  # the optimizer state to CPU memory
+    code, plan, err = dry_run(capsys, "--profile", "paper-qwen3-30b-a3b", "--out", str(tmp_path), *one_node,
+                              *(part for setting in instead["set"] for part in ("--set", setting)))
+    assert code == 0, err
+    command = shlex.split(plan["commands"]["train"])
+    assert command[command.index("--offload_optimizer_device") + 1] == "cpu"  # DeepSpeed's own accelerate option
+
+
+def test_the_memory_estimate_counts_what_zero3_shards(capsys, tmp_path):
+    """The persistent terms against the ZeRO paper's accounting (bf16 weights and gradients, 12 bytes of fp32
+    optimizer state, a parameter), sharded over the processes; the offload recipe moves the 12 to CPU memory."""
+    from coevolve_lib.core.paper_models import paper_model, parameter_count
+
+    code, plan, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--out", str(tmp_path))
+    billions = parameter_count(paper_model(EXPECTED["paper-qwen3-4b"]["model"]).config) / 1e9
+    assert code == 0, err
+    own = plan["training_memory"]["recipe"]
+    assert (own["weights_gb"], own["gradients_gb"], own["optimizer_gb"], own["reference_gb"]) == tuple(
+        round(bytes_ * billions / 8, 1) for bytes_ in (2, 2, 12, 2))
+    offload = next(row for row in plan["training_memory"]["table"] if row["recipe"].startswith("zero3_offload, local"))
+    assert offload["optimizer_gb"] == 0.0 and offload["cpu_optimizer_gb_per_process"] == round(12 * billions / 8, 1)
+    terms = sum(own[f"{term}_gb"] for term in ("weights", "gradients", "optimizer", "reference", "vllm", "reserve"))
+    assert abs(own["total_gb"] - terms - max(own["rollout_phase_gb"], own["training_phase_gb"])) < 0.3  # rounding
+
+
+def test_a_run_whose_recipe_does_not_fit_its_gpus_stops_before_loading(monkeypatch, tmp_path):
+    import coevolve_lib.training.loop as loop
+
+    monkeypatch.setattr(loop, "gpu_visible", lambda: True)
+    run = run_config("paper-qwen2.5-7b", ["training.launch.gpu_memory_gb=80"])
+    with pytest.raises(ConfigError, match="fits: zero3, local rollouts, gradient_accumulation_steps 8"):
+        loop.train(run, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -1,6 +1,8 @@
 """`python -m coevolve_lib train`: train a profile's policy with the CoEvolve loop (`training.loop`) into a run folder
 (default: runs/train_<profile>; a run folder that exists is resumed), or print the run plan with --dry-run
-(`training.plan.plan`: the resolved config and the launch commands; loads nothing)."""
+(`training.plan.plan`: the resolved config, the launch commands, each recipe's memory per GPU; loads nothing). A run
+whose recipe does not fit its GPUs (`training.memory`) is refused in one line that names one that fits, the dry run
+too (after printing the plan)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.llm_calls import recording_warning
 from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.training import loop
+from coevolve_lib.training.memory import memory_refusal
 from coevolve_lib.training.plan import plan
 
 
@@ -28,7 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     if out_dir.exists() and not out_dir.is_dir():  # found now, not after D_0 is built
         raise profiles.ConfigError(f"--out {out_dir} is a file; give a run folder (a new one, or a run to resume)")
     if args.dry_run:
-        print(json.dumps(plan(run, out_dir, args.set), indent=2, default=str))
+        resolved = plan(run, out_dir, args.set)
+        print(json.dumps(resolved, indent=2, default=str))
+        refusal = memory_refusal(run, resolved["training_memory"])
+        if refusal:  # the plan is printed whole; the recipe is refused, naming one that fits
+            print(f"python -m coevolve_lib train: error: {refusal}", file=sys.stderr)
+            return 1
         return 0
     summary = loop.train(run, out_dir, resume=not args.no_resume, progress=not args.quiet)
     if summary:

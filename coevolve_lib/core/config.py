@@ -503,8 +503,19 @@ class LaunchConfig:
     accelerate_config: str | None = None
     """accelerate config file (relative to the repo), e.g. configs/accelerate/zero3_1x8.yaml; None: in-process."""
     gpu_memory_gb: PositiveFloat = 96.0
-    """Memory of one GPU, GB (10^9 bytes; the paper's H20: 96, an H100: 80): the plan checks that vLLM's weights
-    and KV cache fit the share of it a vLLM recipe gives them (`training.plan.vllm_memory`)."""
+    """Memory of one GPU, GB (10^9 bytes; the paper's H20: 96, an H100 or A100: 80, an H200: 141, a B200: 180): the
+    plan checks that vLLM's weights and KV cache fit the share of it a vLLM recipe gives them, and that the
+    training's recipe fits the rest (`training.memory`); a recipe that does not fit is refused, naming one that
+    does."""
+    offload_optimizer: bool = False
+    """Keep the optimizer's state (fp32 master weights, Adam's moments: 12 bytes a parameter) in CPU memory instead
+    of on the GPUs: DeepSpeed's `--offload_optimizer_device cpu`, which the printed `accelerate launch` command then
+    passes (a DeepSpeed `accelerate_config` is needed). Slower steps, ~12 bytes a parameter less on each GPU."""
+
+    def __post_init__(self):
+        if self.offload_optimizer and not self.accelerate_config:
+            raise ValueError("launch.offload_optimizer is DeepSpeed's: set launch.accelerate_config to a DeepSpeed "
+                             "config (configs/accelerate/zero3_*.yaml)")
 
 
 @dataclass(config=STRICT)

@@ -69,6 +69,7 @@ from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
 from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.rollout.evaluation import task_outcomes
 from coevolve_lib.rollout.vllm_cpu import keep_weights_loadable
+from coevolve_lib.training.memory import memory_plan, memory_refusal
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs, lora_config
 
@@ -676,6 +677,10 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     evaluation (the studies' runs do). `engine`: the run's data engine, already open on `out_dir` (a notebook's,
     whose AppWorld servers are then reused); the caller closes it. By default one is made and closed here."""
     check_vllm(run.training)
+    if gpu_visible():  # a paper backbone on GPUs: a recipe that cannot fit stops now, not at its first OOM
+        refusal = memory_refusal(run, memory_plan(run))
+        if refusal:
+            raise ConfigError(refusal)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     set_torch_threads(run.training.torch_threads)
     out_dir = Path(out_dir)

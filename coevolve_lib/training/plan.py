@@ -12,12 +12,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from coevolve_lib import profiles
-from coevolve_lib.core.config import RunConfig, TrainConfig
+from coevolve_lib.core.config import RunConfig
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.llm_calls import record_path
-from coevolve_lib.core.paper_models import GB, head_dim, kv_bytes_per_token, paper_model, parameter_count
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
 from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
+from coevolve_lib.training.memory import (
+    SERVER_MEMORY_UTILIZATION,
+    checkpoint_disk,
+    colocate_utilization,
+    fitting_accumulation,
+    memory_plan,
+    server_split,
+    vllm_memory,
+)
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs
 
@@ -38,6 +46,8 @@ def train_command(run: RunConfig, out: str, overrides: list[str] = ()) -> list[s
         # accelerate starts several processes (torchrun) only for `--multi_gpu`, on GPUs and on CPU alike (there the
         # run's processes join over gloo, `loop.train`); with `--cpu` it starts one, its multi-CPU path being mpirun.
         accelerate += ["--multi_gpu"]
+    if launch.offload_optimizer:  # DeepSpeed's own option, over the config file's `offload_optimizer_device: none`
+        accelerate += ["--offload_optimizer_device", "cpu"]
     accelerate += ["--num_machines", str(launch.num_machines), "--num_processes", str(launch.num_processes)]
     if launch.num_machines > 1:
         accelerate += ["--machine_rank", "$NODE_RANK", "--main_process_ip", "$MASTER_ADDR", "--main_process_port",
@@ -45,76 +55,26 @@ def train_command(run: RunConfig, out: str, overrides: list[str] = ()) -> list[s
     return accelerate + train
 
 
-def server_split(cfg: TrainConfig) -> TrainConfig | None:
-    """The training section with a vLLM server on `vllm_tensor_parallel_size` of the profile's GPUs: the most
-    training processes that leave them free and still split a step into whole groups, with gradient accumulation
-    raised so that each micro-batch stays as large (None: no such split)."""
-    launch = cfg.launch
-    gpus_per_node = launch.num_processes // launch.num_machines
-    for processes in range(launch.num_processes - cfg.vllm_tensor_parallel_size, 0, -1):
-        accumulation, rest = divmod(cfg.gradient_accumulation_steps * launch.num_processes, processes)
-        if rest:
-            continue
-        try:
-            return replace(cfg, gradient_accumulation_steps=accumulation,
-                           launch=replace(launch, num_processes=processes, num_machines=-(-processes // gpus_per_node)))
-        except ValueError:  # the step does not split into whole groups over this many processes
-            continue
-    return None
-
-
-VLLM_OVERHEAD_GB = 2.0
-"""What vLLM keeps on a GPU beside weights and KV cache (its profiling run's activations, CUDA graphs): an estimate."""
-SERVER_MEMORY_UTILIZATION = 0.9
-"""`trl vllm-serve`'s default `--gpu-memory-utilization`: a server has its GPUs to itself."""
-
-
-def vllm_memory(run: RunConfig, utilization: float) -> dict | None:
-    """Whether vLLM fits the share `utilization` of one GPU (`training.launch.gpu_memory_gb`) for a paper backbone
-    (`core.paper_models`; None for another model): bf16 weights over the tensor-parallel group, `VLLM_OVERHEAD_GB`,
-    and the KV cache of at least one sequence of vLLM's context (`TrainConfig.vllm_context`): vLLM refuses to start
-    without that much."""
-    model = paper_model(run.model)
-    if model is None:
-        return None
-    cfg = run.training
-    tp = cfg.vllm_tensor_parallel_size
-    weights = parameter_count(model.config) * 2 / tp / GB
-    sequence = kv_bytes_per_token(model.config, tp) * cfg.vllm_context / GB
-    share = utilization * cfg.launch.gpu_memory_gb
-    free = share - weights - VLLM_OVERHEAD_GB
-    return {"gpu_memory_utilization": utilization, "share_gb": round(share, 2), "weights_gb": round(weights, 2),
-            "overhead_gb": VLLM_OVERHEAD_GB, "max_model_len": cfg.vllm_context,
-            "kv_gb_per_sequence": round(sequence, 3), "full_length_sequences": max(0, int(free // sequence)),
-            "fits": free >= sequence}
-
-
-def colocate_utilization(run: RunConfig) -> float | None:
-    """The share of each GPU a colocated vLLM gets: the profile's `vllm_gpu_memory_utilization` when the model fits
-    it, else the smallest multiple of 0.05 that fits (None: not even 0.9, or an unknown model: the profile's)."""
-    cfg = run.training
-    memory = vllm_memory(run, cfg.vllm_gpu_memory_utilization)
-    if memory is None or memory["fits"]:
-        return cfg.vllm_gpu_memory_utilization
-    needed = (memory["weights_gb"] + VLLM_OVERHEAD_GB + memory["kv_gb_per_sequence"]) / cfg.launch.gpu_memory_gb
-    share = round(-(-needed // 0.05) * 0.05, 2)
-    return share if share <= SERVER_MEMORY_UTILIZATION else None
-
-
 def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[dict, list[str]]:
     """The vLLM launch recipes of a multi-GPU profile (docs/training.md, vLLM rollouts), and their notes: colocate
     (the train command with vLLM on the training GPUs) and server (`trl vllm-serve` on GPUs of its own, started
     first, and the train command on the others). Each names vLLM's context length (`TrainConfig.vllm_context`),
-    and colocate the GPU share the model needs when the profile's is too small (`colocate_utilization`)."""
+    colocate the GPU share the model needs when the profile's is too small (`colocate_utilization`), and each the
+    gradient accumulation under which its training fits the GPUs (`memory.fitting_accumulation`: more micro-batches
+    of fewer sequences); a recipe that fits no split is left out, with a note."""
     cfg, launch = run.training, run.training.launch
     if launch.num_processes == 1 and not launch.accelerate_config:  # in-process (CPU) profiles
         return {}, []
     commands, notes = {}, []
     colocate = ["training.vllm_mode=colocate", f"training.vllm_max_model_length={cfg.vllm_context}"]
     share = colocate_utilization(run)
+    steps = fitting_accumulation(run, "vllm_colocate")
     if share is None:
         notes.append(f"no vLLM colocate recipe: {run.model} needs more than {SERVER_MEMORY_UTILIZATION} of a "
                      f"{launch.gpu_memory_gb:g} GB GPU at tensor parallel size {cfg.vllm_tensor_parallel_size}")
+    elif steps is None:
+        notes.append(f"no vLLM colocate recipe: beside vLLM's share, the training does not fit a "
+                     f"{launch.gpu_memory_gb:g} GB GPU at any gradient accumulation (training_memory)")
     else:
         if share != cfg.vllm_gpu_memory_utilization:
             colocate.append(f"training.vllm_gpu_memory_utilization={share}")
@@ -122,11 +82,19 @@ def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[
                          f"(vllm_gpu_memory_utilization {cfg.vllm_gpu_memory_utilization} holds less than its "
                          f"weights, overhead and one {cfg.vllm_context}-token sequence); the training keeps "
                          f"{(1 - share) * launch.gpu_memory_gb:.1f} GB")
+        if steps != cfg.gradient_accumulation_steps:
+            colocate.append(f"training.gradient_accumulation_steps={steps}")
+            notes.append(f"vLLM colocate: gradient_accumulation_steps {steps} (micro-batches of "
+                         f"{replace(cfg, gradient_accumulation_steps=steps).per_device_batch_size}), so that the "
+                         "training fits beside vLLM's share (training_memory)")
         commands["train_vllm_colocate"] = " ".join(train_command(run, out, overrides) + _sets(colocate))
-    split = server_split(cfg)
+    steps = fitting_accumulation(run, "vllm_server")
+    split = None if steps is None else server_split(replace(cfg, gradient_accumulation_steps=steps))
     if split is None:
-        return commands, notes + [f"no vLLM server recipe: {launch.num_processes} GPU(s) leave none for a server "
-                                  f"of vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}"]
+        why = (f"{launch.num_processes} GPU(s) leave none for a server of vllm_tensor_parallel_size "
+               f"{cfg.vllm_tensor_parallel_size}" if server_split(cfg) is None else
+               f"the training does not fit its {launch.gpu_memory_gb:g} GB GPUs at any gradient accumulation")
+        return commands, notes + [f"no vLLM server recipe: {why}"]
     tp, gpus_per_node = cfg.vllm_tensor_parallel_size, launch.num_processes // launch.num_machines
     first = split.launch.num_processes  # the server's first GPU, counted over the nodes
     server_node, server_gpu = divmod(first, gpus_per_node)
@@ -149,48 +117,9 @@ def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[
          *train_command(server_run, out, overrides), *_sets(settings)])
     notes.append(f"vLLM server mode: start vllm_server on node {server_node} first ({tp} GPU(s)); train_vllm_server "
                  f"then trains on {split.launch.num_processes} GPU(s) with gradient_accumulation_steps "
-                 f"{split.gradient_accumulation_steps} (same micro-batch)"
+                 f"{split.gradient_accumulation_steps} (micro-batches of {split.per_device_batch_size})"
                  + (f"; VLLM_SERVER_HOST=<node {server_node}'s address>" if server_node else ""))
     return commands, notes
-
-
-CHECKPOINT_BYTES_PER_PARAMETER = 16
-"""A full-weight checkpoint of a ZeRO-3 / FSDP run, per parameter: the bf16 weights gathered for `model.safetensors`
-(2; `zero3_save_16bit_model`), the bf16 weight shards of the engine's own state (2), and the optimizer's fp32 master
-weights and two Adam moments (12)."""
-LORA_CHECKPOINT_BYTES_PER_PARAMETER = 16
-"""A LoRA checkpoint, per adapter parameter: the adapter weights and the optimizer's state for them."""
-
-
-def checkpoint_disk(run: RunConfig) -> dict | None:
-    """What a paper backbone's run keeps on disk (`<run>/trainer/checkpoint-*` and `<run>/final`), from its hub config
-    and the save settings: each checkpoint, how many the run saves and keeps (`save_total_limit`), and the peak, while
-    a new checkpoint is written before the oldest is deleted. None for another model."""
-    model = paper_model(run.model)
-    if model is None:
-        return None
-    cfg = run.training
-    parameters = parameter_count(model.config)
-    if cfg.lora.enabled:
-        checkpoint = lora_parameter_count(model.config, cfg.lora.r, cfg.lora.target_modules) \
-            * LORA_CHECKPOINT_BYTES_PER_PARAMETER
-        final = checkpoint / LORA_CHECKPOINT_BYTES_PER_PARAMETER * 2
-    else:
-        checkpoint, final = parameters * CHECKPOINT_BYTES_PER_PARAMETER, parameters * 2
-    saved = cfg.max_steps // cfg.checkpoint_every
-    kept = min(saved, cfg.save_total_limit or saved)
-    return {"per_checkpoint_gb": round(checkpoint / GB, 1), "checkpoints_saved": saved, "checkpoints_kept": kept,
-            "final_gb": round(final / GB, 1), "kept_gb": round((kept * checkpoint + final) / GB, 1),
-            "peak_gb": round((min(kept + 1, saved) * checkpoint + final) / GB, 1)}
-
-
-def lora_parameter_count(config: dict, rank: int, modules: list[str]) -> int:
-    """LoRA adapter parameters: rank x (inputs + outputs) of each targeted attention projection, in every layer."""
-    hidden, dim = config["hidden_size"], head_dim(config)
-    queries, keys = config["num_attention_heads"] * dim, config["num_key_value_heads"] * dim
-    shapes = {"q_proj": (hidden, queries), "k_proj": (hidden, keys), "v_proj": (hidden, keys),
-              "o_proj": (queries, hidden)}
-    return config["num_hidden_layers"] * rank * sum(sum(shapes[name]) for name in modules if name in shapes)
 
 
 def _sets(settings: list[str]) -> list[str]:
@@ -258,6 +187,7 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
                          "explorer_deadline_s": run.data_engine.explorer_deadline_s} if launch.num_processes > 1
                         else None),
         "vllm_memory": {name: memory for name, memory in vllm.items() if memory is not None} or None,
+        "training_memory": memory_plan(run),
         "checkpoint_disk": checkpoint_disk(run),
         "commands": commands, "notes": notes,
     }
