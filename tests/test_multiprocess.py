@@ -178,3 +178,35 @@ def test_fsdp_with_local_rollouts_is_refused_in_one_line(tmp_path):
                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert planned.returncode == 2 and "Traceback" not in planned.stderr
     assert "fsdp2_1x8.yaml: FSDP shards the policy" in planned.stderr and "use_vllm=true" in planned.stderr
+
+
+@pytest.mark.slow
+def test_two_nodes_sharing_one_folder_train_on_the_same_pool(tmp_path):
+    """Issue 46: a multi-node run's printed command, run as two "nodes" (two `accelerate launch` groups of one process
+    each, machine ranks 0 and 1 over loopback) on one shared run folder: every file one process reads is settled by
+    digest (`Shards.settle`), and after each round every process holds the main process's pool (`check_same_pool`:
+    the run would stop otherwise). The same tiny run as the single-launch test, one round after each of 2 steps."""
+    out = tmp_path / "run"
+    overrides = [*OVERRIDES, "training.launch.num_machines=2"]
+    printed = plan(run_config("tiny", overrides), out, overrides)["commands"]["train"]
+    assert "--machine_rank $NODE_RANK --main_process_ip $MASTER_ADDR" in printed
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "COEVOLVE_MAX_TORCH_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    nodes = []
+    for rank in (0, 1):
+        command = printed.replace("$NODE_RANK", str(rank)).replace("$MASTER_ADDR", "127.0.0.1") \
+            .replace("--main_process_port 29500", f"--main_process_port {port}")
+        nodes.append(subprocess.Popen(shlex.split(command), cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and all(r["train/episodes"] == EPISODES for r in rows)
+    assert [r["feedback/round"] for r in rows] == [1, 2]
+    assert TaskPool(out / "pool.jsonl").version == 2
+    # each node explored its share of D_0 and of the rounds: a file per process per stage
+    assert {p.name for p in (out / "round_000").glob("explorations.p*.jsonl")} == {"explorations.p0.jsonl",
+                                                                                  "explorations.p1.jsonl"}

@@ -7,6 +7,8 @@ import multiprocessing
 import random
 from pathlib import Path
 
+import pytest
+
 from helpers import BFCL
 from test_feedback import _signal_round_inputs
 
@@ -30,15 +32,27 @@ def _rounds(run_dir: Path, shards: Shards) -> None:
                    shards=shards)
 
 
-def _shard(run_dir: Path, index: int, barrier) -> None:
-    _rounds(run_dir, Shards(index, 2, barrier.wait))
+def _gather(index: int, shared, barrier):
+    """A gather of one object per process over a shared dict, for forked test processes (the run's is accelerate's
+    `gather_object`)."""
+    def gather(mine):
+        barrier.wait()  # the previous gather's readers are done with the dict
+        shared[index] = mine
+        barrier.wait()
+        return [shared[i] for i in range(2)]
+    return gather
+
+
+def _shard(run_dir: Path, index: int, shared, barrier) -> None:
+    _rounds(run_dir, Shards(index, 2, _gather(index, shared, barrier)))
 
 
 def test_two_processes_grow_the_same_pool_as_one(tmp_path):
     _rounds(tmp_path / "one", SINGLE)
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(2, timeout=300)
-    workers = [context.Process(target=_shard, args=(tmp_path / "two", index, barrier)) for index in range(2)]
+    shared = context.Manager().dict()
+    workers = [context.Process(target=_shard, args=(tmp_path / "two", index, shared, barrier)) for index in range(2)]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -87,3 +101,23 @@ def _check_merge(rng: random.Random) -> None:
     merged = deduplicated(specs, shards)
     assert [v["accepted"] for v in merged.values()] == [v["accepted"] for v in one.values()]
     assert deduplicated(specs, one) == one  # one validator's verdicts pass unchanged
+
+
+def test_a_process_that_cannot_see_what_another_wrote_stops_in_one_line(tmp_path, monkeypatch):
+    """Issue 46: on a shared filesystem a node may see another's round file late, or its old content; a barrier alone
+    let it go on from what it saw. `settle` waits for the writer's digest, then stops the run in one line."""
+    from coevolve_lib.core import shared_files
+    from coevolve_lib.core.config import RunError
+
+    written = tmp_path / "pool.jsonl"
+    written.write_text('{"task_id": "a"}\n')
+    stale_view = {str(written): shared_files.file_digest(written)}  # what the writer wrote and announces
+    written.write_text("")  # what this node's filesystem shows
+    monkeypatch.setattr(shared_files, "SETTLE_TIMEOUT_S", 0.5)
+    reader = Shards(1, 2, gather=lambda mine: [stale_view, mine])
+    with pytest.raises(RunError, match=r"^1 file\(s\) another process wrote are not visible here as written after "
+                                       r"0\.5 s \(.*pool\.jsonl has other content\)") as error:
+        reader.settle()
+    assert "\n" not in str(error.value)
+    written.write_text('{"task_id": "a"}\n')  # the filesystem catches up: it goes on
+    reader.settle()

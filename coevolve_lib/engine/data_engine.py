@@ -242,7 +242,8 @@ class DataEngine:
         path = round_dir / "targets.json"
         if self.shards.is_main and not path.exists():
             write_json_atomic(path, choose())
-        self.shards.barrier()  # always: another process may see the file already, and must not pass this one by
+        # always: another process may see the file already, and must not pass this one by
+        self.shards.settle([path] if self.shards.is_main else [])
         return round_dir, json.loads(path.read_text())
 
     def random_feedback_round(self, round_index: int, progress: bool = True, seed: int = 0) -> dict:

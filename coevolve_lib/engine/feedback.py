@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from coevolve_lib.core.llm_calls import llm_scope
 from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic
+from coevolve_lib.core.shared_files import file_digest, wait_for_files
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import group_triplets
 from coevolve_lib.engine.pool import TaskPool, content_keys
@@ -160,12 +161,22 @@ class Shards:
     """This process (0: the main one)."""
     count: int = 1
     """Processes that run the round."""
-    barrier: Callable[[], None] = field(default=lambda: None, compare=False)
-    """Waits for every process (accelerate's `wait_for_everyone`)."""
+    gather: Callable[[object], list] = field(default=lambda mine: [mine], compare=False)
+    """Every process's object, in process order, once every process has given its own (accelerate's
+    `gather_object`, a collective: it also waits for everyone)."""
 
     @property
     def is_main(self) -> bool:
         return self.index == 0
+
+    def settle(self, written: Iterable[Path] = ()) -> None:
+        """Go on together once every process's `written` files read back here as their writers wrote them: the
+        digests go over the process group, the files over the shared filesystem, which may show another node's
+        files late (`core.shared_files`; a RunError after `SETTLE_TIMEOUT_S`). One process: nothing to wait for."""
+        if self.count == 1:
+            return
+        mine = {str(path): digest for path in written if (digest := file_digest(path)) is not None}
+        wait_for_files({path: digest for share in self.gather(mine) for path, digest in share.items()})
 
     def share(self, items: list, split: bool = True) -> list:
         """This process's units: every `count`-th item from its index (stable, so a resumed round gives each
@@ -197,7 +208,7 @@ def _stage(shards: Shards, round_dir: Path, stage: str, units: list[tuple[str, o
         done[key] = work(unit)
         append_jsonl(shards.file(round_dir, stage), done[key])
     if shards.count > 1:
-        shards.barrier()
+        shards.settle([shards.file(round_dir, stage)])
         done = {record[key_field]: record for record in shards.records(round_dir, stage)}
     return done
 
@@ -381,7 +392,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     if shards.is_main:
         write_round(round_dir, report, time.perf_counter() - start, wall_seconds)
     if shards.count > 1:  # the others take the committed pool and the report the main process wrote
-        shards.barrier()
+        shards.settle([pool.path, report_path] if shards.is_main else [])
         if not shards.is_main:
             pool.__init__(pool.path)
             report = json.loads(report_path.read_text())

@@ -469,18 +469,17 @@ class CoEvolveLoop:
     def _feedback_round(self, step: int) -> dict:
         """The pool update's round after `step`. A sharded update (`PoolUpdate.sharded`) runs on every process, each
         doing its share of the round (`engine.feedback.Shards`); another runs on the main process while the others
-        wait. Every process then samples the grown pool."""
-        from accelerate import PartialState
-
+        wait. Every process then samples the grown pool, once it reads the pool the main process wrote."""
         round_index = step // self.cfg.feedback_every
         start = time.perf_counter()
         out = {}
         several, sharded = self.cfg.launch.num_processes > 1, self.pool_update.sharded
-        if several and sharded:
-            PartialState().wait_for_everyone()  # the main process has written the window's step files
+        window = range(step - self.cfg.feedback_every + 1, step + 1)
+        if several and sharded:  # every process reads the window's step files the main process wrote
+            self.shards.settle([self.out_dir / folder / f"step_{k:05d}.jsonl" for k in window
+                                for folder in ("rollouts", "signals")] if self.is_main else [])
         if self.is_main or sharded:
             self.engine.shards = self.shards if sharded else SINGLE
-            window = range(step - self.cfg.feedback_every + 1, step + 1)
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
             report = self.pool_update.round(RoundInputs(
@@ -500,9 +499,10 @@ class CoEvolveLoop:
                 if "counts" in report:  # a Table 10 baseline's own numbers (admitted tasks, filtered rollouts, ...)
                     out["feedback/counts"] = report["counts"]
         if several:
-            PartialState().wait_for_everyone()
+            self.shards.settle([self.engine.pool.path] if self.is_main else [])
             if not self.is_main:
                 self.engine.pool.__init__(self.engine.pool.path)  # re-read the grown pool
+            self.check_same_pool(round_index)
         self.allow(round_index)
         seconds = time.perf_counter() - start
         self.totals["feedback_s"] += seconds
@@ -510,6 +510,14 @@ class CoEvolveLoop:
         if self.is_main:
             out["pool/size_after_round"] = len(self.engine.pool)
         return out
+
+    def check_same_pool(self, round_index: int) -> None:
+        """Every process samples the same pool from here on, or the run stops in one line (a process that read
+        another pool would train on other tasks than the rest, silently)."""
+        pools = self.shards.gather((self.engine.pool.version, len(self.engine.pool)))
+        if len(set(pools)) > 1:
+            raise RunError(f"after round {round_index} the processes hold different pools (version, tasks by "
+                           f"process: {pools}): --out must be on a filesystem every node shares and sees alike")
 
     def _reflector(self, step: int):
         """Who writes Reflexion's reflections: the policy being trained (as it is now) or the explorer model."""
@@ -701,7 +709,10 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         d0_targets = len(engine.sources("pool"))
         state = distributed_state(run, d0_targets)
         if state.num_processes > 1:
-            engine.shards = Shards(state.process_index, state.num_processes, state.wait_for_everyone)
+            from accelerate.utils import gather_object
+
+            # accelerate's gather_object flattens what each process gives: give it a list of one
+            engine.shards = Shards(state.process_index, state.num_processes, lambda mine: gather_object([mine]))
             announce(progress and state.is_main_process, f"{state.num_processes} processes; a collective waits up "
                      f"to {collective_timeout_s(run, d0_targets)} s (training.process_group_timeout_s)")
         return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)

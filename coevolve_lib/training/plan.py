@@ -16,6 +16,7 @@ from coevolve_lib.core.config import RunConfig
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.llm_calls import record_path
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
+from coevolve_lib.core.shared_files import SETTLE_TIMEOUT_S
 from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
 from coevolve_lib.training.memory import (
     SERVER_MEMORY_UTILIZATION,
@@ -150,7 +151,8 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
     if launch.num_machines > 1:
         notes.append(f"run the train command on each of the {launch.num_machines} nodes, with NODE_RANK=0.."
                      f"{launch.num_machines - 1} and MASTER_ADDR=<node 0's address>; --out must be on a filesystem "
-                     "all nodes share")
+                     f"all nodes share (a process waits up to {SETTLE_TIMEOUT_S:g} s to read a file another wrote as "
+                     "it was written, then stops the run in one line)")
     disk = checkpoint_disk(run)
     if disk:
         notes.append(f"disk: {disk['per_checkpoint_gb']:g} GB per checkpoint, {disk['checkpoints_kept']} of "
