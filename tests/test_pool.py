@@ -41,6 +41,19 @@ def test_same_round_twice_adds_nothing(tmp_path):
     assert pool.ids == {"a", "x"} and pool.version == 3
 
 
+def test_dropped_rounds_are_forgotten_and_can_be_committed_again(tmp_path):
+    """What a run killed before committing a round leaves (the rehearsal's kill): the round's tasks and its entry in
+    the sidecar gone, on disk too, so the round commits again when it is redone."""
+    pool = TaskPool(tmp_path / "tasks.jsonl")
+    pool.add_round(tasks("a"), 0)
+    pool.add_round(tasks("b"), 1)
+    pool.add_round([], 2)
+    pool.drop_rounds_from(1)
+    for view in (pool, TaskPool(tmp_path / "tasks.jsonl")):
+        assert (view.version, view.ids) == (0, {"a"})
+    assert [t["task_id"] for t in pool.add_round(tasks("b"), 1)] == ["b"] and pool.version == 1
+
+
 def test_crash_during_write_leaves_the_previous_pool(tmp_path, monkeypatch):
     path = tmp_path / "tasks.jsonl"
     pool = TaskPool(path)

@@ -72,6 +72,15 @@ class TaskPool:
         self._rounds.add(round_index)
         return copy.deepcopy(added)
 
+    def drop_rounds_from(self, round_index: int) -> None:
+        """Forget the rounds from `round_index` on, their tasks included: the pool a run killed before it committed
+        that round leaves (the rehearsal's kill, `training.rehearsal`)."""
+        self.tasks = [task for task in self.tasks if task["pool_version"] < round_index]
+        self._rounds = {version for version in self._rounds if version < round_index}
+        self._ids = {task["task_id"] for task in self.tasks}
+        write_jsonl_atomic(self.path, self.tasks)
+        write_json_atomic(self.rounds_path, {"rounds": sorted(self._rounds)})
+
     def sample(self, n: int, seed: int, versions: set[int] | None = None, ids: set[str] | None = None) -> list[dict]:
         """`n` tasks drawn uniformly (from the given versions only, if any, and among `ids` only, if given): without
         replacement, or with replacement when n exceeds the candidates. The same seed gives the same draw."""

@@ -125,8 +125,9 @@ class PoolRollouts:
     """TRL's `rollout_func`: draws the step's tasks from the pool, runs K episodes of each with the policy, and hands
     TRL the groups it trains on (all of them, or with `training.draw_factor` > 1 the `select_groups` share)."""
 
-    def __init__(self, engine: DataEngine, run: RunConfig, process_index: int = 0):
+    def __init__(self, engine: DataEngine, run: RunConfig, process_index: int = 0, progress: bool = False):
         self.engine, self.pool, self.cfg, self.process_index = engine, engine.pool, run.training, process_index
+        self.progress = progress
         self.rollout = training_rollouts(run)
         self.allowed_version = 0
         """Highest pool version training samples (rounds committed after the last checkpoint wait)."""
@@ -156,6 +157,7 @@ class PoolRollouts:
         # TRL hands each process its slice of the batch, each prompt repeated once per generation.
         trained_groups = max(1, len(prompts) // self.cfg.group_size)
         tasks, drawn_before = self.step_tasks(step, trained_groups * self.cfg.draw_factor)
+        announce(self.progress, f"step {step}: {len(tasks) * self.cfg.group_size} episodes on this process")
         start = time.perf_counter()
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          # with vLLM the policy here only tokenizes: no ZeRO-3 gather
@@ -808,7 +810,7 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
     announce(progress and state.is_main_process,
              f"training: {cfg.max_steps} GRPO steps of {cfg.tasks_per_step} tasks x K = {cfg.group_size}, "
              f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
-    rollouts = PoolRollouts(engine, run, process_index=state.process_index)
+    rollouts = PoolRollouts(engine, run, process_index=state.process_index, progress=progress and state.is_main_process)
     loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress,
                         start_evaluations=Path(start_evaluations) if start_evaluations else None)
     if checkpoint is not None:

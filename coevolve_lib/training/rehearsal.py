@@ -7,8 +7,11 @@ model replaced, so that what breaks on the way to a GPU breaks here first.
               vocabulary and chat template) and `configs/rehearsal.yaml`'s sizes: D_0, 2 GRPO steps with the
               profile's GRPO settings (full weights or LoRA, beta with its reference model, dapo, gradient
               checkpointing, gradient accumulation), a sharded feedback round after each, a checkpoint after each
-    kill      the last checkpoint, the model and the summary removed, as a run killed after its first round leaves it
-    resume    the same command again: it resumes from the first checkpoint and must replay step 2 exactly
+    kill      what a kill during the last step leaves (its checkpoint, the model, the summary, its round and the round's
+              pool tasks removed), then the same command again, its process group killed (SIGKILL) while that
+              step's rollouts run
+    resume    the same command again: it resumes from the first checkpoint and must replay the last step and its
+              round exactly (episodes, round report, pool, against the first launch's)
     evaluate  the multi-GPU recipe's `evaluate --model <run>/final` on the first val tasks
 
 `DIR/rehearsal.json` records what ran and what it measured (`Rehearsal`); the commands' output goes to
@@ -26,6 +29,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
 import yaml
 
 from coevolve_lib import profiles
@@ -41,6 +46,7 @@ from coevolve_lib.core.models import BUILT_MODELS
 from coevolve_lib.core.paper_models import paper_model
 from coevolve_lib.core.paths import MODELS_DIR, REPO_ROOT, shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic
+from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.training.plan import flatten_overrides, plan
 
 REHEARSAL_FILE = profiles.CONFIGS_DIR / "rehearsal.yaml"
@@ -77,8 +83,9 @@ class Rehearsal:
     """Weight tensors the training changed (full weights: against the stand-in; LoRA: adapter tensors that left their
     zero init)."""
     resumed: bool
-    """The second launch resumed from the first checkpoint and replayed step 2 exactly (its episodes, its metrics row
-    and the pool)."""
+    """After a real kill mid-step, the next launch resumed from the first checkpoint and replayed the last step and its
+    round exactly (the step's episodes, its metrics row, the round's report and the pool, against the first
+    launch's)."""
     resume_failures: list
     """The resume checks that did not hold (empty when `resumed`)."""
     evaluated: bool
@@ -144,6 +151,47 @@ def launch(command: list[str], log: Path) -> float:
     return round(time.perf_counter() - start, 1)
 
 
+def launch_and_kill(command: list[str], log: Path, started: str, finished: Path) -> tuple[float, bool]:
+    """Run a printed command as `launch` does and SIGKILL it, every process under it included (as a cluster's job
+    kill does), a second after `started` shows in its output (the loop announces each step's rollouts); (seconds,
+    whether the kill landed before `finished` was written, i.e. mid-step). A RunError when the command ends before
+    that."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    start = time.perf_counter()
+    with open(log, "a") as out:
+        out.write(f"$ {shlex.join(command)}\n")
+        out.flush()
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            while started not in log.read_text(errors="replace"):
+                if process.poll() is not None:
+                    raise RunError(f"`{shlex.join(command[:6])} ...` ended (status {process.returncode}) before "
+                                   f"{started!r}; see {shown_path(log)}")
+                if time.perf_counter() - start > LAUNCH_TIMEOUT_S:
+                    raise RunError(f"{command[0]} showed no {started!r} in {LAUNCH_TIMEOUT_S} s; see {shown_path(log)}")
+                time.sleep(0.2)
+            time.sleep(1.0)
+            mid_step = not finished.exists()
+        finally:  # the launcher and every process under it: torchrun starts its workers in sessions of their own
+            tree = [process] if process.poll() is not None else [psutil.Process(process.pid),
+                                                                 *psutil.Process(process.pid).children(recursive=True)]
+            for member in tree:
+                try:
+                    member.send_signal(signal.SIGKILL)
+                except psutil.NoSuchProcess:
+                    pass
+            process.wait()
+            psutil.wait_procs([member for member in tree if isinstance(member, psutil.Process)], timeout=30)
+    return round(time.perf_counter() - start, 1), mid_step and process.returncode == -signal.SIGKILL
+
+
+def _round_report(run_dir: Path, round_index: int | None) -> str | None:
+    """A round's report.json (its wall times are in timings.json), None for no round."""
+    path = run_dir / f"round_{round_index:03d}" / "report.json" if round_index is not None else None
+    return path.read_text() if path is not None and path.exists() else None
+
+
 def _episodes(run_dir: Path, step: int) -> list:
     """What a step's episodes did (their timings left out)."""
     return [(r["task_id"], r["sample_index"], r["reward"], r["steps"])
@@ -206,20 +254,31 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehear
 
     phases["train_s"] = launch(train, out / "train.log")
     last = max(int(p.name.split("-")[1]) for p in (run_dir / "trainer").glob("checkpoint-*"))
+    last_round = last // run.training.feedback_every if last % run.training.feedback_every == 0 else None
     metrics, files = (run_dir / "metrics.jsonl").read_text().splitlines(), _files(run_dir)
     step_episodes, pool = _episodes(run_dir, last), (run_dir / "pool.jsonl").read_text()
-    shutil.rmtree(run_dir / "trainer" / f"checkpoint-{last}")  # what a kill after the previous round leaves
+    round_report = _round_report(run_dir, last_round)
+    # What a kill during the last step leaves: its checkpoint, the model, the summary and its round never written
+    shutil.rmtree(run_dir / "trainer" / f"checkpoint-{last}")
     shutil.rmtree(run_dir / "final")
     (run_dir / "summary.json").unlink()
+    if last_round is not None:
+        shutil.rmtree(run_dir / f"round_{last_round:03d}")
+        TaskPool(run_dir / "pool.jsonl").drop_rounds_from(last_round)
+    # ... and then a real kill: the same command, its process group killed once the last step is under way
+    phases["killed_s"], killed_mid_step = launch_and_kill(train, out / "killed.log", f"step {last}: ",
+                                                         run_dir / "rollouts" / f"step_{last:05d}.jsonl")
     phases["resume_s"] = launch(train, out / "resume.log")
     after = _files(run_dir)
     resume_checks = {  # each must hold; the record names those that did not
+        "killed_mid_step": killed_mid_step,
         "earlier_metrics_kept": (run_dir / "metrics.jsonl").read_text().splitlines()[:-1] == metrics[:-1],
         "one_row_per_step": [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, last + 1)),
         "only_the_last_step_rewritten": all((after.get(name) == mtime) == (f"step_{last:05d}" not in name)
                                             for name, mtime in files.items()),
         "last_step_replayed_exactly": _episodes(run_dir, last) == step_episodes,
-        "pool_unchanged": (run_dir / "pool.jsonl").read_text() == pool,  # the replayed round added nothing twice
+        "round_redone_exactly": _round_report(run_dir, last_round) == round_report,
+        "pool_as_before": (run_dir / "pool.jsonl").read_text() == pool,  # the redone round added the same tasks
         "checkpoint_rewritten": (run_dir / "trainer" / f"checkpoint-{last}").is_dir()}
     resume_failures = [name for name, held in resume_checks.items() if not held]
 
