@@ -4,7 +4,7 @@ after it, side by side on the synthetic world (`core/sandbox.py`, `envs/appworld
 (a) server start: from `AppWorldServer.start()` to its first answer, then the first task's initialize; the sandbox
     ("bwrap") against mode "none" (the same server without isolation);
 (b) one execution: `client.execute(task, "print(1)")` round trips on a loaded task, and the checks the episode makes
-    after each one (`threads`, `leftovers`);
+    around each one (`footprint` before and after, `leftovers`);
 (c) a solution episode (reset, the task's solution, score, close) on a fresh server, on a server whose earlier code
     left 3 threads spinning (what happened before the sandbox recycled such servers), and on that server recycled.
 
@@ -62,7 +62,8 @@ def main() -> None:
         with AppWorldServer(config) as server:
             server.client.initialize(task_id)
             executions = [timed(lambda: server.client.execute(task_id, "print(1)")) for _ in range(args.executions)]
-            checks = [timed(lambda: (server.threads(), server.leftovers())) for _ in range(args.executions)]
+            checks = [timed(lambda: (server.footprint(), server.leftovers(server.footprint())))
+                      for _ in range(args.executions)]
             server.client.close(task_id)
         rows[mode] = {"start_s": statistics.median(starts), "first_task_s": statistics.median(firsts),
                       "execute_ms": 1000 * statistics.median(executions), "checks_ms": 1000 * statistics.median(checks)}

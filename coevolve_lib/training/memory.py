@@ -246,6 +246,16 @@ def accumulation_choices(cfg: TrainConfig) -> list[int]:
     return [steps for steps in range(1, per_process + 1) if per_process % steps == 0]
 
 
+def smallest_fitting(run: RunConfig, training: str, rollouts: str, least: int) -> tuple[Recipe, dict] | None:
+    """The recipe (`training`, `rollouts`) at the smallest gradient accumulation from `least` on that fits the run's
+    GPUs, with its memory; else the split that needs least, marked not fitting; None when no split can be made."""
+    recipes = [Recipe(training, rollouts, steps) for steps in accumulation_choices(run.training) if steps >= least]
+    rows = [(recipe, memory) for recipe in recipes if (memory := training_memory(run, recipe)) is not None]
+    if not rows:
+        return None
+    return next((row for row in rows if row[1]["fits"]), min(rows, key=lambda row: row[1]["total_gb"]))
+
+
 def fitting_accumulation(run: RunConfig, rollouts: str) -> int | None:
     """The smallest gradient accumulation, at least the profile's, under which its training recipe with `rollouts`
     fits its GPUs (for a server: counted over the profile's processes, before `server_split`); the profile's own for
@@ -253,13 +263,8 @@ def fitting_accumulation(run: RunConfig, rollouts: str) -> int | None:
     cfg = run.training
     if paper_model(run.model) is None:
         return cfg.gradient_accumulation_steps
-    training = recipe_of(cfg).training
-    for steps in accumulation_choices(cfg):
-        if steps >= cfg.gradient_accumulation_steps:
-            memory = training_memory(run, Recipe(training, rollouts, steps))
-            if memory is not None and memory["fits"]:
-                return steps
-    return None
+    found = smallest_fitting(run, recipe_of(cfg).training, rollouts, cfg.gradient_accumulation_steps)
+    return found[0].gradient_accumulation_steps if found and found[1]["fits"] else None
 
 
 def memory_plan(run: RunConfig) -> dict | None:
@@ -275,13 +280,9 @@ def memory_plan(run: RunConfig) -> dict | None:
     for training in TRAINING_RECIPES:
         for rollouts in ROLLOUT_ENGINES:
             least = 1 if (training, rollouts) != (own.training, own.rollouts) else own.gradient_accumulation_steps
-            rows = [(recipe, memory) for recipe, memory in
-                    ((recipe, training_memory(run, recipe)) for recipe in
-                     (Recipe(training, rollouts, steps) for steps in accumulation_choices(cfg) if steps >= least))
-                    if memory is not None]
-            if rows:
-                fits = [row for row in rows if row[1]["fits"]]
-                best[training, rollouts] = fits[0] if fits else min(rows, key=lambda row: row[1]["total_gb"])
+            found = smallest_fitting(run, training, rollouts, least)
+            if found is not None:
+                best[training, rollouts] = found
     chosen = training_memory(run, own)
     if chosen and chosen["vllm_gpu_memory_utilization"] not in (None, cfg.vllm_gpu_memory_utilization):
         chosen["fits"] = False  # the run's own share of the GPU cannot hold vLLM's weights and one sequence

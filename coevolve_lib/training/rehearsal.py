@@ -134,16 +134,14 @@ def free_port() -> int:
 def launch(command: list[str], log: Path) -> float:
     """Run a printed command from the repository root with this interpreter's tools first on the PATH, its output in
     `log`; its seconds. A RunError naming the log when it fails."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     start = time.perf_counter()
-    with open(log, "a") as out:
-        out.write(f"$ {shlex.join(command)}\n")
-        out.flush()
-        try:
-            proc = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=LAUNCH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise RunError(f"{command[0]} ran past {LAUNCH_TIMEOUT_S} s; see {shown_path(log)}") from None
+    proc = _start(command, log)
+    try:
+        proc.wait(LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise RunError(f"{command[0]} ran past {LAUNCH_TIMEOUT_S} s; see {shown_path(log)}") from None
     if proc.returncode:
         tail = [line for line in log.read_text().splitlines() if line.strip()][-1:]
         raise RunError(f"`{shlex.join(command[:6])} ...` exited {proc.returncode} ({tail[0][:300] if tail else ''}); "
@@ -156,34 +154,39 @@ def launch_and_kill(command: list[str], log: Path, started: str, finished: Path)
     kill does), a second after `started` shows in its output (the loop announces each step's rollouts); (seconds,
     whether the kill landed before `finished` was written, i.e. mid-step). A RunError when the command ends before
     that."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     start = time.perf_counter()
+    process = _start(command, log)
+    try:
+        while started not in log.read_text(errors="replace"):
+            if process.poll() is not None:
+                raise RunError(f"`{shlex.join(command[:6])} ...` ended (status {process.returncode}) before "
+                               f"{started!r}; see {shown_path(log)}")
+            if time.perf_counter() - start > LAUNCH_TIMEOUT_S:
+                raise RunError(f"{command[0]} showed no {started!r} in {LAUNCH_TIMEOUT_S} s; see {shown_path(log)}")
+            time.sleep(0.2)
+        time.sleep(1.0)
+        mid_step = not finished.exists()
+    finally:  # the launcher and every process under it: torchrun starts its workers in sessions of their own
+        tree = [process] if process.poll() is not None else [psutil.Process(process.pid),
+                                                             *psutil.Process(process.pid).children(recursive=True)]
+        for member in tree:
+            try:
+                member.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        process.wait()
+        psutil.wait_procs([member for member in tree if isinstance(member, psutil.Process)], timeout=30)
+    return round(time.perf_counter() - start, 1), mid_step and process.returncode == -signal.SIGKILL
+
+
+def _start(command: list[str], log: Path) -> subprocess.Popen:
+    """A printed command started from the repository root, this interpreter's tools first on the PATH, its output
+    appended to `log` after the command line."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     with open(log, "a") as out:
         out.write(f"$ {shlex.join(command)}\n")
         out.flush()
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            while started not in log.read_text(errors="replace"):
-                if process.poll() is not None:
-                    raise RunError(f"`{shlex.join(command[:6])} ...` ended (status {process.returncode}) before "
-                                   f"{started!r}; see {shown_path(log)}")
-                if time.perf_counter() - start > LAUNCH_TIMEOUT_S:
-                    raise RunError(f"{command[0]} showed no {started!r} in {LAUNCH_TIMEOUT_S} s; see {shown_path(log)}")
-                time.sleep(0.2)
-            time.sleep(1.0)
-            mid_step = not finished.exists()
-        finally:  # the launcher and every process under it: torchrun starts its workers in sessions of their own
-            tree = [process] if process.poll() is not None else [psutil.Process(process.pid),
-                                                                 *psutil.Process(process.pid).children(recursive=True)]
-            for member in tree:
-                try:
-                    member.send_signal(signal.SIGKILL)
-                except psutil.NoSuchProcess:
-                    pass
-            process.wait()
-            psutil.wait_procs([member for member in tree if isinstance(member, psutil.Process)], timeout=30)
-    return round(time.perf_counter() - start, 1), mid_step and process.returncode == -signal.SIGKILL
+        return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _round_report(run_dir: Path, round_index: int | None) -> str | None:

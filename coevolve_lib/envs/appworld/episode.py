@@ -188,12 +188,13 @@ class AppWorldEpisode(Conversation):
         start = time.perf_counter()
         fault = None
         try:
-            threads = self.server.threads() if code is not None else 0
+            threads = self.server.footprint().threads if code is not None else 0
             output = self.env.step(text)
             if code is not None:
                 # AppWorld may start a thread of its own on an execution; one left spinning is the code's
-                leftovers = self.server.leftovers()
-                if not leftovers and self.server.threads() > threads and self.server.busy_while_idle():
+                after = self.server.footprint()
+                leftovers = self.server.leftovers(after)
+                if not leftovers and after.threads > threads and self.server.busy_while_idle():
                     leftovers = "the code left threads running (spinning) in the AppWorld server after its execution"
                 if leftovers:
                     fault = ("left_running", leftovers)

@@ -192,20 +192,21 @@ class AppWorldServer:
         """The process has not exited (no request: cheap enough to ask before every execution)."""
         return self.process is not None and self.process.poll() is None
 
-    def threads(self) -> int:
-        """Threads in the sandbox now (0 when stopped)."""
-        return 0 if self.process is None else process_footprint(self.process.pid).threads
+    def footprint(self) -> Footprint:
+        """What the sandbox holds now (all zero when stopped)."""
+        return Footprint(0, 0, 0.0, 0.0) if self.process is None else process_footprint(self.process.pid)
 
     def alive(self) -> bool:
         """The process runs and answers GET /."""
         return self.process is not None and self.process.poll() is None and self.client.healthy()
 
-    def leftovers(self) -> str | None:
-        """The processes code left running in the sandbox after its execution (a `sleep 300 &` included: detached
-        processes stay in the sandbox's tree), or None. The server itself runs none."""
+    def leftovers(self, now: Footprint) -> str | None:
+        """The processes code left running in the sandbox after its execution, given the sandbox's `footprint()`
+        then (a `sleep 300 &` included: detached processes stay in the sandbox's tree), or None. The server itself
+        runs none."""
         if self.process is None or self._baseline is None:
             return None
-        extra = process_footprint(self.process.pid).processes - self._baseline.processes
+        extra = now.processes - self._baseline.processes
         return f"the code left {extra} processes running in the AppWorld server's sandbox" if extra > 0 else None
 
     def busy_while_idle(self) -> bool:
