@@ -243,14 +243,19 @@ def test_dry_run_prints_the_vllm_launch_commands(profile, capsys, tmp_path):
     assert args.max_model_len == 12288
     train_env, *train = shlex.split(commands["train_vllm_server"])
     processes = int(train[train.index("--num_processes") + 1])
+    # every GPU the training leaves serves as a replica (4B / 7B: 3 of 8 were idle; 30B-A3B: 6 of 16)
+    server_gpus = want["processes"] - processes
+    assert args.data_parallel_size * args.tensor_parallel_size == server_gpus
+    assert f"{args.data_parallel_size} replica(s)" in next(n for n in plan["notes"] if "server mode" in n)
+    assert f"0 of {want['processes']} GPUs idle" in next(n for n in plan["notes"] if "server mode" in n)
     # the micro-batch that fits the training GPUs: 4B as the profile's (8), 7B and 30B-A3B smaller (4 and 2)
     micro_batch = {"paper-qwen3-4b": 8, "paper-qwen2.5-7b": 4, "paper-qwen3-30b-a3b": 2}[profile]
     accumulation = 256 // (processes * micro_batch)
     # 4B / 7B: 4 training GPUs and the server on GPU 4 of the node; 30B-A3B: node 0 trains, the server on node 1
     assert processes == 8 if want["machines"] > 1 else processes == 4
     assert train_env == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(processes))
-    assert serve_env == "CUDA_VISIBLE_DEVICES=" + (",".join(str(i) for i in range(want["tp"])) if want["machines"] > 1
-                                                   else "4")
+    first = 0 if want["machines"] > 1 else processes  # on node 1, or after the training's GPUs on node 0
+    assert serve_env == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(first, first + server_gpus))
     sets = [train[i + 1] for i, part in enumerate(train) if part == "--set"]
     assert sets[:4] == ["training.use_vllm=true", "training.vllm_mode=server",
                         f"training.launch.num_processes={processes}",
@@ -393,7 +398,7 @@ def test_the_plan_sizes_the_collective_timeout_from_the_rounds(profile, capsys, 
 
 
 GPUS = {"h100-80gb": 80, "h200": 141}
-"""The GPUs a user is likely to have besides the paper's H20 (96 GB): `training.launch.gpu_memory_gb`."""
+"""The GPUs a user is likely to have besides the paper's H20 (96 GB): `train --gpu`."""
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -402,10 +407,12 @@ def test_the_plan_fits_the_gpus_users_have_or_names_a_recipe_that_does(profile, 
     """Issue 46: 30B-A3B fitted no printed recipe on 80 GB GPUs and nothing said so. The plan estimates each recipe's
     memory per GPU (`training.memory`); a recipe that does not fit is refused in one line naming one that does, and
     that one, applied as named, plans without refusal."""
-    size = ["--set", f"training.launch.gpu_memory_gb={GPUS[gpu]}"]
+    size = ["--gpu", gpu]
     code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path), *size)
     memory = plan["training_memory"]
     assert len(memory["table"]) == 9 and all(row["gpu_memory_gb"] == GPUS[gpu] for row in memory["table"])
+    assert f"{gpu}; training.launch.gpu_memory_gb" in plan["notes"][0]  # the plan says which GPUs it is for
+    assert f"--set training.launch.gpu_memory_gb={GPUS[gpu]}" in plan["commands"]["train"]  # runs as printed
     if code == 0:
         assert memory["recipe"]["fits"] and "fits_instead" not in memory
         return

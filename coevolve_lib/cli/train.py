@@ -14,7 +14,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.llm_calls import recording_warning
 from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.training import loop
-from coevolve_lib.training.memory import memory_refusal
+from coevolve_lib.training.memory import GPU_MEMORY_GB, memory_refusal
 from coevolve_lib.training.plan import plan
 
 
@@ -22,10 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = profiles.profile_parser("python -m coevolve_lib train", f"{__doc__}\n\n{loop.__doc__}",
                                      "training.max_steps=20")
     parser.add_argument("--out", help="run folder (default: runs/train_<profile>)")
+    parser.add_argument("--gpu", choices=GPU_MEMORY_GB, help="the GPUs the run is planned for: their memory "
+                        "(training.launch.gpu_memory_gb; the paper profiles plan for the paper's h20, 96 GB)")
     parser.add_argument("--dry-run", action="store_true", help="resolve the config and print the plan; load nothing")
     parser.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    if args.gpu:  # a --set like any other, so the printed commands carry it
+        args.set = [f"training.launch.gpu_memory_gb={GPU_MEMORY_GB[args.gpu]:g}", *args.set]
     run = profiles.run_config_from_args(args)
     out_dir = Path(args.out or RUNS_DIR / f"train_{profile_label(args.profile)}")
     if out_dir.exists() and not out_dir.is_dir():  # found now, not after D_0 is built

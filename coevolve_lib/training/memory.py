@@ -44,6 +44,10 @@ RESERVE_GB = 3.0
 """Per GPU, besides the estimated terms: the CUDA context (~0.5-1 GB), NCCL's buffers, allocator fragmentation."""
 OPTIMIZER_BYTES = 12
 """fp32 master weights and Adam's two moments, per trained parameter."""
+GPU_MEMORY_GB = {"h20": 96.0, "a100-40gb": 40.0, "a100-80gb": 80.0, "h100-80gb": 80.0, "h100-94gb": 94.0,
+                 "h200": 141.0, "b200": 180.0, "l40s": 48.0}
+"""`train --gpu NAME`: each GPU's memory in GB (10^9 bytes, as sold), set as `training.launch.gpu_memory_gb`. `h20` is
+the paper's GPU and the profiles' default."""
 
 
 def server_split(cfg: TrainConfig) -> TrainConfig | None:

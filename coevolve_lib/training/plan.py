@@ -19,6 +19,7 @@ from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_pa
 from coevolve_lib.core.shared_files import SETTLE_TIMEOUT_S
 from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
 from coevolve_lib.training.memory import (
+    GPU_MEMORY_GB,
     SERVER_MEMORY_UTILIZATION,
     checkpoint_disk,
     colocate_utilization,
@@ -110,15 +111,19 @@ def vllm_commands(run: RunConfig, out: str, overrides: list[str] = ()) -> tuple[
     if host != cfg.vllm_server_host:
         settings.append(f"training.vllm_server_host={host}")
     server_run = replace(run, training=split)
-    serve = ["trl", "vllm-serve", "--model", run.model, "--tensor-parallel-size", str(tp),
-             "--port", str(cfg.vllm_server_port), "--max-model-len", str(cfg.vllm_context)]
-    commands["vllm_server"] = f"CUDA_VISIBLE_DEVICES={gpus(server_gpu, tp)} " + " ".join(serve)
+    # the GPUs the training leaves on the server's node serve as data-parallel replicas, none left idle there
+    replicas = min(launch.num_processes - first, gpus_per_node - server_gpu) // tp
+    idle = launch.num_processes - split.launch.num_processes - replicas * tp
+    serve = ["trl", "vllm-serve", "--model", run.model, "--tensor-parallel-size", str(tp), "--data-parallel-size",
+             str(replicas), "--port", str(cfg.vllm_server_port), "--max-model-len", str(cfg.vllm_context)]
+    commands["vllm_server"] = f"CUDA_VISIBLE_DEVICES={gpus(server_gpu, replicas * tp)} " + " ".join(serve)
     commands["train_vllm_server"] = " ".join(
         [f"CUDA_VISIBLE_DEVICES={gpus(0, min(split.launch.num_processes, gpus_per_node))}",
          *train_command(server_run, out, overrides), *_sets(settings)])
-    notes.append(f"vLLM server mode: start vllm_server on node {server_node} first ({tp} GPU(s)); train_vllm_server "
-                 f"then trains on {split.launch.num_processes} GPU(s) with gradient_accumulation_steps "
-                 f"{split.gradient_accumulation_steps} (micro-batches of {split.per_device_batch_size})"
+    notes.append(f"vLLM server mode: start vllm_server on node {server_node} first ({replicas} replica(s) of "
+                 f"{tp} GPU(s)); train_vllm_server then trains on {split.launch.num_processes} GPU(s) with "
+                 f"gradient_accumulation_steps {split.gradient_accumulation_steps} (micro-batches of "
+                 f"{split.per_device_batch_size}); {idle} of {launch.num_processes} GPUs idle"
                  + (f"; VLLM_SERVER_HOST=<node {server_node}'s address>" if server_node else ""))
     return commands, notes
 
@@ -154,7 +159,11 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
                      f"all nodes share (a process waits up to {SETTLE_TIMEOUT_S:g} s to read a file another wrote as "
                      "it was written, then stops the run in one line)")
     disk = checkpoint_disk(run)
-    if disk:
+    if disk:  # a paper backbone: its memory is planned for the GPUs named
+        named = [name for name, gb in GPU_MEMORY_GB.items() if gb == launch.gpu_memory_gb]
+        notes.insert(0, f"GPUs: {launch.num_processes} x {launch.gpu_memory_gb:g} GB ({' / '.join(named) or 'set'}; "
+                        "training.launch.gpu_memory_gb): the memory table is for these; for yours, train --gpu "
+                        f"{'|'.join(GPU_MEMORY_GB)}")
         notes.append(f"disk: {disk['per_checkpoint_gb']:g} GB per checkpoint, {disk['checkpoints_kept']} of "
                      f"{disk['checkpoints_saved']} kept (training.save_total_limit), up to {disk['peak_gb']:g} GB in "
                      f"{out}/ with the final model")
