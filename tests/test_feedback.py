@@ -150,3 +150,28 @@ def test_llm_mode_round_survives_faults_on_the_real_loopback_server(tmp_path, tr
     [added] = pool.tasks
     assert added["reference_actions"] == ["ls()", "ls(a=True)", "pwd()"]
     assert added["provenance"]["context"]["builder"] == "llm"
+
+
+def test_a_round_past_its_deadline_cuts_the_call_in_flight_and_skips_the_rest(tmp_path, train_tasks):
+    """Issue 46: the collective timeout was sized from every explorer call at its deadline (52 h for 4B). A round now
+    has a deadline of its own (`data_engine.round_deadline_s`): behind an endpoint that answers 20 s late, a round of
+    three targets with a 2 s deadline cuts the first target's call at 2 s (a model error of the round) and skips the
+    other two, counted; the round ends, and its rerun returns the same report."""
+    import time
+
+    tasks = [t for t in train_tasks if t.involved_classes == ["GorillaFileSystem"]][:3]
+    pool = TaskPool(tmp_path / "pool.jsonl")
+    config = FeedbackConfig(explore=ExploreConfig(explorer="llm", runs=1, calls_per_run=1, guided=False),
+                            deadline_s=2.0)
+    with ChatServer(load_chat_model("tiny"), faults=FaultConfig(always="timeout", delay_s=20)) as server:
+        model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=60, backoff_s=0.01, deadline_s=600)
+        start = time.perf_counter()
+        report = feedback_round(1, tmp_path / "round_001", [BFCL.target(task) for task in tasks], pool, config,
+                                BFCL.round_steps(), model, progress=False)
+        seconds = time.perf_counter() - start
+    assert seconds < 8, seconds  # the call in flight cut at 2 s, not its 600 s deadline or the server's 20 s
+    assert report["cost"]["explore"]["skipped"]["round_deadline"] == 2 and report["accepted"] == 0
+    explorations = [line for line in (tmp_path / "round_001" / "explorations.jsonl").read_text().splitlines()]
+    assert sum("data_engine.round_deadline_s" in line for line in explorations) == 2
+    assert feedback_round(1, tmp_path / "round_001", [], pool, config, BFCL.round_steps(), model,
+                          progress=False) == report

@@ -121,7 +121,7 @@ from coevolve_lib.profiles import run_config
 from coevolve_lib.training.loop import distributed_state
 
 if sys.argv[1] == "kit":
-    state = distributed_state(run_config("tiny", ["training.launch.num_processes=2"]), d0_targets=13)
+    state = distributed_state(run_config("tiny", ["training.launch.num_processes=2"]))
 else:  # how train() made the process group before: no timeout of its own
     state = PartialState(cpu=True)
 if state.process_index == 0:

@@ -195,3 +195,39 @@ def test_a_server_that_never_answers_costs_a_bounded_wait_and_says_so(caplog, mo
     assert all("batch deadline 1.5 s" in g.error for g in generations)
     [notice] = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
     assert notice == f"waiting for 5 of 5 replies from openai:silent at {url} (each at most 60 s, the batch at most 1.5 s)"
+
+
+def test_requests_are_paced_to_the_process_share_of_the_run_rate(tiny):
+    """Issue 46: every process of a run calls the explorer, so a hosted endpoint's quota is the run's, not a
+    process's. `data_engine.explorer_requests_per_minute` over P processes paces each to one request every
+    60 x P / rate seconds (`min_interval_s`), whatever its threads; its calls in flight are the run's
+    `explorer_max_concurrent` // P (`max_workers`)."""
+    import time
+
+    from coevolve_lib.core.config import DataEngineConfig
+    from coevolve_lib.engine.data_engine import explorer_options
+
+    options = explorer_options(DataEngineConfig(explorer_max_concurrent=32, explorer_requests_per_minute=600), 8)
+    assert (options["max_workers"], options["min_interval_s"]) == (4, 0.8)  # 600 a minute over 8: 75 each
+    with ChatServer(tiny, faults=FaultConfig(scripted_reply="ok")) as server:
+        paced = client(server, timeout=10, max_workers=6, min_interval_s=0.4)
+        start = time.perf_counter()
+        generations = paced.generate([HI] * 6, config=SHORT)
+        seconds = time.perf_counter() - start
+        assert all(g.error is None for g in generations) and server.num_requests == 6
+        assert seconds >= 5 * 0.4, seconds  # six starts, 0.4 s apart, though six threads were free
+        unpaced = client(server, timeout=10, max_workers=6)
+        start = time.perf_counter()
+        unpaced.generate([HI] * 6, config=SHORT)
+        assert time.perf_counter() - start < 1.0
+        late = client(server, timeout=10, max_workers=6, min_interval_s=5.0, deadline_s=2.0)
+        errors = [g.error for g in late.generate([HI] * 2, config=SHORT)]
+    assert errors[0] is None and "no time left to start a request at its pace" in errors[1]  # not waited for
+
+
+def test_a_run_shares_its_explorer_calls_in_flight_over_its_processes():
+    from coevolve_lib.core.config import ConfigError
+    from coevolve_lib.profiles import run_config
+
+    with pytest.raises(ConfigError, match="explorer_max_concurrent 4 is shared by the run's 8 processes"):
+        run_config("paper-qwen3-4b", ["data_engine.explorer_max_concurrent=4"])

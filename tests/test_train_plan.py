@@ -386,13 +386,12 @@ def test_the_plan_states_the_checkpoints_disk(profile, capsys, tmp_path):
 
 @pytest.mark.parametrize("profile", PAPER_PROFILES)
 def test_the_plan_sizes_the_collective_timeout_from_the_rounds(profile, capsys, tmp_path):
-    """Issue 28: D_0's 100 environments over the processes, each target 24 explorer calls (context, 18 steps,
-    abstraction, 4 judged tasks) of at most 600 s: far past NCCL's 10 minutes."""
+    """Issue 28: a round's explorer calls run far past NCCL's 10 minutes. Issue 46: sized from every call at its
+    deadline, the timeout was 52 h (4B) and a hang idled every GPU that long; a round now has a deadline of its own
+    (`data_engine.round_deadline_s`, pinned in test_feedback), and the timeout is that and a margin."""
     code, plan, err = dry_run(capsys, "--profile", profile, "--out", str(tmp_path))
     assert code == 0, err
-    processes = EXPECTED[profile]["processes"]
-    assert plan["collectives"]["explorer_calls_per_target"] == 24
-    assert plan["collectives"]["timeout_s"] == -(-100 // processes) * (24 * 600 + 60)
+    assert plan["collectives"] == {"timeout_s": 3600, "round_deadline_s": 1800.0, "margin_s": 1800}
     code, plan, _ = dry_run(capsys, "--profile", profile, "--set", "training.process_group_timeout_s=7200")
     assert plan["collectives"]["timeout_s"] == 7200
 

@@ -417,8 +417,21 @@ class DataEngineConfig:
     every stage runs offline (heuristic context, schema explorer, deterministic abstraction)."""
     explorer_deadline_s: PositiveFloat = 600.0
     """Most seconds one explorer-LLM call may take, its retries and back-off included (`openai:` models); a call
-    still unanswered then is a model error of the round (counted in its cost, never a crash). It also sizes how long
-    a multi-process run's processes wait for each other (`training.process_group_timeout_s`)."""
+    still unanswered then is a model error of the round (counted in its cost, never a crash)."""
+    explorer_max_concurrent: PositiveInt = 8
+    """Most explorer-LLM calls in flight at once over the whole run (`openai:` models): each of a multi-process run's
+    P processes keeps at most this // P in flight (at least one each: fewer than P is refused). A hosted explorer's
+    concurrency quota goes here (docs/explorer.md: Qwen3-Max's)."""
+    explorer_requests_per_minute: PositiveInt | None = None
+    """Most explorer-LLM requests started per minute over the whole run, retries included (`openai:` models): each of
+    P processes starts one at most every 60 x P / this seconds. None: unpaced. A hosted explorer's RPM quota goes
+    here (Qwen3-Max's default: 600, docs/explorer.md)."""
+    round_deadline_s: PositiveFloat = 1800.0
+    """Most seconds one process spends on one round of the data engine (D_0 included): a target, group or spec not
+    started by then is skipped and counted in the round's cost (`round_deadline`) and logged, and explorer calls in
+    flight are cut at it; the round then ends as usual. The paper's rounds took 480 s (BFCL) and 811 s (AppWorld) on
+    all its GPUs together (Table 7, "single feedback cost"). It sizes how long a multi-process run's processes wait
+    for each other (`training.process_group_timeout_s`)."""
     explorer_batch_deadline_s: PositiveFloat = 3600.0
     """Most seconds one batch of explorer-LLM calls may take together; calls not answered by then are model errors
     of the round. A batch still waiting after 10 s says so on stderr."""
@@ -623,10 +636,10 @@ class TrainConfig:
     """Seed of task sampling, generation and TRL."""
     process_group_timeout_s: PositiveInt | None = None
     """Seconds a process of a multi-process run waits at a collective (a barrier, a gather) before torch.distributed
-    kills the run. None: sized from the longest share of D_0 or a round one process works through while the
-    others wait (`training.loop.collective_timeout_s`; the plan prints it). NCCL's default of 10 minutes would kill a
-    run at its first LLM-explored round. A process that dies takes the others down through the launcher, so a long
-    timeout only delays noticing a true deadlock."""
+    kills the run. None: a round's deadline (`data_engine.round_deadline_s`) and a margin
+    (`training.loop.collective_timeout_s`; the plan prints it). NCCL's default of 10 minutes would kill a run at its
+    first LLM-explored round. A process that dies takes the others down through the launcher, so a long timeout only
+    delays noticing a true deadlock."""
     torch_threads: PositiveInt | None = None
     """CPU threads for torch (None: $COEVOLVE_TORCH_THREADS or 1; more is often slower on a shared machine)."""
     launch: LaunchConfig = field(default_factory=LaunchConfig)
@@ -729,6 +742,10 @@ class RunConfig:
                              " (set it, e.g. to openai:<name>, or run those stages offline: explorer=schema, "
                              "context_builder=heuristic, abstraction=deterministic, judge=false)")
         cfg = self.training
+        if data.explorer_max_concurrent < cfg.launch.num_processes:
+            raise ValueError(f"data_engine.explorer_max_concurrent {data.explorer_max_concurrent} is shared by the "
+                             f"run's {cfg.launch.num_processes} processes (training.launch.num_processes), each of "
+                             f"which needs one call in flight at least: set it to {cfg.launch.num_processes} or more")
         if cfg.pool_updates == "reflexion" and cfg.baselines.reflexion_reflector == "explorer" \
                 and not self.data_engine.explorer_model:
             raise ValueError("training.baselines.reflexion_reflector=explorer needs data_engine.explorer_model "

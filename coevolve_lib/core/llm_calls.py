@@ -34,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from coevolve_lib.core.config import RunError
-from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel
 from coevolve_lib.core.paths import REPO_ROOT, shown_path
 from coevolve_lib.core.records import append_jsonl, read_jsonl
 
@@ -158,6 +158,22 @@ def llm_scope(model: ChatModel | None, scope: str):
         yield
     finally:
         model.scope = outer
+
+
+@contextlib.contextmanager
+def calls_cut_at(model: ChatModel | None, until: float):
+    """Inside the block, every call `model` makes to an endpoint (an `OpenAIChatModel`, recorded or not) ends by
+    `until` (a `time.perf_counter` time), its tries and waits included; a call cut is a model error like any other.
+    A no-op for a local model or a replay (nothing to wait for)."""
+    live = model.live if isinstance(model, RecordedChatModel) else model
+    if not isinstance(live, OpenAIChatModel):
+        yield
+        return
+    outer, live.not_after = live.not_after, until
+    try:
+        yield
+    finally:
+        live.not_after = outer
 
 
 def _asked(messages: list[dict]) -> str:

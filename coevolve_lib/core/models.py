@@ -410,13 +410,14 @@ class OpenAIChatModel(ChatModel):
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 120.0,
                  max_retries: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 30.0, max_workers: int = 8,
-                 deadline_s: float | None = None, batch_deadline_s: float | None = None):
+                 deadline_s: float | None = None, batch_deadline_s: float | None = None, min_interval_s: float = 0.0):
         """timeout: seconds per request. max_retries: extra attempts per item after the first fails.
         backoff_s / max_backoff_s: retry k waits min(max_backoff_s, backoff_s * 2**k) times a random jitter in [0.5, 1].
         max_workers: requests of one batch in flight at once. deadline_s: most seconds per item, its retries and
         waits included (each request's timeout shrinks to what is left); batch_deadline_s: most seconds per
         `generate` call, all its items together (an item not answered by then is an error); None: only the tries
-        bound them. A batch still waiting after `WAIT_NOTICE_S` says so on stderr, with both deadlines."""
+        bound them. A batch still waiting after `WAIT_NOTICE_S` says so on stderr, with both deadlines.
+        min_interval_s: fewest seconds between two requests' starts, over all threads (a rate limit's share)."""
         import openai
 
         self.name = model
@@ -434,13 +435,18 @@ class OpenAIChatModel(ChatModel):
         )
         self.num_retries = 0
         """Retries made so far over all calls (for tests and run logs)."""
+        self.min_interval_s = min_interval_s
+        self._next_start = 0.0  # the earliest `time.perf_counter` a request may start (`min_interval_s`)
+        self.not_after = float("inf")
+        """A `time.perf_counter` time no call outlasts (a round's deadline: `core.llm_calls.calls_cut_at`)."""
         self._lock = threading.Lock()
 
     def generate(self, conversations, tools=None, config=GenerationConfig()):
         items = [(m, tools[j] if tools else None) for j, m in enumerate(conversations)]
         if not items:
             return []
-        batch_deadline = time.perf_counter() + self.batch_deadline_s if self.batch_deadline_s else float("inf")
+        batch_deadline = min(time.perf_counter() + self.batch_deadline_s if self.batch_deadline_s else float("inf"),
+                             self.not_after)
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(items))) as pool:
             futures = [pool.submit(self._generate_one, m, t, config, batch_deadline) for m, t in items]
             _, pending = wait(futures, timeout=WAIT_NOTICE_S)
@@ -465,8 +471,9 @@ class OpenAIChatModel(ChatModel):
     def _generate_one(self, messages, tools, config, batch_deadline: float = float("inf")) -> Generation:
         start = time.perf_counter()
         deadline = min(start + self.deadline_s if self.deadline_s else float("inf"), batch_deadline)
-        limits = f"deadline {_seconds(self.deadline_s)}, batch deadline {_seconds(self.batch_deadline_s)}"
-        if start >= batch_deadline:  # the batch's other items took its time
+        limits = f"deadline {_seconds(self.deadline_s)}, batch deadline {_seconds(self.batch_deadline_s)}" + (
+            ", the round's deadline" if self.not_after < float("inf") else "")
+        if start >= batch_deadline:  # the batch's other items took its time, or the round's is up
             return _failed(start, f"not sent: the batch's time was up ({limits})")
         error = None
         for attempt in range(self.max_retries + 1):
@@ -478,6 +485,9 @@ class OpenAIChatModel(ChatModel):
                 with self._lock:
                     self.num_retries += 1
                 time.sleep(pause)
+            if not self._paced(deadline):
+                error = f"{error}; no time left to start a request at its pace ({limits})"
+                break
             try:
                 response = self._request(messages, tools, config,
                                          timeout=min(self.timeout, deadline - time.perf_counter()))
@@ -487,6 +497,20 @@ class OpenAIChatModel(ChatModel):
                 if not _retryable(exc):
                     break
         return _failed(start, f"failed after {attempt + 1} attempt(s): {error}")
+
+
+    def _paced(self, deadline: float) -> bool:
+        """Wait for this request's turn under `min_interval_s` (each thread takes the next free slot); False, without
+        waiting, when the slot falls after `deadline`."""
+        if not self.min_interval_s:
+            return True
+        with self._lock:
+            slot = max(time.perf_counter(), self._next_start)
+            if slot >= deadline:
+                return False
+            self._next_start = slot + self.min_interval_s
+        time.sleep(max(0.0, slot - time.perf_counter()))
+        return True
 
 
 def _failed(start: float, error: str) -> Generation:

@@ -79,11 +79,22 @@ class EmptyPool(RunError):
         return type(self), (str(self), self.report)
 
 
+def explorer_options(config: DataEngineConfig, processes: int) -> dict:
+    """An endpoint explorer's options (`OpenAIChatModel`) in one of a run's `processes` processes: the profile's
+    deadlines, and this process's share of the run's limits on calls in flight and requests per minute."""
+    rate = config.explorer_requests_per_minute
+    return {"deadline_s": config.explorer_deadline_s, "batch_deadline_s": config.explorer_batch_deadline_s,
+            "max_workers": config.explorer_max_concurrent // processes,
+            "min_interval_s": 60.0 * processes / rate if rate else 0.0}
+
+
 class DataEngine:
     """One run folder of the data engine for a `DataEngineConfig` on one environment: a registry name
-    (`evaluation.benchmark`, made here for the run folder) or an `Environment` already made."""
+    (`evaluation.benchmark`, made here for the run folder) or an `Environment` already made. `processes`: how many
+    processes of one run each hold one (they share the explorer's limits)."""
 
-    def __init__(self, config: DataEngineConfig, run_dir: str | Path, environment: str | Environment):
+    def __init__(self, config: DataEngineConfig, run_dir: str | Path, environment: str | Environment,
+                 processes: int = 1):
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -91,9 +102,8 @@ class DataEngine:
                             else environment)
         self.pool = TaskPool(self.run_dir / "pool.jsonl")
         self.explorer_model = None
-        if config.explorer_model:  # an endpoint's calls get the profile's deadline (a local model needs none)
-            options = ({"deadline_s": config.explorer_deadline_s, "batch_deadline_s": config.explorer_batch_deadline_s}
-                       if config.explorer_model.startswith("openai:") else {})
+        if config.explorer_model:  # an endpoint gets the profile's deadlines and its share of the run's limits
+            options = (explorer_options(config, processes) if config.explorer_model.startswith("openai:") else {})
             self.explorer_model = explorer_model(config.explorer_model, config.llm_calls,
                                                  record_path(self.run_dir, config.llm_record),
                                                  lambda spec: load_chat_model(spec, **options))
@@ -137,7 +147,8 @@ class DataEngine:
                               max_targets=self.config.max_targets, seed=self.config.explore.seed,
                               excluded=self._excluded,
                               max_observation_chars=self.config.rollout.budget.max_observation_chars,
-                              environment=f"environment {self.environment.name}")
+                              environment=f"environment {self.environment.name}",
+                              deadline_s=self.config.round_deadline_s)
 
     def initial_pool(self, progress: bool = True) -> dict:
         """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). `EmptyPool` when it holds none:

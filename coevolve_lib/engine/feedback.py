@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from coevolve_lib.core.config import ConfigError, ExploreConfig, RunError, SynthesisConfig
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.llm_calls import llm_scope
+from coevolve_lib.core.llm_calls import calls_cut_at, llm_scope
 from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic
@@ -61,6 +61,10 @@ class FeedbackConfig:
     and counted (`skipped["observation_cap"]` in the stage's cost). None: kept whole."""
     environment: str = "the environment"
     """Who runs the round steps, for the line a fault of theirs logs (`environment <name>`)."""
+    deadline_s: float | None = None
+    """Most seconds this process spends on a round (`data_engine.round_deadline_s`): a unit of work (a target, a
+    group, a spec) not started by then is skipped and counted (`round_deadline`), and explorer calls in flight are
+    cut at it. None: unbounded."""
 
 
 def select_targets(signals: list[dict], rollouts_by_id: dict[str, dict], max_targets: int | None,
@@ -128,6 +132,15 @@ def _fault(environment: str, stage: str, key: str, error: Exception) -> tuple[st
     log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key, text)
     cost = Cost()
     cost.skip("environment_error")
+    return text, cost.as_dict()
+
+
+def _deadline_skip(environment: str, stage: str, deadline_s: float) -> tuple[str, dict]:
+    """A unit not started because the round's deadline passed: (why, the stage cost that counts the skip)."""
+    text = f"not started: the round's {deadline_s:g} s had passed (data_engine.round_deadline_s)"
+    log.warning("%s: %s skipped: %s", environment, stage, text)
+    cost = Cost()
+    cost.skip("round_deadline")
     return text, cost.as_dict()
 
 
@@ -199,13 +212,15 @@ SINGLE = Shards()
 
 
 def _stage(shards: Shards, round_dir: Path, stage: str, units: list[tuple[str, object]], key_field: str,
-           work: Callable[[object], dict], desc: str, progress: bool, split: bool = True) -> dict[str, dict]:
+           work: Callable[[object], dict], late: Callable[[object], dict], until: float, desc: str, progress: bool,
+           split: bool = True) -> dict[str, dict]:
     """Run one resumable stage: this process's share of the `(key, unit)` pairs not yet recorded, each record
-    appended as it is done; then (several processes) wait for all and read every process's records. Key -> record."""
+    appended as it is done (`late(unit)`'s skip record for a unit reached after `until`, a `time.perf_counter`
+    time); then (several processes) wait for all and read every process's records. Key -> record."""
     done = {record[key_field]: record for record in shards.records(round_dir, stage)}
     todo = [(key, unit) for key, unit in shards.share(units, split) if key not in done]
     for key, unit in tqdm(todo, desc=desc, disable=not (progress and shards.is_main)):
-        done[key] = work(unit)
+        done[key] = work(unit) if time.perf_counter() < until else late(unit)
         append_jsonl(shards.file(round_dir, stage), done[key])
     if shards.count > 1:
         shards.settle([shards.file(round_dir, stage)])
@@ -259,8 +274,27 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     if report_path.exists():
         return json.loads(report_path.read_text())
     start = time.perf_counter()
+    until = start + config.deadline_s if config.deadline_s is not None else float("inf")
     costs = {"explore": Cost(), "abstract": Cost(), "validate": Cost()}
     wall_seconds = {}
+    with calls_cut_at(model, until):
+        report = _round(round_index, round_dir, targets, pool, config, steps, model, max_new_tasks, progress,
+                        report_extra, shards, until, costs, wall_seconds)
+    if shards.is_main:
+        write_round(round_dir, report, time.perf_counter() - start, wall_seconds)
+    if shards.count > 1:  # the others take the committed pool and the report the main process wrote
+        shards.settle([pool.path, report_path] if shards.is_main else [])
+        if not shards.is_main:
+            pool.__init__(pool.path)
+            report = json.loads(report_path.read_text())
+    return report
+
+
+def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], pool: TaskPool,
+           config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None, max_new_tasks: int | None,
+           progress: bool, report_extra: dict | None, shards: Shards, until: float, costs: dict[str, Cost],
+           wall_seconds: dict[str, float]) -> dict:
+    """`feedback_round`'s three stages and the pool commit, up to its report."""
 
     # Stage 2: exploration, one line per target (context + triplets + cost together).
     stage_start = time.perf_counter()
@@ -282,8 +316,13 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         return {"key": key, "source": target.source(context), "signal": target.signal,
                 "context": context, "triplets": triplets, "cost": stage_cost.as_dict()}
 
+    def explore_late(target: ExplorationTarget) -> dict:
+        text, cost = _deadline_skip(config.environment, f"exploration of {_target_key(target)}", config.deadline_s)
+        return {"key": _target_key(target), "source": target.source(None), "signal": target.signal,
+                "context": None, "triplets": [], "cost": cost, "error": text}
+
     explorations = _stage(shards, round_dir, "explorations", [(_target_key(t), t) for t in targets], "key", explore,
-                          f"round {round_index}: explore", progress)
+                          explore_late, until, f"round {round_index}: explore", progress)
     wanted = [explorations[_target_key(t)] for t in targets]
     for exploration in wanted:
         costs["explore"].merge(Cost.from_record(exploration["cost"]))
@@ -308,8 +347,13 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             return {"key": key, "group": list(group_key), "specs": [], "cost": cost, "error": text}
         return {"key": key, "group": list(group_key), "specs": specs, "cost": cost}
 
+    def abstract_late(item: tuple) -> dict:
+        key = f"{item[0][0]}|{item[0][1]}"
+        text, cost = _deadline_skip(config.environment, f"abstraction of {key}", config.deadline_s)
+        return {"key": key, "group": list(item[0]), "specs": [], "cost": cost, "error": text}
+
     abstractions = _stage(shards, round_dir, "abstractions", [(f"{k[0]}|{k[1]}", (k, t)) for k, t in groups.items()],
-                          "key", abstract, f"round {round_index}: abstract", progress)
+                          "key", abstract, abstract_late, until, f"round {round_index}: abstract", progress)
     specs = [spec for key in groups for spec in abstractions[f"{key[0]}|{key[1]}"]["specs"]]  # the groups' order
     for a in abstractions.values():
         costs["abstract"].merge(Cost.from_record(a["cost"]))
@@ -343,8 +387,13 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             known.add(judged["task_id"])
         return judged
 
+    def validate_late(spec: dict) -> dict:
+        text, cost = _deadline_skip(config.environment, f"validation of {spec['spec_id']}", config.deadline_s)
+        return verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], ["round_deadline"], "",
+                              detail=text, cost=Cost.from_record(cost))
+
     verdicts = _stage(shards, round_dir, "verdicts", [(spec["spec_id"], spec) for spec in specs], "spec_id",
-                      validate, f"round {round_index}: validate", progress, split=split)
+                      validate, validate_late, until, f"round {round_index}: validate", progress, split=split)
     verdicts = deduplicated(specs, verdicts)
     for verdict in verdicts.values():
         costs["validate"].merge(Cost.from_record(verdict.get("cost", {})))
@@ -389,13 +438,6 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         "cost": {stage: c.as_dict() for stage, c in costs.items()},
         **(report_extra or {}),
     }
-    if shards.is_main:
-        write_round(round_dir, report, time.perf_counter() - start, wall_seconds)
-    if shards.count > 1:  # the others take the committed pool and the report the main process wrote
-        shards.settle([pool.path, report_path] if shards.is_main else [])
-        if not shards.is_main:
-            pool.__init__(pool.path)
-            report = json.loads(report_path.read_text())
     return report
 
 

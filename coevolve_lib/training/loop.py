@@ -629,35 +629,21 @@ def check_run_folder(run: RunConfig, out_dir: Path) -> None:
 
 MIN_COLLECTIVE_TIMEOUT_S = 1800
 """The shortest collective timeout a run gets: torch's gloo default (NCCL's is 600 s)."""
-OFFLINE_TARGET_S = 60
-"""Most seconds one target takes without an LLM (schema explorer, heuristic context, deterministic abstraction):
-environment calls and bookkeeping only."""
+COLLECTIVE_MARGIN_S = 1800
+"""What a process may wait past a round's deadline: the unit of work in hand when it passed (its explorer calls are
+cut there, its environment calls are not), a checkpoint's save, a step's rollouts longer on one process."""
 
 
-def explorer_calls_per_target(data: DataEngineConfig) -> int:
-    """Sequential explorer-LLM calls one target costs a round: the context (Fig. 11), one batch of the R runs per step
-    (Figs. 9-10), the abstraction (Fig. 12), and the judge (Fig. 13) for about one task per run."""
-    explore = data.explore
-    return (int(explore.context_builder == "llm") + int(explore.explorer == "llm") * explore.calls_per_run
-            + int(data.synthesis.abstraction == "llm") + int(data.synthesis.judge) * explore.runs)
-
-
-def collective_timeout_s(run: RunConfig, d0_targets: int | None = None) -> int:
-    """How long a process of a multi-process run waits at a collective: `training.process_group_timeout_s`, else the
-    longest work one process does while the others wait. That is D_0 (`d0_targets` environments; the plan, which
-    loads none, takes `d0_size`) or a round (`max_targets` targets), split over the processes when the pool update
-    is sharded, each target at most `explorer_calls_per_target` calls of `explorer_deadline_s` plus
-    `OFFLINE_TARGET_S`; never below `MIN_COLLECTIVE_TIMEOUT_S`. A warm start built on the main process is not
-    counted (the kit ships its own; set the timeout when building one in a multi-process run)."""
-    cfg, data = run.training, run.data_engine
+def collective_timeout_s(run: RunConfig) -> int:
+    """How long a process of a multi-process run waits at a collective: `training.process_group_timeout_s`, else
+    the longest a process works while others wait, a round or D_0 (each bounded by `data_engine.round_deadline_s`),
+    plus `COLLECTIVE_MARGIN_S`; never below `MIN_COLLECTIVE_TIMEOUT_S`. A hang is reported then (torch's timeout
+    error), not waited out. A warm start or held-out sets built on the main process are not counted (the kit ships
+    its own; set the timeout when building one in a multi-process run)."""
+    cfg = run.training
     if cfg.process_group_timeout_s is not None:
         return cfg.process_group_timeout_s
-    target_s = explorer_calls_per_target(data) * data.explorer_deadline_s + OFFLINE_TARGET_S
-    processes = cfg.launch.num_processes
-    round_targets = data.max_targets if data.max_targets is not None else data.d0_size
-    d0_share = -(-(d0_targets if d0_targets is not None else data.d0_size) // processes)
-    round_share = -(-round_targets // processes) if pool_update(cfg.pool_updates).sharded else round_targets
-    return max(MIN_COLLECTIVE_TIMEOUT_S, int(max(d0_share, round_share) * target_s))
+    return max(MIN_COLLECTIVE_TIMEOUT_S, int(run.data_engine.round_deadline_s + COLLECTIVE_MARGIN_S))
 
 
 def launches_fsdp() -> bool:
@@ -706,24 +692,24 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
         raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                           "choose another --out")
     owned = engine is None
-    engine = DataEngine(run.data_engine, out_dir, run.evaluation.benchmark) if owned else engine
+    engine = (DataEngine(run.data_engine, out_dir, run.evaluation.benchmark, run.training.launch.num_processes)
+              if owned else engine)
     try:
-        d0_targets = len(engine.sources("pool"))
-        state = distributed_state(run, d0_targets)
+        state = distributed_state(run)
         if state.num_processes > 1:
             from accelerate.utils import gather_object
 
             # accelerate's gather_object flattens what each process gives: give it a list of one
             engine.shards = Shards(state.process_index, state.num_processes, lambda mine: gather_object([mine]))
             announce(progress and state.is_main_process, f"{state.num_processes} processes; a collective waits up "
-                     f"to {collective_timeout_s(run, d0_targets)} s (training.process_group_timeout_s)")
+                     f"to {collective_timeout_s(run)} s (training.process_group_timeout_s)")
         return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
     finally:
         if owned:
             engine.close()
 
 
-def distributed_state(run: RunConfig, d0_targets: int):
+def distributed_state(run: RunConfig):
     """accelerate's process state of the run: the process group made here with the run's collective timeout
     (`collective_timeout_s`), before TRL's arguments would make one with none (transformers' `ddp_timeout` applies
     only to a group it makes itself), and the process count checked against the profile (`check_processes`)."""
@@ -736,7 +722,7 @@ def distributed_state(run: RunConfig, d0_targets: int):
         os.environ.setdefault("ACCELERATE_TORCH_DEVICE", "cpu")
     # On CPU, accelerate joins launched processes (gloo) only in a state made with cpu=True (TRL's `use_cpu` makes its
     # own so); a default one leaves each process alone, and every one of them the main process.
-    state = PartialState(cpu=cpu, timeout=timedelta(seconds=collective_timeout_s(run, d0_targets)))
+    state = PartialState(cpu=cpu, timeout=timedelta(seconds=collective_timeout_s(run)))
     check_processes(run.training, state.num_processes)
     return state
 

@@ -17,7 +17,7 @@ from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.llm_calls import record_path
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
 from coevolve_lib.core.shared_files import SETTLE_TIMEOUT_S
-from coevolve_lib.training.loop import collective_timeout_s, explorer_calls_per_target, flat, train, training_rollouts
+from coevolve_lib.training.loop import COLLECTIVE_MARGIN_S, collective_timeout_s, flat, train, training_rollouts
 from coevolve_lib.training.memory import (
     GPU_MEMORY_GB,
     SERVER_MEMORY_UTILIZATION,
@@ -149,6 +149,13 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
     if explorer and explorer.startswith("openai:") and not replayed:
         commands["explorer_env"] = (f"export OPENAI_BASE_URL=<OpenAI-compatible endpoint serving "
                                     f"{explorer.removeprefix('openai:')}> OPENAI_API_KEY=<its key>")
+        data, processes = run.data_engine, launch.num_processes
+        rate = data.explorer_requests_per_minute
+        notes.append(f"explorer: at most {data.explorer_max_concurrent} calls in flight over the run "
+                     f"({data.explorer_max_concurrent // processes} per process; data_engine.explorer_max_concurrent)"
+                     + (f", {rate} requests a minute ({rate / processes:g} per process; "
+                        "data_engine.explorer_requests_per_minute)" if rate else ", unpaced")
+                     + f"; a round ends within data_engine.round_deadline_s = {data.round_deadline_s:g} s")
         if not os.environ.get("OPENAI_BASE_URL"):
             notes.append("OPENAI_BASE_URL is not set: the explorer LLM needs an OpenAI-compatible endpoint")
     if launch.accelerate_config and not (REPO_ROOT / launch.accelerate_config).exists():
@@ -193,10 +200,8 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
         "rollout": asdict(training_rollouts(run)),
         "lora": asdict(cfg.lora) if cfg.lora.enabled else None,
         "launch": asdict(launch),
-        "collectives": ({"timeout_s": collective_timeout_s(run), "explorer_calls_per_target":
-                         explorer_calls_per_target(run.data_engine),
-                         "explorer_deadline_s": run.data_engine.explorer_deadline_s} if launch.num_processes > 1
-                        else None),
+        "collectives": ({"timeout_s": collective_timeout_s(run), "round_deadline_s": run.data_engine.round_deadline_s,
+                         "margin_s": COLLECTIVE_MARGIN_S} if launch.num_processes > 1 else None),
         "vllm_memory": {name: memory for name, memory in vllm.items() if memory is not None} or None,
         "training_memory": memory_plan(run),
         "checkpoint_disk": checkpoint_disk(run),
