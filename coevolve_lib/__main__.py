@@ -5,12 +5,24 @@ run that cannot go on (`RunError`: an endpoint that never answers; a corrupt fil
 """
 
 import importlib
+import signal
 import sys
 
 PROG = "python -m coevolve_lib"
 USAGE_ERROR = 2
 INTERRUPTED = 130
 """The shell's status for a process stopped by SIGINT (128 + 2)."""
+TERMINATED = 143
+"""The shell's status for a process stopped by SIGTERM (128 + 15)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's preemption, `timeout`, `docker stop`), raised where the process is, as SIGINT raises
+    KeyboardInterrupt: every `finally` runs (servers stopped, files closed) and the command ends as interrupted."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 COMMANDS = {
     "setup": ("coevolve_lib.cli.setup_offline",
               "install the BFCL data wheels, build the offline models, install the kernel"),
@@ -58,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from coevolve_lib.core.runtime import configure_process
 
     configure_process()
+    signal.signal(signal.SIGTERM, _terminated)
     from coevolve_lib.core.config import ConfigError, RunError
     from coevolve_lib.core.records import CorruptFileError
 
@@ -71,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except SystemExit as exc:  # argparse: --help, or a bad option (one line, status 2)
         return exc.code if isinstance(exc.code, int) else 1
-    except KeyboardInterrupt:  # every command resumes from what it wrote: say so, not where Python was
-        print(f"{PROG} {argv[0]}: interrupted; the same command again resumes where it stopped", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt as exc:  # every command resumes from what it wrote: say so, not where Python was
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{PROG} {argv[0]}: {how}; the same command again resumes where it stopped", file=sys.stderr)
+        return TERMINATED if isinstance(exc, Terminated) else INTERRUPTED
     except FileNotFoundError as exc:  # what set-up builds or a profile names is missing: the message says what to do
         detail = (f"{exc.strerror}: {exc.filename}" if exc.filename
                   else next(iter(str(exc).strip().splitlines()), type(exc).__name__))

@@ -131,3 +131,68 @@ def test_a_server_that_exits_between_replies_is_the_environments(world, episodes
                            new_episode=episodes)
     assert killed and record["success"] and record["attempts"] == 2 and record["code_fault"] is None
     assert [f["kind"] for f in record["environment_faults"]] == ["down"]
+
+
+KIT_WITH_A_SERVER = '''
+import sys, time
+from coevolve_lib.core.sandbox import SandboxConfig
+from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
+AppWorldServer(AppWorldServerConfig(root=sys.argv[1], sandbox=SandboxConfig(mode=sys.argv[2]))).start()
+print("started", flush=True)
+time.sleep(600)
+'''
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_a_server_dies_with_the_kit_however_the_kit_ends(world, tmp_path, mode):
+    """Issue 47: servers start in sessions of their own, so a kit process killed (SIGKILL; SIGTERM before the kit
+    handled it) left them running, parent 1 (4 AppWorld servers for 80 minutes). bubblewrap's --die-with-parent, and
+    setpriv's parent-death signal without the sandbox, take each down with the process that started it."""
+    import subprocess
+    import sys
+
+    from coevolve_lib.core.paths import REPO_ROOT
+
+    script = tmp_path / "kit.py"
+    script.write_text(KIT_WITH_A_SERVER)
+    kit = subprocess.Popen([sys.executable, str(script), str(world.root), mode], cwd=REPO_ROOT,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert kit.stdout.readline().strip() == "started"
+        tree = psutil.Process(kit.pid).children(recursive=True)
+        assert tree, "the server runs under the kit's process"
+        kit.kill()
+        kit.wait()
+        gone, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        kit.kill()
+
+
+def test_sigterm_stops_a_command_like_ctrl_c_and_its_servers_with_it(world, tmp_path):
+    """Issue 47: SIGTERM (a scheduler's preemption, `timeout`, `docker stop`) skipped the clean stop: a traceback-free
+    one line and the shell's 143 now, the same as SIGINT's, every AppWorld server gone, and the rerun completes."""
+    import signal
+    import subprocess
+    import sys
+
+    from coevolve_lib.core.paths import REPO_ROOT
+
+    command = [sys.executable, "-m", "coevolve_lib", "evaluate", "--profile", "tiny-appworld", "--out",
+               str(tmp_path / "results.json")]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    servers, deadline = [], time.time() + 120
+    while not servers and time.time() < deadline and process.poll() is None:  # an AppWorld server answers
+        servers = [p for p in psutil.Process(process.pid).children(recursive=True)
+                   if "appworld" in " ".join(p.cmdline())]
+        time.sleep(0.2)
+    assert servers, "the evaluation started no AppWorld server"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "python -m coevolve_lib evaluate: terminated (SIGTERM); the same command again resumes where it stopped")
+    _, alive = psutil.wait_procs(servers, timeout=10)
+    assert not alive, [p.pid for p in alive]
+    rerun = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]

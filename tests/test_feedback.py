@@ -175,3 +175,25 @@ def test_a_round_past_its_deadline_cuts_the_call_in_flight_and_skips_the_rest(tm
     assert sum("data_engine.round_deadline_s" in line for line in explorations) == 2
     assert feedback_round(1, tmp_path / "round_001", [], pool, config, BFCL.round_steps(), model,
                           progress=False) == report
+
+
+def test_a_spec_drafted_twice_is_validated_once_and_added(tmp_path, train_tasks):
+    """Issue 47: verdicts were keyed by spec id, so a round that drafted the same spec from two groups replaced the
+    first draft's acceptance with the second's `duplicate` and added nothing (specs 2, accepted 0, added 0), and its
+    counts did not add up. Each spec is now validated once; its repeat is a duplicate beside the acceptance."""
+    steps = BFCL.round_steps()
+    first = {}
+
+    def same_specs(group_key, triplets, source, synthesis, model):  # every group drafts the first group's specs
+        if not first:
+            first["drafts"] = steps.abstract(group_key, triplets, source, synthesis, model)
+        return first["drafts"]
+
+    pool = TaskPool(tmp_path / "pool.jsonl")
+    report = feedback_round(1, tmp_path / "round_001", [BFCL.target(task) for task in train_tasks[:2]], pool,
+                            FeedbackConfig(), replace(steps, abstract=same_specs), progress=False)
+    drafted = len(first["drafts"][0])
+    assert drafted > 0 and report["specs"] == 2 * drafted
+    assert report["accepted"] > 0 and report["added_to_pool"] == report["accepted"] == len(pool)
+    assert report["rejection_reasons"]["duplicate"] >= drafted  # every repeat, and nothing else lost
+    assert report["accepted"] + sum(report["rejection_reasons"].values()) == report["specs"]

@@ -231,3 +231,27 @@ def test_a_run_shares_its_explorer_calls_in_flight_over_its_processes():
 
     with pytest.raises(ConfigError, match="explorer_max_concurrent 4 is shared by the run's 8 processes"):
         run_config("paper-qwen3-4b", ["data_engine.explorer_max_concurrent=4"])
+
+
+def test_an_endpoint_model_without_a_base_url_is_one_line_never_a_public_call(monkeypatch, capsys):
+    """Issue 47: with OPENAI_BASE_URL unset the openai client went to api.openai.com, and only a "waiting for" notice
+    showed it. Now one line when the model is made; the data engine makes its explorer when a round first needs it."""
+    from coevolve_lib.__main__ import main as cli
+    from coevolve_lib.core.config import ConfigError
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="openai:x has no endpoint: set OPENAI_BASE_URL"):
+        load_chat_model("openai:x")
+    returned = cli(["evaluate", "--model", "openai:x", "--limit", "1", "--out", "/nonexistent/never.json"])
+    err = capsys.readouterr().err
+    assert returned == 2 and err.count("\n") == 1 and "has no endpoint" in err, err
+
+
+def test_the_same_server_error_three_times_is_not_retried_again(tiny):
+    """A deterministic HTTP 500 (the server cannot make a reply for this request) was retried 4 more times, 11-26 s
+    per ask; the third identical error ends the tries (two, then a reply, are `test_retries_through_faults`'s)."""
+    with ChatServer(tiny, faults=FaultConfig(always="500")) as server:
+        model = client(server, timeout=10, max_retries=4)
+        [generation] = model.generate([HI], config=SHORT)
+        assert server.num_requests == 3 and model.num_retries == 2
+    assert "the same server error 3 times: not retried again" in generation.error

@@ -226,3 +226,19 @@ def test_table12_says_a_replayed_explorer_whose_d0_held_no_task_trained_nothing(
     assert "model_error 104" in static
     with pytest.raises(ConfigError, match="not in explorer_models"):
         explorers({}, "", {"Qwen3-4B": "x.jsonl"})
+
+
+def test_table12_renders_when_no_variant_trained():
+    """Issue 47: with every explorer's D_0 empty, Table 12 raised `RuntimeError: generator raised StopIteration`."""
+    from coevolve_lib.studies.catalog import explorers
+
+    study = explorers({"Qwen3-4B": "openai:policy"}, "", {"Qwen3-4B": "coevolve_lib/data/llm_calls/x.jsonl"})
+    d0 = {"targets": 13, "explorer_calls": 0, "triplets": 0, "valid_triplets": 0, "specs": 0, "accepted": 0,
+          "explore_skipped": {}, "rejection_reasons": {}}
+    doc = {"profile": "tiny", "model": "m", "config": {"seeds": [0], "variants": [
+        {"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row} for v in study.variants]},
+        "metrics": [], "details": {"not_trained": [{"variant": v.name, "seed": 0, "d0": d0} for v in study.variants]}}
+    table = paper_tables.table12(doc)
+    assert all("no variant trained" in scale for scale in table.kit["scale"])
+    assert (table.kit.loc["openai:policy (replayed: coevolve_lib/data/llm_calls/x.jsonl)",
+                          "kit CoEvolve held-out (a) new tasks, pool envs %"] == "not trained (D_0 empty)")

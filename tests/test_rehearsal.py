@@ -65,10 +65,10 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
         {"rng_state_0.pth", "rng_state_1.pth"}
     report = json.loads((run / "round_001" / "report.json").read_text())
     assert report["pool_version"] == 1 and report["added_to_pool"] > 0 and rows[0]["feedback/tasks_added"] > 0
-    # the weights move exactly when a trained group had reward variance, or the MoE router's loss has a gradient
-    # (the 7B stand-in's rollouts earned 0 in every group: zero advantage, a zero loss, no weight moved; docs/log.md)
-    advantage = any(r["train/zero_std_trained"] < 1 for r in rows)
-    assert (record["weights_moved"] > 0) == (advantage or bool(grpo["trl_aux_loss"]))
+    # Every architecture's weights move (issue 46: under the prefix reward the 4B and 7B stand-ins earned 0 in every
+    # group and moved none, so their restore went unchecked), and the resumed run ends with the first one's weights
+    # (a resume check: `final_weights_as_before`, in `failed_checks` above when it does not hold)
+    assert record["weights_moved"] > 0 and any(r["train/zero_std_trained"] < 1 for r in rows)
     # the sharded round: each of the two processes explored its share of the round's targets
     assert all((tmp_path / "run" / "round_001" / f"explorations.p{i}.jsonl").exists() for i in range(2))
 
@@ -91,3 +91,7 @@ def test_rehearse_exits_non_zero_naming_the_checks_that_failed(tmp_path, monkeyp
     monkeypatch.setattr(record, "resume_failures", [])
     monkeypatch.setattr(record, "vllm", None)
     assert rehearse.main(["--profile", "paper-qwen3-4b", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(record, "weights_moved", 0)  # a rehearsal whose training changed nothing checked no restore
+    assert rehearse.main(["--profile", "paper-qwen3-4b", "--out", str(tmp_path)]) == 1
+    assert "the training moved no weight" in capsys.readouterr().err

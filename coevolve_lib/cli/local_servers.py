@@ -22,6 +22,7 @@ from pathlib import Path
 
 from coevolve_lib.core.config import RunError
 from coevolve_lib.core.paths import REPO_ROOT
+from coevolve_lib.core.sandbox import DIES_WITH_PARENT
 
 TRANSFORMERS_START_S = 90
 """Longest `transformers serve` may take to answer /health (it loads the forced model first: seconds on CPU)."""
@@ -99,8 +100,9 @@ def _served(name: str, command: list[str], env: dict, port: int, log_path: Path,
     when the server exits first or takes longer than `start_s`)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
     with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
-                                  start_new_session=True)
+        # its own session (its group is stopped whole), and killed with the kit however the kit ends
+        server = subprocess.Popen([*DIES_WITH_PARENT, *command], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  cwd=REPO_ROOT, start_new_session=True)
     try:
         deadline = time.monotonic() + start_s
         while True:

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             standins.build_standin(model)  # kept when it is built already
     record = rehearsal.rehearse(args.profile, out, args.set)
     shown = ("profile", "architecture", "processes", "rollout_engine", "steps", "rounds", "tool_calls_parsed",
-             "lora_trainable_params", "resumed", "resume_failures", "evaluated", "vllm", "seconds")
+             "lora_trainable_params", "weights_moved", "resumed", "resume_failures", "evaluated", "vllm", "seconds")
     print(json.dumps({key: getattr(record, key) for key in shown}))
     if record.failed_checks:
         print(f"python -m coevolve_lib rehearse: failed: {'; '.join(record.failed_checks)} "

@@ -36,7 +36,7 @@ from pathlib import Path
 from coevolve_lib.core.config import RunError
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel
 from coevolve_lib.core.paths import REPO_ROOT, shown_path
-from coevolve_lib.core.records import append_jsonl, read_jsonl
+from coevolve_lib.core.records import append_jsonl, read_jsonl, read_jsonl_numbered
 
 SCHEMA = "llm_call/v1"
 RECORD_NAME = "llm_calls.jsonl"
@@ -74,11 +74,20 @@ class RecordedChatModel(ChatModel):
         self.name, self.path, self.live = name, Path(path), live
         self.replies: dict[tuple[str, str, int], dict] = {}
         """(scope, key, n) -> reply; a later line for the same ask (an error asked again) replaces the earlier."""
-        for line in read_jsonl(self.path):
+        self.models: Counter = Counter()
+        """The models the recording's lines name, with their counts (a replay refused says when it is another)."""
+        for number, line in read_jsonl_numbered(self.path):
             ask = (line.get("scope"), line.get("key"), line.get("n"))
-            if isinstance(ask[0], str) and isinstance(ask[1], str) and type(ask[2]) is int \
-                    and isinstance(line.get("reply"), dict):
-                self.replies[ask] = line["reply"]
+            if not (isinstance(ask[0], str) and isinstance(ask[1], str) and type(ask[2]) is int):
+                continue  # not an ask (read_jsonl already skipped what is not JSON)
+            reply = line.get("reply")
+            missing = [name for name in REPLY_FIELDS if not isinstance(reply, dict) or name not in reply]
+            if missing:  # replayed, it would answer None for each: another round, silently
+                raise RunError(f"{shown_path(self.path)}, line {number}: the reply lacks {', '.join(missing)} (a "
+                               f"recorded reply holds {', '.join(REPLY_FIELDS)}): the recording is damaged or was "
+                               "written by another tool; record it again (data_engine.llm_calls=record)")
+            self.replies[ask] = reply
+            self.models[line.get("model")] += 1
         self.recorded = len(self.replies)
         """Replies the file held when the model was made."""
         self.scope = ""
@@ -99,10 +108,13 @@ class RecordedChatModel(ChatModel):
         missing = [index for index, generation in enumerate(out) if generation is None]
         if missing and self.live is None:
             scope, key, number = asks[missing[0]]
+            others = sorted(str(name) for name in self.models if name != self.name)
+            why = (f"it recorded {', '.join(others)}, not {self.name} (data_engine.explorer_model)"
+                   if others and self.name not in self.models else "another config, seed or prompt")
             raise RunError(f"replay of {self.name}: no recorded reply to the ask of scope {scope!r}, key {key[:12]}, "
                            f"n {number} ({_asked(conversations[missing[0]])!r}) in {shown_path(self.path)} "
-                           f"({self.recorded} recorded replies): the run asks what the recording never saw (another "
-                           "config, seed or prompt); record it with data_engine.llm_calls=record")
+                           f"({self.recorded} recorded replies): the run asks what the recording never saw ({why}); "
+                           "record it with data_engine.llm_calls=record")
         if missing:
             fresh = self.live.generate([conversations[i] for i in missing],
                                        [tools[i] for i in missing] if tools else None, config)

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.paper_models import PAPER_MODELS
 from coevolve_lib.core.paths import MODELS_DIR, shown_path
 from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS
@@ -358,6 +359,18 @@ def _retryable(exc: Exception) -> bool:
     return True
 
 
+SAME_SERVER_ERROR_TRIES = 3
+"""Tries after which the same HTTP 5xx answer to the same request ends its retries (a server that cannot make this
+reply, not an overloaded one; two in a row still happen to transient faults)."""
+
+
+def _server_error(exc: Exception) -> bool:
+    """An HTTP 5xx answer (a server that answered, unlike a timeout or a dropped connection)."""
+    import openai
+
+    return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
+
+
 def _openai_messages(messages: list[dict]) -> list[dict]:
     """The conversation as strict endpoints take it: every assistant tool call with an id (the endpoint's own, else
     one made here) and string arguments, every `tool` message answering a call of the assistant turn before it (by
@@ -420,6 +433,10 @@ class OpenAIChatModel(ChatModel):
         min_interval_s: fewest seconds between two requests' starts, over all threads (a rate limit's share)."""
         import openai
 
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        if not base_url:  # the openai client would call api.openai.com: never without being told
+            raise ConfigError(f"openai:{model} has no endpoint: set OPENAI_BASE_URL to its OpenAI-compatible server "
+                              "(https://api.openai.com/v1 for OpenAI's own), or give base_url")
         self.name = model
         self.model = model
         self.max_retries = max_retries
@@ -429,7 +446,7 @@ class OpenAIChatModel(ChatModel):
         self.timeout, self.deadline_s, self.batch_deadline_s = timeout, deadline_s, batch_deadline_s
         # The client's own retries are off: this class retries, so every failure is counted and budgeted here.
         self.client = openai.OpenAI(
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+            base_url=base_url,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
             timeout=timeout, max_retries=0,
         )
@@ -475,7 +492,7 @@ class OpenAIChatModel(ChatModel):
             ", the round's deadline" if self.not_after < float("inf") else "")
         if start >= batch_deadline:  # the batch's other items took its time, or the round's is up
             return _failed(start, f"not sent: the batch's time was up ({limits})")
-        error = None
+        error, repeats = None, 0
         for attempt in range(self.max_retries + 1):
             if attempt:
                 pause = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
@@ -493,8 +510,12 @@ class OpenAIChatModel(ChatModel):
                                          timeout=min(self.timeout, deadline - time.perf_counter()))
                 return _generation(response, seconds=time.perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - any failure of one item becomes its error, never the batch's
-                error = f"{exc.__class__.__name__}: {str(exc)[:500]}"
+                previous, error = error, f"{exc.__class__.__name__}: {str(exc)[:500]}"
                 if not _retryable(exc):
+                    break
+                repeats = repeats + 1 if error == previous and _server_error(exc) else 0
+                if repeats == SAME_SERVER_ERROR_TRIES - 1:  # the same 5xx for the same request: it will not pass
+                    error = f"{error} (the same server error {SAME_SERVER_ERROR_TRIES} times: not retried again)"
                     break
         return _failed(start, f"failed after {attempt + 1} attempt(s): {error}")
 

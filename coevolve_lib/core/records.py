@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from coevolve_lib.core.paths import REPO_ROOT
@@ -44,32 +45,57 @@ class CorruptFileError(ValueError):
     """A file written atomically holds a line that is not a JSON record: corruption, never an interrupted write."""
 
 
-def read_jsonl(path: str | Path, atomic: bool = False) -> list[dict]:
-    """All records of a JSONL file ([] if it does not exist).
+MAX_LINE_BYTES = 64 * 2**20
+"""Longest JSONL line read back (64 MiB; the kit bounds a record's model-made part at 2 MiB): a longer one is damage,
+handled as a line that does not parse, and never held whole."""
 
-    An appended file (`append_jsonl`) may end in one line cut by a killed process: such a line is logged and skipped.
-    A file only ever replaced whole (`atomic`, e.g. the task pool) cannot hold one, so a bad line there is a
-    `CorruptFileError` naming the file and the line, and nothing is dropped or rewritten."""
+
+def _lines(f) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) of a binary file, None for a line over `MAX_LINE_BYTES` (skipped without holding it)."""
+    number = 0
+    while line := f.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            while (rest := f.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            yield number, None
+        else:
+            yield number, line
+
+
+def read_jsonl_numbered(path: str | Path, atomic: bool = False) -> list[tuple[int, dict]]:
+    """(line number, record) of every record of a JSONL file ([] if it does not exist).
+
+    An appended file (`append_jsonl`) may end in one line cut by a killed process: such a line (not JSON, not UTF-8,
+    cut inside a multi-byte character, or over `MAX_LINE_BYTES`) is logged and skipped. A file only ever replaced
+    whole (`atomic`, e.g. the task pool) cannot hold one, so a bad line there is a `CorruptFileError` naming the file
+    and the line, and nothing is dropped or rewritten."""
     path = Path(path)
     if not path.exists():
         return []
     records = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for number, line in _lines(f):
+            if line is not None and not line.strip():
                 continue
             try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):
+                record = json.loads(line.decode("utf-8")) if line is not None else None
+            except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
                 record = None
             if isinstance(record, dict):
-                records.append(record)
+                records.append((number, record))
             elif atomic:
-                raise CorruptFileError(f"{path}, line {number}: not a JSON record ({line.strip()[:60]!r}); the file "
-                                       "is written atomically, so this is corruption: repair or remove the line")
+                shown = "a line over 64 MiB" if line is None else repr(line.strip()[:60].decode("utf-8", "replace"))
+                raise CorruptFileError(f"{path}, line {number}: not a JSON record ({shown}); the file is written "
+                                       "atomically, so this is corruption: repair or remove the line")
             else:
                 log.warning("skipping corrupt line %d of %s (an interrupted write)", number, path)
     return records
+
+
+def read_jsonl(path: str | Path, atomic: bool = False) -> list[dict]:
+    """The records of a JSONL file, as `read_jsonl_numbered` reads them."""
+    return [record for _, record in read_jsonl_numbered(path, atomic)]
 
 
 def read_json(path: str | Path):
@@ -77,7 +103,7 @@ def read_json(path: str | Path):
     cannot be an interrupted write: emptied or damaged afterwards)."""
     try:
         return json.loads(Path(path).read_bytes())
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past Python's recursion limit
         raise CorruptFileError(f"{path}: not JSON; the file is written atomically, so this is corruption: restore "
                                "it or remove it") from None
 

@@ -93,6 +93,11 @@ class SandboxConfig:
             raise ValueError(f"sandbox mode {self.mode!r} is not one of {SANDBOX_MODES}")
 
 
+DIES_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
+"""A command prefix under which the process gets SIGKILL when the kit's process (the thread that started it) ends,
+however it ends, SIGKILL included: what bubblewrap's `--die-with-parent` does for a sandbox (util-linux's setpriv)."""
+
+
 @dataclass
 class Sandbox:
     """One sandbox's plan: call `command(argv)` for the command line and `popen_kwargs()` for `subprocess.Popen`."""
@@ -120,7 +125,7 @@ class Sandbox:
     def command(self, argv: list[str]) -> list[str]:
         limited = ["prlimit", *self.config.limits.prlimit_args(), "--", *argv]
         if self.config.mode == "none":
-            return limited
+            return [*DIES_WITH_PARENT, *limited]
         check_sandbox()
         args = [shutil.which("bwrap"), "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--clearenv"]

@@ -14,6 +14,7 @@ signals.jsonl, round_001/, ...
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections import Counter
@@ -23,7 +24,7 @@ from pathlib import Path
 from coevolve_lib.core.config import DataEngineConfig, RunError
 from coevolve_lib.core.environment import ContractError, Environment, RoundSteps, make_environment
 from coevolve_lib.core.llm_calls import explorer_model, record_path
-from coevolve_lib.core.models import load_chat_model, local_model
+from coevolve_lib.core.models import ChatModel, load_chat_model, local_model
 from coevolve_lib.core.paths import shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
@@ -101,15 +102,22 @@ class DataEngine:
         self.environment = (make_environment(environment, config, self.run_dir) if isinstance(environment, str)
                             else environment)
         self.pool = TaskPool(self.run_dir / "pool.jsonl")
-        self.explorer_model = None
-        if config.explorer_model:  # an endpoint gets the profile's deadlines and its share of the run's limits
-            options = (explorer_options(config, processes) if config.explorer_model.startswith("openai:") else {})
-            self.explorer_model = explorer_model(config.explorer_model, config.llm_calls,
-                                                 record_path(self.run_dir, config.llm_record),
-                                                 lambda spec: load_chat_model(spec, **options))
+        self.processes = processes
         self._excluded: frozenset[str] | None = None
         self.shards: Shards = SINGLE
         """The processes that run D_0 and the rounds together (a multi-process training run sets it)."""
+
+    @functools.cached_property
+    def explorer_model(self) -> ChatModel | None:
+        """The explorer (`data_engine.explorer_model`; None when every stage runs offline), made when a round first
+        asks for it, so that what needs none (held-out sets are built offline) needs no endpoint. An endpoint gets the
+        profile's deadlines and this process's share of the run's limits."""
+        config = self.config
+        if not config.explorer_model:
+            return None
+        options = explorer_options(config, self.processes) if config.explorer_model.startswith("openai:") else {}
+        return explorer_model(config.explorer_model, config.llm_calls, record_path(self.run_dir, config.llm_record),
+                              lambda spec: load_chat_model(spec, **options))
 
     def sources(self, part: str) -> list:
         """The environment's `part` sources (`Environment.sources`), each with an `id` of its own: D_0's targets, the

@@ -25,10 +25,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.core.config import ConfigError, ExploreConfig, RunError, SynthesisConfig
+from coevolve_lib.core.config import (
+    ConfigError,
+    ExploreConfig,
+    RunError,
+    SynthesisConfig,
+)
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.llm_calls import calls_cut_at, llm_scope
 from coevolve_lib.core.environment import RoundSteps
+from coevolve_lib.core.llm_calls import calls_cut_at, llm_scope
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic
 from coevolve_lib.core.shared_files import file_digest, wait_for_files
@@ -277,24 +282,6 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     until = start + config.deadline_s if config.deadline_s is not None else float("inf")
     costs = {"explore": Cost(), "abstract": Cost(), "validate": Cost()}
     wall_seconds = {}
-    with calls_cut_at(model, until):
-        report = _round(round_index, round_dir, targets, pool, config, steps, model, max_new_tasks, progress,
-                        report_extra, shards, until, costs, wall_seconds)
-    if shards.is_main:
-        write_round(round_dir, report, time.perf_counter() - start, wall_seconds)
-    if shards.count > 1:  # the others take the committed pool and the report the main process wrote
-        shards.settle([pool.path, report_path] if shards.is_main else [])
-        if not shards.is_main:
-            pool.__init__(pool.path)
-            report = json.loads(report_path.read_text())
-    return report
-
-
-def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], pool: TaskPool,
-           config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None, max_new_tasks: int | None,
-           progress: bool, report_extra: dict | None, shards: Shards, until: float, costs: dict[str, Cost],
-           wall_seconds: dict[str, float]) -> dict:
-    """`feedback_round`'s three stages and the pool commit, up to its report."""
 
     # Stage 2: exploration, one line per target (context + triplets + cost together).
     stage_start = time.perf_counter()
@@ -302,7 +289,7 @@ def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], 
     def explore(target: ExplorationTarget) -> dict:
         key = _target_key(target)
         try:
-            with llm_scope(model, f"round {round_index}/explore/{key}"):
+            with llm_scope(model, f"round {round_index}/explore/{key}"), calls_cut_at(model, until):
                 context, triplets, cost = steps.explore(target, config.explore, model)
         except KIT_ERRORS:
             raise
@@ -337,7 +324,7 @@ def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], 
         group_key, triplets = item
         key = f"{group_key[0]}|{group_key[1]}"
         try:
-            with llm_scope(model, f"round {round_index}/abstract/{key}"):
+            with llm_scope(model, f"round {round_index}/abstract/{key}"), calls_cut_at(model, until):
                 specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis,
                                              model)
         except KIT_ERRORS:
@@ -354,7 +341,14 @@ def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], 
 
     abstractions = _stage(shards, round_dir, "abstractions", [(f"{k[0]}|{k[1]}", (k, t)) for k, t in groups.items()],
                           "key", abstract, abstract_late, until, f"round {round_index}: abstract", progress)
-    specs = [spec for key in groups for spec in abstractions[f"{key[0]}|{key[1]}"]["specs"]]  # the groups' order
+    drafted = [spec for key in groups for spec in abstractions[f"{key[0]}|{key[1]}"]["specs"]]  # the groups' order
+    # A spec drafted again (the same task from another group) is validated once: its repeats are duplicates, and
+    # never stand in for its verdict (keyed by spec id, a later "duplicate" verdict replaced the acceptance).
+    first_drafts: dict[str, dict] = {}
+    for spec in drafted:
+        first_drafts.setdefault(spec["spec_id"], spec)
+    specs = list(first_drafts.values())
+    redrafted = len(drafted) - len(specs)
     for a in abstractions.values():
         costs["abstract"].merge(Cost.from_record(a["cost"]))
     wall_seconds["abstract"] = time.perf_counter() - stage_start
@@ -373,7 +367,7 @@ def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], 
 
     def validate(spec: dict) -> dict:
         try:
-            with llm_scope(model, f"round {round_index}/validate/{spec['spec_id']}"):
+            with llm_scope(model, f"round {round_index}/validate/{spec['spec_id']}"), calls_cut_at(model, until):
                 judged = (steps.validate(spec, config.synthesis, model, known_task_ids=known)
                           if config.synthesis.validate else accept_unvalidated(spec, config.synthesis, known))
         except KIT_ERRORS:
@@ -420,15 +414,17 @@ def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], 
         pool.add_round(accepted, round_index)  # idempotent: a resumed round adds nothing twice
 
     rejections = Counter(v["reason"] for v in verdicts.values() if not v["accepted"])
+    rejections["duplicate"] += redrafted
+    rejections = +rejections  # no zero counts
     report = {
         "round": round_index,
         "targets": len(targets),
         "signal_types": dict(Counter(t.signal_type or "unguided" for t in targets)),
         "triplets": sum(len(e["triplets"]) for e in wanted),
         "valid_triplets": sum(t["valid"] for e in wanted for t in e["triplets"]),
-        "specs": len(specs),
+        "specs": len(drafted),
         "accepted": sum(v["accepted"] for v in verdicts.values()),
-        "acceptance_rate": round(sum(v["accepted"] for v in verdicts.values()) / len(specs), 4) if specs else None,
+        "acceptance_rate": round(sum(v["accepted"] for v in verdicts.values()) / len(drafted), 4) if drafted else None,
         "accept_reasons": dict(Counter(v["reason"] for v in verdicts.values() if v["accepted"])),
         "rejection_reasons": dict(rejections),
         "heldout_leaks": rejections.get("heldout_leak", 0),  # always reported: 0 is a measurement too
@@ -438,6 +434,13 @@ def _round(round_index: int, round_dir: Path, targets: list[ExplorationTarget], 
         "cost": {stage: c.as_dict() for stage, c in costs.items()},
         **(report_extra or {}),
     }
+    if shards.is_main:
+        write_round(round_dir, report, time.perf_counter() - start, wall_seconds)
+    if shards.count > 1:  # the others take the committed pool and the report the main process wrote
+        shards.settle([pool.path, report_path] if shards.is_main else [])
+        if not shards.is_main:
+            pool.__init__(pool.path)
+            report = json.loads(report_path.read_text())
     return report
 
 

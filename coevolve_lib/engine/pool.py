@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.records import CorruptFileError, read_jsonl_numbered, write_json_atomic, write_jsonl_atomic
 
 
 class TaskPool:
@@ -28,7 +28,13 @@ class TaskPool:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.rounds_path = self.path.with_name(self.path.name + ".rounds.json")
-        self.tasks: list[dict] = read_jsonl(self.path, atomic=True)
+        self.tasks: list[dict] = []
+        for number, task in read_jsonl_numbered(self.path, atomic=True):
+            if not (isinstance(task.get("task_id"), str) and type(task.get("pool_version")) is int):
+                raise CorruptFileError(f"{self.path}, line {number}: not a task/v1 record (a task_id string and a "
+                                       "pool_version integer); the pool is written atomically, so this is corruption: "
+                                       "repair or remove the line")
+            self.tasks.append(task)
         rounds = set()
         if self.rounds_path.exists():
             try:

@@ -197,9 +197,10 @@ def _mean_ci(rows: list[dict]) -> str:
 
 
 def _scale(doc: dict) -> str:
-    row = next(r for r in doc["metrics"] if r["variant"] != "zero_shot")
-    return (f"profile={doc['profile']}, model={doc['model']}, {row['steps']} steps x {row['tasks_per_step']} tasks x "
-            f"K={row['group_size']}, seeds {doc['config']['seeds']}")
+    row = next((r for r in doc["metrics"] if r["variant"] != "zero_shot"), None)
+    trained = (f"{row['steps']} steps x {row['tasks_per_step']} tasks x K={row['group_size']}" if row
+               else "no variant trained")  # e.g. every explorer of Table 12 left an empty D_0
+    return f"profile={doc['profile']}, model={doc['model']}, {trained}, seeds {doc['config']['seeds']}"
 
 
 def _kit_cells(doc: dict | None, variant: str) -> dict:

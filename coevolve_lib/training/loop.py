@@ -40,17 +40,21 @@ from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 
-from coevolve_lib.core.environment import checked_evaluation
 from coevolve_lib.core.config import (
     BUDGET_REASONS,
     ConfigError,
-    DataEngineConfig,
     RunConfig,
     RunError,
     TrainConfig,
     run_identity,
 )
-from coevolve_lib.core.models import HFChatModel, hub_offline, missing_model_message, set_torch_threads
+from coevolve_lib.core.environment import checked_evaluation
+from coevolve_lib.core.models import (
+    HFChatModel,
+    hub_offline,
+    missing_model_message,
+    set_torch_threads,
+)
 from coevolve_lib.core.paths import repo_relative, shown_path
 from coevolve_lib.core.records import (
     CorruptFileError,
@@ -66,7 +70,12 @@ from coevolve_lib.engine.feedback import SINGLE, Shards
 from coevolve_lib.engine.pool_updates import RoundInputs, pool_update
 from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
-from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import (
+    ENVIRONMENT_ERROR,
+    RolloutConfig,
+    rollout_config,
+    run_rollouts,
+)
 from coevolve_lib.rollout.evaluation import task_outcomes
 from coevolve_lib.rollout.vllm_cpu import keep_weights_loadable
 from coevolve_lib.training.memory import memory_plan, memory_refusal

@@ -11,13 +11,14 @@ model replaced, so that what breaks on the way to a GPU breaks here first.
               pool tasks removed), then the same command again, its process group killed (SIGKILL) while that
               step's rollouts run
     resume    the same command again: it resumes from the first checkpoint and must replay the last step and its
-              round exactly (episodes, round report, pool, against the first launch's)
+              round exactly (episodes, round report, pool and the final weights, against the first launch's); the
+              weights must have moved (the restore is checked only where training changed something)
     evaluate  the multi-GPU recipe's `evaluate --model <run>/final` on the first val tasks
 
 `DIR/rehearsal.json` records what ran and what it measured (`Rehearsal`); the commands' output goes to
 `DIR/<phase>.log`. Stated deviations (each commented in `configs/rehearsal.yaml`): no DeepSpeed (ZeRO-3 needs GPUs;
 `benchmarks/gpu_check.sh` runs it), float32 (bf16 is emulated on CPU), no LLM explorer (an offline one: no endpoint
-here), the kit's prefix reward (a stand-in never solves a task, so the binary reward would leave nothing to update),
+here), the kit's format reward (a stand-in never solves a task, so the binary reward would leave nothing to update),
 compact tool docs and short lengths (full docs cost ~23 minutes per GRPO step on 2 cores), the GorillaFileSystem
 world only.
 """
@@ -46,6 +47,7 @@ from coevolve_lib.core.models import BUILT_MODELS
 from coevolve_lib.core.paper_models import paper_model
 from coevolve_lib.core.paths import MODELS_DIR, REPO_ROOT, shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic
+from coevolve_lib.core.shared_files import file_digest
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.training.plan import flatten_overrides, plan
 
@@ -104,6 +106,8 @@ class Rehearsal:
     def failed_checks(self) -> list[str]:
         """The checks that did not hold: what makes `rehearse` exit non-zero."""
         failed = [f"resume: {name}" for name in self.resume_failures]
+        if not self.weights_moved:
+            failed.append("the training moved no weight (no reward varied in a group): the restore went unchecked")
         if not self.evaluated:
             failed.append("evaluate measured no task")
         if self.vllm and self.vllm["max_model_len"] != self.vllm["planned_max_model_len"]:
@@ -228,6 +232,12 @@ def _moved(standin: Path, final: Path) -> int:
     return sum(not torch.equal(before[name].float(), after[name].float()) for name in before if name in after)
 
 
+def _weights_digest(final: Path) -> str | None:
+    """The sha256 of a final model's weight file (the full model's or the adapters')."""
+    name = "adapter_model.safetensors" if (final / "adapter_model.safetensors").exists() else "model.safetensors"
+    return file_digest(final / name)
+
+
 def _files(run_dir: Path) -> dict[str, int]:
     """The step records' modification times: a step trained again rewrites its files."""
     return {f"{folder}/{p.name}": p.stat().st_mtime_ns for folder in ("rollouts", "signals")
@@ -259,6 +269,7 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehear
     last = max(int(p.name.split("-")[1]) for p in (run_dir / "trainer").glob("checkpoint-*"))
     last_round = last // run.training.feedback_every if last % run.training.feedback_every == 0 else None
     metrics, files = (run_dir / "metrics.jsonl").read_text().splitlines(), _files(run_dir)
+    final_weights = _weights_digest(run_dir / "final")
     step_episodes, pool = _episodes(run_dir, last), (run_dir / "pool.jsonl").read_text()
     round_report = _round_report(run_dir, last_round)
     # What a kill during the last step leaves: its checkpoint, the model, the summary and its round never written
@@ -282,6 +293,7 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehear
         "last_step_replayed_exactly": _episodes(run_dir, last) == step_episodes,
         "round_redone_exactly": _round_report(run_dir, last_round) == round_report,
         "pool_as_before": (run_dir / "pool.jsonl").read_text() == pool,  # the redone round added the same tasks
+        "final_weights_as_before": _weights_digest(run_dir / "final") == final_weights,
         "checkpoint_rewritten": (run_dir / "trainer" / f"checkpoint-{last}").is_dir()}
     resume_failures = [name for name, held in resume_checks.items() if not held]
 

@@ -33,7 +33,7 @@ from coevolve_lib.envs.bfcl.benchmark import (
 from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
 from coevolve_lib.envs.bfcl.evaluate import evaluate
 from coevolve_lib.envs.bfcl.explore import explore
-from coevolve_lib.envs.bfcl.rewards import prefix_reward
+from coevolve_lib.envs.bfcl.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.bfcl.settings import BFCLSettings
 from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
 from coevolve_lib.envs.bfcl.validation import validate
@@ -56,7 +56,7 @@ class BFCLEnvironment(Environment):
     """BFCL multi-turn base, on the profile's data version and classes."""
 
     name = "bfcl"
-    rewards = {**Environment.rewards, "prefix": prefix_reward}
+    rewards = {**Environment.rewards, "prefix": prefix_reward, "format": format_reward}
     Settings = BFCLSettings
 
     def _split(self, split: str) -> list:

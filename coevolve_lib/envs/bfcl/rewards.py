@@ -25,3 +25,15 @@ def prefix_reward(record: dict, task: dict) -> float:
             break
         matched += 1
     return matched / (max(len(reference_actions), len(executed)) + 1)
+
+
+def format_reward(record: dict, task: dict) -> float:
+    """1 for a successful episode; else half the share of its model turns whose reply held tool calls that all parsed
+    (none rejected). A kit addition (`training.reward: format`) for a policy that never solves a task: the paper
+    profiles' CPU rehearsals (`configs/rehearsal.yaml`), whose random-init stand-ins earn 0 in every episode under the
+    binary and the prefix rewards, so that GRPO's advantages, and its update, would be exactly 0."""
+    if record["success"]:
+        return 1.0
+    steps = record["steps"]
+    well_formed = sum(bool(step["calls"]) and not step["rejected"] for step in steps)
+    return 0.5 * well_formed / len(steps) if steps else 0.0
