@@ -4,6 +4,7 @@ A user error (a bad profile, override or option value) is one line on stderr and
 run that cannot go on (`RunError`: an endpoint that never answers; a corrupt file) is one line and status 1.
 """
 
+import errno
 import importlib
 import signal
 import sys
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG} {argv[0]}: error: {detail}", file=sys.stderr)
         return 1
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # what was written before stays; none half-read
+            print(f"{PROG} {argv[0]}: error: {exc.strerror}{f': {exc.filename}' if exc.filename else ''}; make room "
+                  "(or raise the file size limit), then the same command resumes where it stopped", file=sys.stderr)
+            return 1
         if exc.filename is None:  # not about a file (a socket, a subprocess): the traceback says more
             raise
         print(f"{PROG} {argv[0]}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)

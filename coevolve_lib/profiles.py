@@ -73,7 +73,7 @@ def _read(name: str, chain: tuple[str, ...] = (), folder: Path | None = None) ->
         raise ConfigError(f"profile {shown_path(chain[0])} inherits from itself through "
                           f"{' -> '.join(shown_path(k) for k in (*chain, key))}")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml_file(path) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{shown_path(path)} is not valid YAML: {' '.join(str(exc).split())}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -158,8 +158,26 @@ def at_scale(raw: dict) -> dict:
     return capped(raw, yaml.safe_load(path.read_text()) or {})
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """YAML's safe loader without aliases: `*a` repeats the node anchored `&a`, so a few lines of nested aliases
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of collections a YAML text may have (the kit's profiles nest 4 deep): deeper is refused in one
+line before Python's recursion limit makes it a traceback (`"[" * 2000 + "]" * 2000` did)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing nesting deeper than `MAX_YAML_DEPTH`."""
+
+    def compose_node(self, parent, index):
+        self.depth = getattr(self, "depth", 0) + 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise ConfigError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+class _NoAliasLoader(_BoundedLoader):
+    """The bounded loader without aliases: `*a` repeats the node anchored `&a`, so a few lines of nested aliases
     expand to gigabytes (a value typed on a command line never needs one; profile files may use them)."""
 
     def compose_node(self, parent, index):
@@ -167,6 +185,15 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise ConfigError(f"YAML alias *{self.peek_event().anchor} (write the value out: aliases are refused "
                               "in a value, since a few of them expand to gigabytes)")
         return super().compose_node(parent, index)
+
+
+def load_yaml_file(path: Path) -> dict | list | None:
+    """A YAML file of the user's (a profile, a sweep), read with `_BoundedLoader`: a ConfigError when it nests too
+    deep (naming the file), a yaml.YAMLError when it is no YAML."""
+    try:
+        return yaml.load(path.read_text(), Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as exc:
+        raise ConfigError(f"{shown_path(path)}: {exc}") from None
 
 
 def read_value(text: str, what: str):

@@ -81,7 +81,7 @@ CASES = [  # (command, exit status, what the one line says)
      "evaluation.benchmark: benchmark 'json:dumps' is function dumps, not a subclass of coevolve_lib.core.environment"
      ".Environment"),
     ("train --dry-run --set training.reward=shaped", 2,
-     "training.reward: 'shaped' is not a reward of bfcl; its rewards: ['binary', 'prefix']"),
+     "training.reward: 'shaped' is not a reward of bfcl; its rewards: ['binary', 'format', 'prefix']"),
     ("train --dry-run --profile _paper", 2, "unknown profile '_paper'; choose from ['paper-qwen2.5-7b'"),
     # train: the run folder
     ("train --dry-run --out {tmp}/a_file", 2, "/a_file is a file; give a run folder"),
@@ -115,6 +115,22 @@ CASES = [  # (command, exit status, what the one line says)
     ("rehearse --profile paper-qwen3-4b-appworld", 2, "rehearse runs the BFCL paper profiles"),
     ("rehearse --profile paper-qwen3-4b --set training.group_size=3", 2, "must split into whole groups"),
     ("rehearse --profile paper-qwen3-4b --out {tmp}/a_file", 2, "/a_file is a file; give a folder"),
+    # issue 47: no command writes into the kit's own files, and a rehearsal deletes only what a rehearsal made
+    ("rehearse --profile paper-qwen3-4b --out {tmp}/bad_run_config", 2,
+     "bad_run_config holds files a rehearsal did not make (no .coevolve-rehearsal)"),
+    ("evaluate --out {repo}/coevolve_lib/core/models.py", 2, "core/models.py is inside the kit's own coevolve_lib/"),
+    ("evaluate --out {repo}/.git/config", 2, "/.git/config is inside the kit's own .git/"),
+    ("evaluate --out {repo}/README.md", 2, "/README.md is one of the kit's own files"),
+    ("train --dry-run --out {repo}/coevolve_lib", 2, "/coevolve_lib is inside the kit's own coevolve_lib/"),
+    ("train --dry-run --out {repo}", 2, "is the repository itself"),
+    # issue 47: nesting past Python's recursion limit was a RecursionError traceback wherever YAML is read
+    (f"train --dry-run --set training.max_steps={'[' * 2000}{']' * 2000}", 2,
+     "override 'training.max_steps': YAML nested more than 64 levels deep"),
+    (f"evaluate --out {{tmp}}/e.json --set evaluation.limit={'[' * 2000}{']' * 2000}", 2,
+     "override 'evaluation.limit': YAML nested more than 64 levels deep"),
+    (f"heldout --set data_engine.d0_size={'[' * 2000}{']' * 2000}", 2,
+     "override 'data_engine.d0_size': YAML nested more than 64 levels deep"),
+    ("train --dry-run --profile {tmp}/deep.yaml", 2, "deep.yaml: YAML nested more than 64 levels deep"),
     # compare, sweep, reproduce
     ("compare --seeds -1", 2, "--seeds[0]: Input should be greater than or equal to 0 (got -1)"),
     ("compare --seeds 0 0", 2, "--seeds: List should name each seed once (got [0, 0])"),
@@ -172,6 +188,7 @@ def scratch(tmp_path_factory):
     (tmp / "base.yaml").write_text("base: training.max_steps=2\ncells: {a: []}\n")
     (tmp / "list.yaml").write_text("- a\n- b\n")
     (tmp / "garbage.ipynb").write_text("not json")
+    (tmp / "deep.yaml").write_text("model: " + "[" * 2000 + "]" * 2000 + "\n")
     (tmp / "not_yaml.yaml").write_text("training: [unclosed\n")
     (tmp / "loop.yaml").write_text("inherits: loop.yaml\n")  # a profile file that inherits from itself
     (tmp / "finished" / "trainer" / "checkpoint-1").mkdir(parents=True)
@@ -212,7 +229,7 @@ def assert_one_line(status: int, out: str, err: str, expected_status: int, expec
 
 @pytest.mark.parametrize("command, status, expected", CASES, ids=[c[0][:100] for c in CASES])
 def test_a_bad_command_line_is_one_line_and_a_non_zero_status(capsys, scratch, busy_port, command, status, expected):
-    argv = [word.format(tmp=scratch, port=busy_port) for word in shlex.split(command)]
+    argv = [word.format(tmp=scratch, port=busy_port, repo=REPO_ROOT) for word in shlex.split(command)]
     returned = run_in_process(argv)
     captured = capsys.readouterr()
     assert_one_line(returned, captured.out, captured.err, status, expected)

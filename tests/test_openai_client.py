@@ -255,3 +255,84 @@ def test_the_same_server_error_three_times_is_not_retried_again(tiny):
         [generation] = model.generate([HI], config=SHORT)
         assert server.num_requests == 3 and model.num_retries == 2
     assert "the same server error 3 times: not retried again" in generation.error
+
+
+def _slow_server(answer: bytes, pause_s: float, head: int = 0, zeros: int = 0):
+    """A loopback server that reads a request and sends `answer`, its first `head` bytes at once, then one byte every
+    `pause_s` seconds (0: all at once, as fast as the client reads), then `zeros` bytes of "0" in 1 MiB chunks;
+    returns (base URL, stop)."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stopped = threading.Event()
+
+    def serve(connection):
+        with connection:
+            connection.recv(65536)
+            try:
+                connection.sendall(answer[:head])
+                if not pause_s:
+                    connection.sendall(answer[head:])
+                for index in range(head, len(answer) if pause_s else head):
+                    if stopped.wait(pause_s):
+                        return
+                    connection.sendall(answer[index:index + 1])
+                for _ in range(zeros // 2**20):
+                    connection.sendall(b"0" * 2**20)
+            except OSError:
+                return
+
+    def accept():
+        while not stopped.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+    def stop():
+        stopped.set()
+        listener.close()
+        time.sleep(0.05)
+
+    return f"http://127.0.0.1:{listener.getsockname()[1]}/v1", stop
+
+
+BODY = b'{"id": "x", "object": "chat.completion", "choices": []}' + b" " * 200
+HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+
+
+@pytest.mark.parametrize("shape", ["trickle", "headers_then_trickle", "giant_body"])
+def test_a_slow_or_huge_answer_ends_by_the_deadline_and_the_byte_bound(shape):
+    """Issue 47: a server that sends one byte a second kept an evaluation waiting past 200 s with a 15 s deadline
+    (the client's read timeout starts again at every byte), and a 300 MB body was read whole (960 MiB). Every read
+    of a request now ends by its deadline and its answer stops at MAX_RESPONSE_BYTES."""
+    import resource
+    import time
+
+    if shape == "giant_body":  # 300 MB of body, sent as fast as the client reads
+        url, stop = _slow_server(HEADERS % (300 * 2**20), 0.0, zeros=300 * 2**20)
+    else:
+        answer = HEADERS % len(BODY) + BODY
+        url, stop = _slow_server(answer, 1.0, len(HEADERS % len(BODY)) if shape == "headers_then_trickle" else 0)
+    try:
+        model = OpenAIChatModel("x", base_url=url, timeout=60, max_retries=0, deadline_s=3)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        start = time.perf_counter()
+        [generation] = model.generate([HI], config=SHORT)
+        seconds = time.perf_counter() - start
+        grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    finally:
+        stop()
+    assert generation.finish_reason == "error" and generation.error, generation
+    assert seconds < 5.5, seconds  # the 3 s deadline and one byte's pause, not the 60 s timeout per byte
+    if shape == "giant_body":
+        assert "over 16 MiB" in generation.error and grown_mib < 100, (generation.error, grown_mib)
+    else:
+        assert "Timeout" in generation.error

@@ -134,7 +134,8 @@ def test_the_command_line_isolates_and_limits():
     assert args[-3:] == ["python", "-c", "pass"] and "prlimit" in args
     assert not any(a.startswith("--bind") and a.startswith("/root") for a in args)
     none = Sandbox(SandboxConfig(mode="none"), Path("/")).command(["python"])
-    assert none[0] == "prlimit" and none[-1] == "python"
+    # no namespaces: the limits, and the parent-death signal that takes it down with the kit (bwrap's --die-with-parent)
+    assert none[:5] == ["setpriv", "--pdeathsig", "KILL", "--", "prlimit"] and none[-1] == "python"
 
 
 def test_a_missing_sandbox_is_refused_in_one_line(monkeypatch):

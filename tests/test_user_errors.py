@@ -30,7 +30,7 @@ def one_line_error(capsys, argv, status=2) -> str:
      "data_engine.signals.enabled: unknown signal type 'nosuch'; registered: ["),
     ("data_engine.explore.explorer=magic", "data_engine.explore.explorer: Input should be 'schema' or 'llm'"),
     ("environment.classes=[NoSuchAPI]", "environment.classes: unknown BFCL class(es) ['NoSuchAPI']"),
-    ("training.reward=maybe", "training.reward: 'maybe' is not a reward of bfcl; its rewards: ['binary', 'prefix']"),
+    ("training.reward=maybe", "training.reward: 'maybe' is not a reward of bfcl; its rewards: ['binary', 'format', 'prefix']"),
     ("rollout.tool_docs=some", "rollout.tool_docs: Input should be 'full', 'compact' or 'none'"),
     ("training.max_steps", "is not of the form section.field=value"),
     ("trainin.max_steps=3", "unknown profile section(s) ['trainin']"),

@@ -18,8 +18,13 @@ from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.core.config import ConfigError
-from coevolve_lib.core.environment import checked_evaluation, environment_class, make_environment
-from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.core.environment import (
+    checked_evaluation,
+    environment_class,
+    make_environment,
+)
+from coevolve_lib.core.paths import RUNS_DIR, checked_output
+from coevolve_lib.core.run_lock import output_lock
 from coevolve_lib.rollout.agent import rollout_config
 from coevolve_lib.rollout.evaluation import load_evaluated_model
 
@@ -58,19 +63,20 @@ def main(argv: list[str] | None = None) -> int:
         evaluation["limit"] = None
     run = profiles.run_config(args.profile, profiles.deep_merge(profiles.parse_overrides(args.set),
                                                                 {"evaluation": evaluation, "rollout": rollout}))
-    cfg, out = run.evaluation, Path(args.out)
+    cfg, out = run.evaluation, checked_output(args.out)
     if out.is_dir():  # found now, not after the whole evaluation ran
         raise ConfigError(f"--out {out} is a directory; give the results file's path (e.g. {out / 'result.json'})")
-    if args.no_resume:
-        out.with_suffix(".rollouts.jsonl").unlink(missing_ok=True)
-    environment = make_environment(cfg.benchmark, run.data_engine,
-                                   RUNS_DIR / "evaluate" / environment_class(cfg.benchmark).name)
-    try:  # an EvaluationError (nothing measured) is one line and status 1, in coevolve_lib.__main__
-        rollout = rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
-        result = checked_evaluation(environment, environment.evaluate(
-            load_evaluated_model(cfg), cfg, out, rollout, experiment="zero_shot", progress=not args.quiet))
-    finally:
-        environment.close()
+    with output_lock(out):  # one evaluation per results file at a time
+        if args.no_resume:
+            out.with_suffix(".rollouts.jsonl").unlink(missing_ok=True)
+        environment = make_environment(cfg.benchmark, run.data_engine,
+                                       RUNS_DIR / "evaluate" / environment_class(cfg.benchmark).name)
+        try:  # an EvaluationError (nothing measured) is one line and status 1, in coevolve_lib.__main__
+            rollout = rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
+            result = checked_evaluation(environment, environment.evaluate(
+                load_evaluated_model(cfg), cfg, out, rollout, experiment="zero_shot", progress=not args.quiet))
+        finally:
+            environment.close()
     headline, *others = result["metrics"]
     for row in result["metrics"]:
         temperature = row.get("temperature", cfg.temperature)

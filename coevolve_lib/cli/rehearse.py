@@ -12,7 +12,7 @@ from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.core.paper_models import PAPER_MODELS
-from coevolve_lib.core.paths import RUNS_DIR, profile_label
+from coevolve_lib.core.paths import RUNS_DIR, checked_output, profile_label
 from coevolve_lib.envs.bfcl import standins
 from coevolve_lib.training import rehearsal
 
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "training.lora.enabled=true")
     parser.add_argument("--out", help="rehearsal folder (default: runs/rehearse/<profile>); its run is redone")
     args = parser.parse_args(argv)
-    out = Path(args.out or RUNS_DIR / "rehearse" / profile_label(args.profile))
+    out = checked_output(args.out or RUNS_DIR / "rehearse" / profile_label(args.profile))
     if out.exists() and not out.is_dir():
         raise profiles.ConfigError(f"--out {out} is a file; give a folder")
     run, _ = rehearsal.rehearsal_run(args.profile, args.set)

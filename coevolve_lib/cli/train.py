@@ -12,7 +12,7 @@ from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.core.llm_calls import recording_warning
-from coevolve_lib.core.paths import RUNS_DIR, profile_label
+from coevolve_lib.core.paths import RUNS_DIR, checked_output, profile_label
 from coevolve_lib.training import loop
 from coevolve_lib.training.memory import GPU_MEMORY_GB, memory_refusal
 from coevolve_lib.training.plan import plan
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu:  # a --set like any other, so the printed commands carry it
         args.set = [f"training.launch.gpu_memory_gb={GPU_MEMORY_GB[args.gpu]:g}", *args.set]
     run = profiles.run_config_from_args(args)
-    out_dir = Path(args.out or RUNS_DIR / f"train_{profile_label(args.profile)}")
+    out_dir = checked_output(args.out or RUNS_DIR / f"train_{profile_label(args.profile)}")
     if out_dir.exists() and not out_dir.is_dir():  # found now, not after D_0 is built
         raise profiles.ConfigError(f"--out {out_dir} is a file; give a run folder (a new one, or a run to resume)")
     if args.dry_run:

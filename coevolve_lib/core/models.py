@@ -359,6 +359,15 @@ def _retryable(exc: Exception) -> bool:
     return True
 
 
+def _error_text(exc: Exception) -> str:
+    """What an item's error says: the exception, and what caused it when its own text is generic (the openai client
+    says "Connection error." for every transport failure)."""
+    text, cause = str(exc), exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text} ({type(cause).__name__}: {cause})"
+    return f"{exc.__class__.__name__}: {text[:500]}"
+
+
 SAME_SERVER_ERROR_TRIES = 3
 """Tries after which the same HTTP 5xx answer to the same request ends its retries (a server that cannot make this
 reply, not an overloaded one; two in a row still happen to transient faults)."""
@@ -448,7 +457,7 @@ class OpenAIChatModel(ChatModel):
         self.client = openai.OpenAI(
             base_url=base_url,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-            timeout=timeout, max_retries=0,
+            timeout=timeout, max_retries=0, http_client=_bounded_http_client(),
         )
         self.num_retries = 0
         """Retries made so far over all calls (for tests and run logs)."""
@@ -473,14 +482,16 @@ class OpenAIChatModel(ChatModel):
                             _seconds(self.batch_deadline_s))
             return [future.result() for future in futures]
 
-    def _request(self, messages, tools, config, timeout: float):
+    def _request(self, messages, tools, config, deadline: float):
         kwargs = dict(model=self.model, messages=_openai_messages(messages), max_tokens=config.max_new_tokens,
-                      temperature=config.temperature, top_p=config.top_p, timeout=timeout)
+                      temperature=config.temperature, top_p=config.top_p,
+                      timeout=min(self.timeout, deadline - time.perf_counter()))
         if config.seed is not None:
             kwargs["seed"] = config.seed
         if tools:
             kwargs["tools"] = tools
-        response = self.client.chat.completions.create(**kwargs)
+        with request_bounds(deadline):
+            response = self.client.chat.completions.create(**kwargs)
         if not getattr(response, "choices", None):
             raise ValueError(f"malformed response without choices: {str(response)[:200]!r}")
         return response
@@ -506,11 +517,10 @@ class OpenAIChatModel(ChatModel):
                 error = f"{error}; no time left to start a request at its pace ({limits})"
                 break
             try:
-                response = self._request(messages, tools, config,
-                                         timeout=min(self.timeout, deadline - time.perf_counter()))
+                response = self._request(messages, tools, config, deadline)
                 return _generation(response, seconds=time.perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - any failure of one item becomes its error, never the batch's
-                previous, error = error, f"{exc.__class__.__name__}: {str(exc)[:500]}"
+                previous, error = error, _error_text(exc)
                 if not _retryable(exc):
                     break
                 repeats = repeats + 1 if error == previous and _server_error(exc) else 0
@@ -532,6 +542,87 @@ class OpenAIChatModel(ChatModel):
             self._next_start = slot + self.min_interval_s
         time.sleep(max(0.0, slot - time.perf_counter()))
         return True
+
+
+MAX_RESPONSE_BYTES = 16 * 2**20
+"""Most bytes an endpoint's answer to one request may take, headers and body (a reply's text is bounded far below:
+`max_new_tokens`); more is a read error of that request, never held whole."""
+_bounds = threading.local()
+"""The deadline (`time.perf_counter`) and the bytes read so far of the request this thread is making."""
+
+
+@contextlib.contextmanager
+def request_bounds(deadline: float):
+    """Inside the block, every read and write of this thread's requests (through `_bounded_http_client`) ends by
+    `deadline`, and their answers stop at `MAX_RESPONSE_BYTES`: a total bound, where the client's timeout starts
+    again at every byte a trickling server sends."""
+    _bounds.deadline, _bounds.read = deadline, 0
+    try:
+        yield
+    finally:
+        _bounds.deadline = None
+
+
+def _left(timeout: float | None) -> float | None:
+    """`timeout`, cut to what is left of this thread's request deadline (a timeout error when nothing is)."""
+    import httpcore2
+
+    deadline = getattr(_bounds, "deadline", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        raise httpcore2.ReadTimeout("the request's deadline passed (the server answers too slowly)")
+    return left if timeout is None else min(timeout, left)
+
+
+def _bounded_http_client():
+    """The openai client's HTTP client, with httpcore's own network streams wrapped so that `request_bounds` holds
+    for every read and write (the connection pool's backend is the one place httpx lets them be reached)."""
+    import httpcore2
+    import httpx2
+    import openai
+
+    class BoundedStream(httpcore2.NetworkStream):
+        def __init__(self, stream):
+            self.stream = stream
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            data = self.stream.read(max_bytes, _left(timeout))
+            if getattr(_bounds, "deadline", None) is not None:
+                _bounds.read += len(data)
+                if _bounds.read > MAX_RESPONSE_BYTES:
+                    raise httpcore2.ReadError(f"the answer is over {MAX_RESPONSE_BYTES // 2**20} MiB: not read further")
+            return data
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            self.stream.write(buffer, _left(timeout))
+
+        def close(self) -> None:
+            self.stream.close()
+
+        def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+            return BoundedStream(self.stream.start_tls(ssl_context, server_hostname, _left(timeout)))
+
+        def get_extra_info(self, info: str):
+            return self.stream.get_extra_info(info)
+
+    class BoundedBackend(httpcore2.NetworkBackend):
+        def __init__(self):
+            self.backend = httpcore2.SyncBackend()
+
+        def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+            return BoundedStream(self.backend.connect_tcp(host, port, _left(timeout), local_address, socket_options))
+
+        def connect_unix_socket(self, path, timeout=None, socket_options=None):
+            return BoundedStream(self.backend.connect_unix_socket(path, _left(timeout), socket_options))
+
+        def sleep(self, seconds: float) -> None:
+            self.backend.sleep(seconds)
+
+    transport = httpx2.HTTPTransport()
+    transport._pool._network_backend = BoundedBackend()
+    return openai.DefaultHttpx2Client(transport=transport)
 
 
 def _failed(start: float, error: str) -> Generation:

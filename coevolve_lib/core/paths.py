@@ -38,3 +38,25 @@ def shown_path(path: str | Path) -> str:
     (a hub id such as `Qwen/Qwen3-4B-Instruct-2507` stays what it is)."""
     resolved = Path(path).expanduser().resolve()
     return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)
+
+
+KIT_FOLDERS = ("coevolve_lib", "configs", "tests", "notebooks", "benchmarks", "docs", "shared", ".git", ".ci")
+"""The repository's own folders: no command writes into them (`checked_output`)."""
+
+
+def checked_output(path: str | Path, option: str = "--out") -> Path:
+    """`path` as a place a command may write: a ConfigError naming `option` when it is the repository root, lies in
+    one of `KIT_FOLDERS`, or is one of the repository's own top-level files (a result over `coevolve_lib/core/
+    models.py` replaced the source; one over `.git/config` broke git). Elsewhere, in the repository's runs/, results/
+    or figures/ or outside it, as given."""
+    from coevolve_lib.core.config import ConfigError  # config's own imports come first: no cycle
+
+    resolved = Path(path).expanduser().resolve()
+    inside = next((name for name in KIT_FOLDERS if resolved.is_relative_to((REPO_ROOT / name).resolve())), None)
+    own_file = resolved.parent == REPO_ROOT and resolved.is_file() and resolved.suffix != ".json"
+    if inside or own_file or resolved == REPO_ROOT:
+        where = f"inside the kit's own {inside}/" if inside else "one of the kit's own files" if own_file else \
+            "the repository itself"
+        raise ConfigError(f"{option} {path} is {where}: give a path under runs/ (the default) or outside the "
+                         "repository")
+    return Path(path)

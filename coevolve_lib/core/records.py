@@ -6,6 +6,7 @@ so a resumed run re-does that one item instead of crashing or losing the rest.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -15,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from coevolve_lib.core.config import RunError
 from coevolve_lib.core.paths import REPO_ROOT
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,16 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8", errors=ENCODING_ERRORS)
-    with open(path, "ab+") as f:  # appends go to the end whatever was read
+    # appends go to the end whatever was read; never through a symbolic link (a run folder's files are its own:
+    # a linked rollouts file was appended to its target, wherever that was)
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise RunError(f"{path} is a symbolic link: the kit appends only to files of its own; remove the link "
+                       "(the same command then writes the file anew)") from None
+    with os.fdopen(descriptor, "rb+") as f:
         if f.seek(0, os.SEEK_END):
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":

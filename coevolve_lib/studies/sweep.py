@@ -28,7 +28,7 @@ def load_sweep(name_or_path: str) -> dict:
         choices = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
         raise profiles.ConfigError(f"no sweep {name_or_path!r}: give a file or one of {choices}")
     try:
-        sweep = yaml.safe_load(path.read_text()) or {}
+        sweep = profiles.load_yaml_file(path) or {}
     except yaml.YAMLError as error:
         raise profiles.ConfigError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
     if not isinstance(sweep, dict):  # a YAML list or string

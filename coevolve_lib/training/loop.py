@@ -65,6 +65,7 @@ from coevolve_lib.core.records import (
     write_json_atomic,
     write_jsonl_atomic,
 )
+from coevolve_lib.core.run_lock import output_lock
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
 from coevolve_lib.engine.feedback import SINGLE, Shards
 from coevolve_lib.engine.pool_updates import RoundInputs, pool_update
@@ -689,33 +690,34 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     set_torch_threads(run.training.torch_threads)
     out_dir = Path(out_dir)
-    check_run_folder(run, out_dir)
-    if launches_fsdp() and not run.training.use_vllm:
-        raise ConfigError(f"accelerate launched this run with FSDP: {FSDP_LOCAL_ROLLOUTS}")
-    trainer_dir = out_dir / "trainer"
-    checkpoint = None
-    if trainer_dir.exists():
-        recorded_steps = {row.get("step") for row in read_jsonl(out_dir / "metrics.jsonl")} if resume else None
-        checkpoint = latest_checkpoint(trainer_dir, recorded_steps)
-    if checkpoint is not None and not resume:
-        raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
-                          "choose another --out")
-    owned = engine is None
-    engine = (DataEngine(run.data_engine, out_dir, run.evaluation.benchmark, run.training.launch.num_processes)
-              if owned else engine)
-    try:
-        state = distributed_state(run)
-        if state.num_processes > 1:
-            from accelerate.utils import gather_object
+    with output_lock(out_dir):  # one live writer per run folder
+        check_run_folder(run, out_dir)
+        if launches_fsdp() and not run.training.use_vllm:
+            raise ConfigError(f"accelerate launched this run with FSDP: {FSDP_LOCAL_ROLLOUTS}")
+        trainer_dir = out_dir / "trainer"
+        checkpoint = None
+        if trainer_dir.exists():
+            recorded_steps = {row.get("step") for row in read_jsonl(out_dir / "metrics.jsonl")} if resume else None
+            checkpoint = latest_checkpoint(trainer_dir, recorded_steps)
+        if checkpoint is not None and not resume:
+            raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
+                              "choose another --out")
+        owned = engine is None
+        engine = (DataEngine(run.data_engine, out_dir, run.evaluation.benchmark, run.training.launch.num_processes)
+                  if owned else engine)
+        try:
+            state = distributed_state(run)
+            if state.num_processes > 1:
+                from accelerate.utils import gather_object
 
-            # accelerate's gather_object flattens what each process gives: give it a list of one
-            engine.shards = Shards(state.process_index, state.num_processes, lambda mine: gather_object([mine]))
-            announce(progress and state.is_main_process, f"{state.num_processes} processes; a collective waits up "
-                     f"to {collective_timeout_s(run)} s (training.process_group_timeout_s)")
-        return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
-    finally:
-        if owned:
-            engine.close()
+                # accelerate's gather_object flattens what each process gives: give it a list of one
+                engine.shards = Shards(state.process_index, state.num_processes, lambda mine: gather_object([mine]))
+                announce(progress and state.is_main_process, f"{state.num_processes} processes; a collective waits up "
+                         f"to {collective_timeout_s(run)} s (training.process_group_timeout_s)")
+            return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
+        finally:
+            if owned:
+                engine.close()
 
 
 def distributed_state(run: RunConfig):

@@ -52,6 +52,9 @@ from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.training.plan import flatten_overrides, plan
 
 REHEARSAL_FILE = profiles.CONFIGS_DIR / "rehearsal.yaml"
+REHEARSAL_MARKER = ".coevolve-rehearsal"
+"""The file that marks a folder as a rehearsal's: only such a folder (or a new or empty one) has its run and logs
+deleted by the next rehearsal."""
 LAUNCH_TIMEOUT_S = 1800
 """Most seconds one launched command may take (a paper profile's whole rehearsal takes a few minutes)."""
 
@@ -254,9 +257,14 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehear
                           "coevolve_lib rehearse` builds it, and so does `python -m coevolve_lib setup --all-standins`")
     out = Path(out)
     run_dir = out / "run"
+    marker = out / REHEARSAL_MARKER
+    if out.is_dir() and any(out.iterdir()) and not marker.exists():
+        raise ConfigError(f"--out {shown_path(out)} holds files a rehearsal did not make (no {REHEARSAL_MARKER}): "
+                          "a rehearsal deletes its folder's run/ and logs, so give a new or empty folder")
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a rehearsal starts from nothing: it is the resume it checks, not an old run's
     out.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by python -m coevolve_lib rehearse, which deletes run/ and *.log here when run again\n")
     for log in out.glob("*.log"):
         log.unlink()
     start = time.perf_counter()
