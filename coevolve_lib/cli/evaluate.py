@@ -14,7 +14,6 @@ same arguments keeps those episodes and runs only the remaining tasks); the resu
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.core.config import ConfigError

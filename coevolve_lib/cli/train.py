@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.core.llm_calls import recording_warning
