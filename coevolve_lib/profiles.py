@@ -287,8 +287,30 @@ def _build(section: str, cls, values):
         raise ConfigError(f"{section}: {exc}") from None
 
 
+def _other_benchmark(named: str, own: str) -> bool:
+    """Whether `named` finds another environment class than `own` (a registry name and a `module:Class` reference
+    may find the same one); False when it finds none, which `check_registered` refuses in one line."""
+    if named == own:
+        return False
+    try:
+        new = environment_class(named)
+    except Exception:  # noqa: BLE001 - any import error of a reference: refused with its cause later
+        return False
+    try:
+        return new is not environment_class(own)
+    except Exception:  # noqa: BLE001
+        return True
+
+
 def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
-    raw = merge_over(_read(profile), _as_mapping(overrides))
+    base, overrides = _read(profile), _as_mapping(overrides)
+    named, own = _benchmark(overrides), _benchmark(base) or EvalConfig.__dataclass_fields__["benchmark"].default
+    if named is not None and base.get("environment") and "environment" not in overrides \
+            and _other_benchmark(named, own):  # the profile's section would be dropped: say so, never silently
+        raise ConfigError(f"evaluation.benchmark={named} replaces the profile's benchmark {own}, whose environment "
+                          f"section ({', '.join(sorted(map(str, base['environment'])))}) is not {named}'s settings: "
+                          f"give {named}'s with --set environment.<field>=<value>, or a profile of {named}")
+    raw = merge_over(base, overrides)
     unknown = sorted(map(str, set(raw) - set(SECTIONS)))
     if unknown:
         raise ConfigError(f"unknown profile section(s) {unknown}; valid: {list(SECTIONS)}")

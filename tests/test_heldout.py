@@ -53,9 +53,9 @@ def test_no_d0_task_is_a_held_out_task_and_the_d0_report_counts_the_leaks_it_ref
     assert report["rejection_reasons"].get("heldout_leak", 0) == leaks
 
 
-def test_a_held_out_set_explored_as_d0_is_leaves_d0_without_its_tasks(tmp_path):
+def test_a_held_out_set_explored_as_d0_is_leaves_d0_without_its_tasks(tmp_path, caplog):
     """The guard on the real path: a set (a) explored with D_0's own seed and runs holds D_0's tasks, so D_0 must
-    refuse each of them as a leak and keep the rest."""
+    refuse each of them as a leak and keep the rest, and say so in a line (issue 47: only the report told)."""
     config = data_engine_config("tiny", heldout={"new_tasks": {"size": 20, "runs": 8, "seed": 0}, "new_envs": {"size": 0}})
     engine = DataEngine(config, tmp_path, "bfcl")
     report = engine.initial_pool(progress=False)
@@ -63,6 +63,10 @@ def test_a_held_out_set_explored_as_d0_is_leaves_d0_without_its_tasks(tmp_path):
     held_ids = {t["task_id"] for t in held_out}
     assert report["rejection_reasons"]["heldout_leak"] >= len(held_out) == 20
     assert engine.pool.tasks and not held_ids & engine.pool.ids
+    leaks = [r.message for r in caplog.records if "held-out tasks; refused (heldout_leak)" in r.message]
+    assert leaks == [f"environment bfcl: round 0 validated {report['rejection_reasons']['heldout_leak']} task(s) that "
+                     "are held-out tasks; refused (heldout_leak). An explorer that ignores its seed re-draws the "
+                     "held-out sets' tasks"]
 
 
 def test_a_task_sharing_environment_and_actions_or_environment_and_query_is_a_leak():

@@ -18,13 +18,13 @@ from coevolve_lib.core.records import read_jsonl
 
 OUTSIDE = Path(__file__).parent / "outside_env"
 PROFILE = "tests/outside_env/kv.yaml"
-FAULTS = "tool,explore,observation,empty_task"
+FAULTS = "tool,explore,observation,empty_task,signal"
 
 
-def kit(*args: str, runs: Path, faults: str = "") -> subprocess.CompletedProcess:
+def kit(*args: str, runs: Path, faults: str = "", **env: str) -> subprocess.CompletedProcess:
     """`python -m coevolve_lib <args>` as a user's shell runs it, with the package's folder on PYTHONPATH."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(OUTSIDE), os.environ.get("PYTHONPATH")])),
-           "COEVOLVE_RUNS_DIR": str(runs), "KV_STORE_FAULTS": faults}
+           "COEVOLVE_RUNS_DIR": str(runs), "KV_STORE_FAULTS": faults, **env}
     return subprocess.run([sys.executable, "-m", "coevolve_lib", *args], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -69,6 +69,10 @@ def test_train_runs_an_outside_environment_through_the_printed_command_and_conta
     explorations = read_jsonl(out / "round_000" / "explorations.jsonl")
     assert [e["key"] for e in explorations if e.get("error")] == ["unguided/kv-1"]
     assert max(len(t["observation"]) for e in explorations for t in e["triplets"]) == 65_536
+    # issue 47: and so is an observation of a validating execution (verdicts.jsonl held them whole: 3.6 MB)
+    verdicts = [v for path in sorted(out.glob("round_*/verdicts*.jsonl")) for v in read_jsonl(path)]
+    assert max(len(o) for v in verdicts for o in v["observations"]) <= 65_536
+    assert any(v.get("observations_cut") for v in verdicts), [len(o) for v in verdicts for o in v["observations"]]
     assert "environment kv: explore of unguided/kv-1 raised RuntimeError" in run.stderr
     # the empty drafts (no call, no query) never reach the pool, each one counted
     assert d0["rejection_reasons"]["too_short"] >= 1
@@ -76,6 +80,15 @@ def test_train_runs_an_outside_environment_through_the_printed_command_and_conta
     assert len(pool) == summary["pool_size_end"] > summary["pool_size_start"]
     assert all(len(t["reference_actions"]) >= 3 and t["query"].strip() for t in pool)
     assert json.loads((out / "round_001" / "report.json").read_text())["signal_types"] == {"any_failure": 2}
+    # issue 47: every drafted spec is accepted or rejected once (164 specs against 144 + 10 counted: a spec drafted
+    # twice lost its acceptance to its repeat's "duplicate")
+    for path in sorted(out.glob("round_*/report.json")):
+        report = json.loads(path.read_text())
+        assert report["accepted"] + sum(report["rejection_reasons"].values()) == report["specs"], path.parent.name
+    # issue 47: the signal type that raised at step 1 (a traceback that stopped the run, and its rerun, there) gives
+    # no signal that step, counted and logged; step 2's signals feed the round
+    assert [m["train/signal_errors"] for m in metrics] == [1, 0] and metrics[0]["signals/any_failure"] == 0
+    assert "step 1: signal type any_failure RuntimeError: injected fault" in run.stderr
 
 
 def test_evaluate_and_heldout_run_the_outside_environment_from_its_profile(trained):
@@ -92,6 +105,19 @@ def test_evaluate_and_heldout_run_the_outside_environment_from_its_profile(train
     heldout = kit("heldout", "--profile", PROFILE, "--quiet", runs=runs)
     assert heldout.returncode == 0, heldout.stderr
     assert '"new_tasks"' in heldout.stdout and '"3": 3' in heldout.stdout
+
+
+def test_a_held_out_set_built_under_faults_is_not_cached_as_the_set(tmp_path):
+    """Issue 47: a build whose exploration raised was cached, and later commands reused the short set silently. Now
+    it is used by the command that built it, logged with the environment's name, and built again next time."""
+    cache = tmp_path / "cache"
+    faulty = kit("heldout", "--profile", PROFILE, "--quiet", runs=tmp_path, faults="explore", COEVOLVE_CACHE=str(cache))
+    assert faulty.returncode == 0, faulty.stderr
+    assert "environment kv: held-out set new_tasks: 1 environment fault(s) while building it" in faulty.stderr
+    assert "environment kv: explore of unguided/kv-1 raised RuntimeError" in faulty.stderr  # was "the environment:"
+    assert not list((cache / "heldout").glob("*/round_000/report.json"))
+    clean = kit("heldout", "--profile", PROFILE, "--quiet", runs=tmp_path, COEVOLVE_CACHE=str(cache))
+    assert clean.returncode == 0 and len(list((cache / "heldout").glob("*/round_000/report.json"))) == 1
 
 
 def test_a_contract_broken_by_the_outside_environment_is_one_line(tmp_path):

@@ -22,6 +22,24 @@ def test_every_committed_result_validates(path):
     assert validate_result(json.loads(path.read_text()), committed=True) == []
 
 
+def _round_reports(node) -> list[dict]:
+    """Every round report inside a results document (a dict with a round's specs, acceptances and rejections)."""
+    if isinstance(node, list):
+        return [report for item in node for report in _round_reports(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node] if {"specs", "accepted", "rejection_reasons"} <= node.keys() else []
+    return own + [report for value in node.values() for report in _round_reports(value)]
+
+
+def test_every_committed_round_report_accounts_for_each_spec():
+    """Issue 47: a spec drafted twice lost its acceptance to the repeat, and the counts fell short of the specs."""
+    reports = [report for path in COMMITTED for report in _round_reports(json.loads(path.read_text()))]
+    assert reports
+    for report in reports:
+        assert report["accepted"] + sum(report["rejection_reasons"].values()) == report["specs"], report
+
+
 def _valid() -> dict:
     return {"schema": SCHEMA, "experiment": "zero_shot", "profile": "tiny", "model": "tiny",
             "commit": "0123456789abcdef0123456789abcdef01234567+dirty", "config_hash": "0123456789ab",

@@ -56,8 +56,12 @@ def test_appworld_paper_profile_plan(capsys, tmp_path, monkeypatch):
 
 
 def test_appworld_refuses_what_its_data_engine_lacks(capsys):
+    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.benchmark=appworld")
+    # issue 47: the profile's BFCL environment section was dropped silently; now named, unless replaced on purpose
+    assert code == 2 and "evaluation.benchmark=appworld replaces the profile's benchmark bfcl, whose environment " \
+        "section (category, data_version, warm_start) is not appworld's settings" in err
     code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.benchmark=appworld",
-                           "--set", "evaluation.split=dev")
+                           "--set", "environment={}", "--set", "evaluation.split=dev")
     assert code == 2
     assert "evaluation.benchmark=appworld needs data_engine.synthesis.abstraction=deterministic, judge=false and " \
         "validate=true" in err and "ArgsKwargs" not in err

@@ -196,7 +196,8 @@ class DataEngine:
         sources = self.sources("pool" if name == "new_tasks" else "unseen")
         return heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
                              getattr(cfg.heldout, name), env.target, env.round_steps(), progress=progress,
-                             max_observation_chars=cfg.rollout.budget.max_observation_chars)
+                             max_observation_chars=cfg.rollout.budget.max_observation_chars,
+                             environment=f"environment {env.name}")
 
     def heldout_sets(self) -> dict[str, tuple[str, list[dict]]]:
         """Every held-out set the profile has (size > 0): name -> (key, tasks)."""

@@ -163,6 +163,18 @@ def _cut_observations(triplets: list[dict], limit: int | None, cost: Cost) -> li
     return out
 
 
+def _cut_verdict_observations(verdict: dict, limit: int | None) -> dict:
+    """The verdict with each observation of its execution cut at `limit` characters, as exploration's are
+    (`observations_cut` counts the cut ones): an environment's 300,000-character observation made 3.6 MB of 18
+    verdicts."""
+    observations = verdict.get("observations") or []
+    if limit is None or not any(isinstance(o, str) and len(o) > limit for o in observations):
+        return verdict
+    cut = sum(isinstance(o, str) and len(o) > limit for o in observations)
+    return {**verdict, "observations": [o[:limit] if isinstance(o, str) else o for o in observations],
+            "observations_cut": cut}
+
+
 def _target_key(target: ExplorationTarget) -> str:
     return target.signal_id or f"unguided/{target.task_id}"
 
@@ -377,6 +389,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             judged = verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], ["environment_error"],
                                     "", detail=text)
         judged = screen_heldout(spec, screen_shape(spec, judged, config.synthesis.min_calls), config.excluded)
+        judged = _cut_verdict_observations(judged, config.max_observation_chars)
         if judged["accepted"] and one_validator:
             known.add(judged["task_id"])
         return judged
@@ -416,6 +429,10 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     rejections = Counter(v["reason"] for v in verdicts.values() if not v["accepted"])
     rejections["duplicate"] += redrafted
     rejections = +rejections  # no zero counts
+    if rejections["heldout_leak"]:  # refused, but worth a line: an explorer that ignores its seed finds test tasks
+        log.warning("%s: round %d validated %d task(s) that are held-out tasks; refused (heldout_leak). An explorer "
+                    "that ignores its seed re-draws the held-out sets' tasks", config.environment, round_index,
+                    rejections["heldout_leak"])
     report = {
         "round": round_index,
         "targets": len(targets),

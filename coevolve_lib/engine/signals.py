@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import re
+import reprlib
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict, deque
 from typing import ClassVar
@@ -391,6 +392,10 @@ def _problem(record: object, required: tuple[str, ...]) -> str | None:
     return None
 
 
+SIGNAL_FIELDS = ("signal_id", "rollout_id", "task_id")
+"""What a fired record must hold, as strings, besides its `type`: a round selects and explores targets by them."""
+
+
 class SignalExtractor:
     """Runs the enabled signal types over each training step's rollouts. Malformed rollouts are skipped and counted."""
 
@@ -399,9 +404,13 @@ class SignalExtractor:
         self.signals: dict[str, Signal] = {name: signal_class(name)(config) for name in config.enabled}
         self.required = tuple(sorted({f for signal in self.signals.values() for f in signal.required_fields()}))
         self.skipped = 0  # rollouts skipped as malformed so far
+        self.step_errors: dict[str, str] = {}
+        """Signal types that raised, or fired malformed records, in the last step: what was wrong (`observe`)."""
 
     def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
-        """Every record fired in this step, grouped by signal type in `enabled` order."""
+        """Every record fired in this step, grouped by signal type in `enabled` order. A signal type that raises, or
+        fires a record without the fields a round reads (`SIGNAL_FIELDS`), gives none this step: logged in one line
+        and named in `step_errors` (a plugin's fault never stops the run; the built-in types do neither)."""
         valid = []
         for record in rollouts:
             problem = _problem(record, self.required)
@@ -411,7 +420,25 @@ class SignalExtractor:
             self.skipped += 1
             name = record.get("rollout_id", record.get("task_id")) if isinstance(record, dict) else None
             log.warning("step %s: skipping rollout %s: %s", step, name, problem)
-        return [record for signal in self.signals.values() for record in signal.observe(step, valid)]
+        fired, self.step_errors = [], {}
+        for name, signal in self.signals.items():
+            try:
+                records = signal.observe(step, valid)
+                if not isinstance(records, list):
+                    raise TypeError(f"returned a {type(records).__name__}, not a list of records")
+                bad = next((r for r in records if not (isinstance(r, dict) and r.get("type") == name
+                                                       and all(isinstance(r.get(f), str) for f in SIGNAL_FIELDS))),
+                           None)
+                if bad is not None:
+                    raise ValueError(f"fired {reprlib.repr(bad)}, not a signal/v1 record of type {name!r} with "
+                                     f"{', '.join(SIGNAL_FIELDS)}")
+            except Exception as error:  # noqa: BLE001 - a signal type of any plugin may raise anything
+                self.step_errors[name] = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+                log.warning("step %s: signal type %s %s; its signals of this step are skipped (train/signal_errors)",
+                            step, name, self.step_errors[name])
+                continue
+            fired += records
+        return fired
 
     def state_dict(self) -> dict:
         return {"signals": {name: signal.state_dict() for name, signal in self.signals.items()},

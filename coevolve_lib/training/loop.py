@@ -473,6 +473,7 @@ class CoEvolveLoop:
             "train/environment_errors": sum(r["terminated"] == ENVIRONMENT_ERROR for r in records),
             **{f"budget/{reason}": sum(r["terminated"] == reason for r in records) for reason in BUDGET_REASONS},
             **{f"signals/{signal.type}": counts.get(signal.type, 0) for signal in self.extractor.signals.values()},
+            "train/signal_errors": len(self.extractor.step_errors),  # signal types (plugins) that failed this step
             "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.engine.pool.tasks),
             "pool/version": self.rollouts.allowed_version,
             **({"pool/admitted": len(self.rollouts.admitted)} if self.rollouts.admitted is not None else {}),
