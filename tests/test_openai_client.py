@@ -336,3 +336,26 @@ def test_a_slow_or_huge_answer_ends_by_the_deadline_and_the_byte_bound(shape):
         assert "over 16 MiB" in generation.error and grown_mib < 100, (generation.error, grown_mib)
     else:
         assert "Timeout" in generation.error
+
+
+def test_every_tool_message_id_sent_is_unique_and_answers_its_turn():
+    """Issue 47: an endpoint that repeats one id for every call got it back on every tool message (strict endpoints
+    answer 400), and a giant id was kept whole. Ids are kept only when short, plain and new in their reply; the
+    request makes every id unique in the conversation and points each tool message at its own turn's call."""
+    from coevolve_lib.core.models import _openai_messages, kept_call_ids
+
+    assert kept_call_ids(["call_1", "call_1", "x" * 65, None, 7, "ok"]) == ["call_1", None, None, None, None, "ok"]
+    turn = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": {}}},
+        {"id": None, "type": "function", "function": {"name": "pwd", "arguments": {}}}]}
+    answers = [{"role": "tool", "tool_call_id": "call_1", "content": "a"},
+               {"role": "tool", "tool_call_id": None, "content": "b"}]
+    sent = _openai_messages([{"role": "user", "content": "go"}, turn, *answers, turn, *answers])
+    ids = [call["id"] for message in sent for call in message.get("tool_calls", [])]
+    assert len(ids) == len(set(ids)) == 4
+    for index, message in enumerate(sent):
+        if message["role"] == "tool":
+            owner = next(m for m in reversed(sent[:index]) if m.get("tool_calls"))
+            assert message["tool_call_id"] in {call["id"] for call in owner["tool_calls"]}
+    tool_ids = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    assert len(tool_ids) == len(set(tool_ids)) == 4

@@ -48,7 +48,8 @@ EXPECTED_ENDS = {f"{family}/{fmt}": end for fmt in ("native", "prompt") for fami
     "escape_heavy": "record_cap"}.items()} | {
     # issue 29: an endpoint's structured calls count in the reply and record budgets (a 79 MB record before)
     "structured_long_calls/native": "record_cap", "structured_many_calls/native": "step_call_cap",
-    "structured_over_reply/native": "reply_cap"}
+    "structured_over_reply/native": "reply_cap", "structured_giant_ids/native": "reply_cap",
+    "structured_repeated_ids/native": "turn_step_cap"}
 
 
 # ------------------------------------------------------------------------------------------------ the child
@@ -103,6 +104,10 @@ def families(fmt: str, rng: random.Random) -> dict[str, list]:
         "structured_many_calls": [("", [{"id": f"c{i}", "name": "ls", "arguments": "{}"} for i in range(5_000)])],
         "structured_over_reply": [("", [{"id": f"c{i}", "name": "echo", "arguments": {"content": "y" * 50_000}}
                                         for i in range(32)])],
+        # issue 47: ids are part of the reply (9 replies with giant ids made a 544 MB record), and one id repeated
+        # for every call is never sent back twice
+        "structured_giant_ids": [("", [{"id": "i" * 2_000_000, "name": "ls", "arguments": "{}"}])],
+        "structured_repeated_ids": [("", [{"id": "call_1", "name": "ls", "arguments": "{}"}] * 3)],
     }
     # issue 29: work the output budgets do not see. A call with thousands of keywords (the duplicate check was
     # quadratic); `cp` of a folder shares its subfolders, so each copy one level up doubles what `find` walks; a deep

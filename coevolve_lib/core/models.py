@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -380,35 +381,56 @@ def _server_error(exc: Exception) -> bool:
     return isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
 
 
+CALL_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""An endpoint's tool-call id the conversation keeps: short and plain (OpenAI's are `call_` and 24 characters)."""
+
+
+def kept_call_ids(ids: list) -> list[str | None]:
+    """An endpoint's call ids as the conversation keeps them: each that is a short plain string (`CALL_ID`) and new
+    in the reply, else None, for which the request makes one (`_openai_messages`). A giant id made a
+    544 MB record; one id repeated for every call was sent back on every tool message."""
+    kept, seen = [], set()
+    for call_id in ids:
+        sane = isinstance(call_id, str) and CALL_ID.fullmatch(call_id) is not None and call_id not in seen
+        kept.append(call_id if sane else None)
+        if sane:
+            seen.add(call_id)
+    return kept
+
+
 def _openai_messages(messages: list[dict]) -> list[dict]:
-    """The conversation as strict endpoints take it: every assistant tool call with an id (the endpoint's own, else
-    one made here) and string arguments, every `tool` message answering a call of the assistant turn before it (by
-    its id, else the next unanswered call in order). A tool message that answers no call (the error for a call the
+    """The conversation as strict endpoints take it: every assistant tool call with an id unique in the conversation
+    (the endpoint's own, else, or when an earlier call had it, one made here) and string arguments, every `tool`
+    message answering a call of the assistant turn before it (by its id, else the next unanswered call in order). A tool message that answers no call (the error for a call the
     kit parsed from text and refused: it never was a call) goes as a user message, never under an invented id."""
-    out, pending_ids, counter = [], [], 0
+    out, pending, used, counter = [], [], set(), 0
     for message in messages:
         message = dict(message)
         tool_calls = message.pop("tool_calls", None)  # dropped when empty: strict endpoints reject `[]`
         if tool_calls:
-            calls, pending_ids = [], []  # the tool messages that follow answer these calls
+            calls, pending = [], []  # the tool messages that follow answer these calls: (id kept, id sent)
             for call in tool_calls:
                 function = dict(call["function"])
                 if not isinstance(function.get("arguments"), str):
                     function["arguments"] = json.dumps(function.get("arguments", {}))
-                call_id = call.get("id") or f"call_{counter}"
-                counter += 1
-                pending_ids.append(call_id)
-                calls.append({"id": call_id, "type": "function", "function": function})
+                call_id = call.get("id")
+                sent = call_id if call_id and call_id not in used else None  # unique in the conversation
+                while sent is None or sent in used:
+                    sent, counter = f"call_{counter}", counter + 1
+                used.add(sent)
+                pending.append((call_id, sent))
+                calls.append({"id": sent, "type": "function", "function": function})
             message["tool_calls"] = calls
         elif message.get("role") == "tool":
-            if message.get("tool_call_id") in pending_ids:
-                pending_ids.remove(message["tool_call_id"])
-            elif pending_ids:
-                message["tool_call_id"] = pending_ids.pop(0)
+            answered = next((entry for entry in pending if entry[0] == message.get("tool_call_id")), None) \
+                or (pending[0] if pending else None)
+            if answered is not None:
+                pending.remove(answered)
+                message["tool_call_id"] = answered[1]
             else:
                 message = {"role": "user", "content": message.get("content", "")}
         else:
-            pending_ids = []
+            pending = []
         out.append(message)
     return out
 
@@ -651,9 +673,9 @@ def _generation(response, seconds: float) -> Generation:
         text = message.content or ""
         if not isinstance(text, str):
             raise TypeError(f"message.content is a {type(text).__name__}")
-        calls = [{"id": getattr(c, "id", None), "name": c.function.name,
-                  "arguments": _parse_arguments(c.function.arguments)}
-                 for c in (message.tool_calls or []) if getattr(c, "function", None)]
+        structured = [c for c in (message.tool_calls or []) if getattr(c, "function", None)]
+        calls = [{"id": call_id, "name": c.function.name, "arguments": _parse_arguments(c.function.arguments)}
+                 for c, call_id in zip(structured, kept_call_ids([getattr(c, "id", None) for c in structured]))]
         usage = response.usage
         tokens = [getattr(usage, name) if usage is not None else 0 for name in ("prompt_tokens", "completion_tokens")]
         if any(type(count) is not int or count < 0 for count in tokens):

@@ -303,7 +303,7 @@ def json_prefix(text: str, room: int) -> str:
 
 
 def structured_chars(calls: list | None) -> int:
-    """Characters of an endpoint's structured tool calls as the reply budget counts them: each name and its
+    """Characters of an endpoint's structured tool calls as the reply budget counts them: each id, name and its
     arguments (a JSON string as sent, a decoded object as JSON text). Linear in their size."""
     total = 0
     for call in calls or []:
@@ -316,7 +316,9 @@ def structured_chars(calls: list | None) -> int:
                 arguments = json.dumps(arguments)
             except (TypeError, ValueError, RecursionError):  # JSON cannot write it (a huge int, deep nesting): the
                 arguments = ""  # parser refuses such a call and the record keeps none of its arguments
-        total += len(str(call.get("name"))[:10_000]) + len(arguments)
+        call_id = call.get("id")
+        total += len(str(call.get("name"))[:10_000]) + (len(call_id) if isinstance(call_id, str) else 0) \
+            + len(arguments)
     return total
 
 

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from coevolve_lib.core.models import kept_call_ids
 from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS, Call, CallParseError, call_from_json, parse_call_list
 
 TOOL_FORMATS = ("native", "prompt")
@@ -61,7 +62,7 @@ def parse_native(text: str, structured: list[dict] | None = None, allowed_names=
     reply = ParsedReply(content=_TOOL_CALL_BLOCK.sub("", text).strip())
     if structured:
         raw_calls = [(c.get("name"), c.get("arguments")) if isinstance(c, dict) else (None, None) for c in structured]
-        ids = [c.get("id") if isinstance(c, dict) else None for c in structured]
+        ids = kept_call_ids([c.get("id") if isinstance(c, dict) else None for c in structured])
     else:
         raw_calls = []
         for block in _TOOL_CALL_BLOCK.findall(text):
