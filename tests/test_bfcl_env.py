@@ -367,3 +367,23 @@ def test_state_budget_sees_a_branch_the_tree_no_longer_holds(base_tasks):
         observations += env.execute([f"cp(source='d', destination='e{k}')", f"mv(source='e{k}', destination='d')"])
     assert env.state_over and observations[-1].startswith("Error during execution: the environment's state")
     assert state_size(env._instances.values(), 10**9) <= 2 * 100_000 + 1_000
+
+
+def test_a_step_stops_running_calls_once_its_output_passes_what_the_episode_can_keep():
+    """Issue 47: under the state cap `find` prints every path in full, about the whole state per call, so one reply of
+    32 `find` calls printed 14.7 million characters for an episode that keeps 1 million. Calls past the step's output
+    budget are not run."""
+    from coevolve_lib.envs.bfcl.benchmark import OUTPUT_OVER
+
+    task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
+    env = BFCLEnv(task, max_state_chars=524_288)
+    name = "n" * 250
+    for _ in range(58):  # a deep chain of long names: ~460k characters per `find`, under the state cap
+        env.execute([f"mkdir(dir_name='{name}')", f"cd(folder='{name}')"])
+    env.execute(["cd(folder='..')"] * 58)
+    assert not env.state_over
+    unbounded = env.execute(["find(path='.')"] * 32)
+    assert sum(map(len, unbounded)) > 10_000_000
+    bounded = env.execute(["find(path='.')"] * 32, output_budget=1_048_576)
+    ran = [o for o in bounded if o != OUTPUT_OVER]
+    assert len(ran) == 3 and sum(map(len, ran)) < 1_048_576 + 500_000 and bounded.count(OUTPUT_OVER) == 29

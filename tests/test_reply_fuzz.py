@@ -45,6 +45,7 @@ EXPECTED_ENDS = {f"{family}/{fmt}": end for fmt in ("native", "prompt") for fami
     "long_replies": "record_cap", "nested_and_long_inputs": "completed",
     # issue 29: work before any cut, and escapes
     "many_keywords": "record_cap", "shared_folders": "state_cap", "deep_long_names": "state_cap",
+    "find_multiplier": "observation_cap",
     "escape_heavy": "record_cap"}.items()} | {
     # issue 29: an endpoint's structured calls count in the reply and record budgets (a 79 MB record before)
     "structured_long_calls/native": "record_cap", "structured_many_calls/native": "step_call_cap",
@@ -118,11 +119,16 @@ def families(fmt: str, rng: random.Random) -> dict[str, list]:
     long_name = "n" * 250
     down_long = [_call(fmt, "mkdir", dir_name=long_name), _call(fmt, "cd", folder=long_name)] * 16
     escapes = _call(fmt, "echo", content="\x00" * 10_000, file_name="e.txt")
+    # issue 47: under the state cap, `find` prints every path in full, so each call prints about the whole state
+    down_59 = [_call(fmt, "mkdir", dir_name=long_name), _call(fmt, "cd", folder=long_name)] * 15
+    finds = [_call(fmt, "find", path=".")] * 32
     return structured | {
         "many_keywords": [_reply(fmt, [keywords])],
         "shared_folders": [_reply(fmt, down)] * 2 + [_reply(fmt, [_call(fmt, "mkdir", dir_name="x")])]
         + [_reply(fmt, up_and_copy)] * 10,
         "deep_long_names": [_reply(fmt, down_long)],
+        "find_multiplier": [_reply(fmt, down_59)] * 4 + [_reply(fmt, [_call(fmt, "cd", folder="..")] * 30)] * 2
+        + [_reply(fmt, finds)],
         "escape_heavy": [_reply(fmt, [escapes])],
         "many_calls_long_reply": [_reply(fmt, [cat] * 3_700)],  # ~96 kB, as the issue's reproducer
         "many_calls": [_reply(fmt, [ls] * 5_000)[:60_000]],

@@ -159,6 +159,8 @@ def restrict_classes(tasks: list[BFCLTask], classes: Sequence[str] | None) -> li
 
 
 STATE_OVER = "Error during execution: the environment's state passed its budget (max_state_chars); no call runs"
+OUTPUT_OVER = ("Error during execution: this reply's calls already printed more than the episode may keep "
+               "(max_episode_observation_chars); no further call of it runs")
 
 
 def _task_index(task_id: str) -> int:
@@ -202,8 +204,12 @@ class BFCLEnv:
         """Index of the turn in progress."""
         return len(self.history) - 1
 
-    def execute(self, calls: Sequence[Call | str], parsed: bool = False) -> list[str]:
+    def execute(self, calls: Sequence[Call | str], parsed: bool = False, output_budget: int | None = None) -> list[str]:
         """One model step: run each call in order, return one observation per call. Never raises.
+
+        `output_budget`: once the step's observations hold more characters, no further call of it runs (each gets
+        `OUTPUT_OVER`, and counts as a call of its turn): what the episode could not keep is never computed (32
+        `find` calls over a large tree printed 14.7 million characters for an episode that keeps 1 million).
 
         `parsed=True`: the Calls come from the kit's own parsers (`safe_calls`), whose calls read back as themselves
         (a test holds this), so each is only checked against the env's function names, not parsed again; a Call
@@ -223,10 +229,10 @@ class BFCLEnv:
             calls = list(calls)
         except Exception:
             return [f"Error during execution: expected a list of calls, got {type(calls).__name__}"]
-        observations, accepted = [], []
+        observations, accepted, printed = [], [], 0
         for call in calls:
-            if self.state_over:
-                observations.append(STATE_OVER)
+            if self.state_over or (output_budget is not None and printed > output_budget):
+                observations.append(STATE_OVER if self.state_over else OUTPUT_OVER)
                 self._calls_in_turn += 1
                 continue
             try:
@@ -240,6 +246,7 @@ class BFCLEnv:
                     self._model_results.append(result)
                 continue
             result = _run(self._methods, call)
+            printed += len(result)
             accepted.append(call.to_source())
             observations.append(result)
             self._calls_in_turn += 1

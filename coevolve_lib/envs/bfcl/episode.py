@@ -107,7 +107,8 @@ class Episode(Conversation):
         if not self.admit_recorded_calls(sources):
             return
         start = time.perf_counter()
-        observations = self.kept_observations(self.env.execute(reply.calls, parsed=True))
+        left = self.config.budget.max_episode_observation_chars - self.observation_chars  # what the episode can keep
+        observations = self.kept_observations(self.env.execute(reply.calls, parsed=True, output_budget=left))
         self.env_seconds += time.perf_counter() - start
         if self.env.state_over:
             self._end("state_cap")
