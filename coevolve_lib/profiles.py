@@ -205,6 +205,9 @@ def read_value(text: str, what: str):
         raise ConfigError(f"{what}: {exc}") from None
     except yaml.YAMLError as exc:
         problem = " ".join(str(getattr(exc, "problem", None) or "not valid YAML").split())
+        if text.lstrip().startswith(("*", "&", "!", "%", "@", "`")):  # YAML syntax, not the text a user meant
+            problem = f"YAML reads a leading {text.lstrip()[0]!r} as syntax: quote the value, e.g. " \
+                      f"--set \"key='{text.strip()[:20]}'\""
         raise ConfigError(f"{what}: {quoted(text)} is not a valid value ({problem})") from None
     except ValueError:  # the only one PyYAML lets through: an integer past Python's digit limit
         raise ConfigError(f"{what}: {quoted(text)} is not a valid value (an integer of more than "

@@ -37,6 +37,7 @@ CASES = [  # (command, exit status, what the one line says)
     ("train --dry-run --set training.max_steps=1.5", 2, "training.max_steps: Input should be a valid integer, got a "
                                                         "number with a fractional part (got 1.5)"),
     ("train --dry-run --set training.max_steps=[unclosed", 2, "'[unclosed' is not a valid value"),
+    ("train --dry-run --set training.reward=*", 2, "YAML reads a leading '*' as syntax: quote the value"),
     # issue 29: values that explode (aliases expand exponentially) or are huge are refused, quoted by a short prefix
     ("train --dry-run --set 'training.max_steps=[&a [x, x], *a, *a]'", 2,
      "override 'training.max_steps': YAML alias *a (write the value out"),

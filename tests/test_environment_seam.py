@@ -50,3 +50,21 @@ def test_a_third_environment_runs_the_whole_loop_through_the_seam(tmp_path):
     assert final["eval/val_n"] == 3 and 0 <= final["eval/val_success"] <= 100
     assert validate_result(json.loads((tmp_path / "eval" / "val_step_00002.json").read_text())) == []
     assert summary["eval_before"]["step"] == 0 and summary["eval_after"]["step"] == 2
+
+
+def test_the_recipe_states_every_method_of_the_seam():
+    """Issue 47: the recipe gave each method's outputs but not its inputs, and a user read four modules to find them.
+    Its contract table (docs/architecture.md, "Add an environment") names every public method of `Environment`,
+    each row saying what the method gets."""
+    import re
+
+    from coevolve_lib.core.environment import Environment
+    from coevolve_lib.core.paths import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("| method: what it gets |"):text.index("Traps an outside user met")]
+    rows = [line.split(" | ")[0] for line in table.splitlines()[2:] if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`(\w+)(?:\(|`)", row)}
+    public = {name for name in vars(Environment) if not name.startswith("_")}
+    assert public <= named, sorted(public - named)
+    assert all(":" in row for row in rows), [row for row in rows if ":" not in row]  # each says what it gets

@@ -102,6 +102,14 @@ def test_evaluate_and_heldout_run_the_outside_environment_from_its_profile(train
     # every first sample's tool raises, so each task fails as environment_error: counted, not a crash
     assert f"{out / 'final'} on kv/val (n={row['n']}, T=0.0): success 0.00% (0/{row['n']})" in evaluated.stdout
     assert evaluated.stderr.count("environment kv: a tool or feed() raised RuntimeError") == row["n"]
+    # issue 47: it resumes as BFCL's does, from the episodes it wrote (none were written before)
+    episodes = runs / "eval.rollouts.jsonl"
+    assert len(read_jsonl(episodes)) == row["n"]
+    again = kit("evaluate", "--profile", PROFILE, "--model", str(out / "final"), "--out", str(runs / "eval.json"),
+                "--quiet", runs=runs, faults="tool")
+    assert again.returncode == 0 and "a tool or feed() raised" not in again.stderr  # no episode ran again
+    assert len(read_jsonl(episodes)) == row["n"] and json.loads((runs / "eval.json").read_text())["metrics"] == \
+        result["metrics"]
     heldout = kit("heldout", "--profile", PROFILE, "--quiet", runs=runs)
     assert heldout.returncode == 0, heldout.stderr
     assert '"new_tasks"' in heldout.stdout and '"3": 3' in heldout.stdout

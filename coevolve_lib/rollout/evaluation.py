@@ -5,10 +5,12 @@ The benchmark's own metric is its environment's (`Environment.evaluate`)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from coevolve_lib.core.config import ConfigError, EvalConfig, RunError
 from coevolve_lib.core.environment import Environment
 from coevolve_lib.core.models import load_chat_model
+from coevolve_lib.core.records import append_jsonl, read_jsonl
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
 
@@ -36,12 +38,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, environment: Environment, samples: int = 1,
-                  progress: bool = False) -> dict[str, list[int]]:
+                  progress: bool = False, records_path: str | Path | None = None) -> dict[str, list[int]]:
     """Success (1/0) of each of `samples` episodes per pool task (task/v1 records), by task id, rolled out in
-    `environment` (`Environment.rollout_tasks`, `Environment.new_episode`)."""
-    records = run_rollouts(model, environment.rollout_tasks(tasks), rollout, environment.new_episode,
-                           samples_per_task=samples, progress=progress)
-    outcomes: dict[str, list[int]] = {t["task_id"]: [] for t in tasks}
-    for record in records:
-        outcomes[record["task_id"]].append(int(record["success"]))
-    return outcomes
+    `environment` (`Environment.rollout_tasks`, `Environment.new_episode`). With `records_path` (an evaluation's
+    `<out>.rollouts.jsonl`) it resumes: the episodes are appended there a batch of `rollout.batch_size` tasks at a
+    time, and a task whose `samples` episodes are there is not rolled out again."""
+    done: dict[str, list[dict]] = {}
+    for record in read_jsonl(records_path) if records_path else []:
+        done.setdefault(record.get("task_id"), []).append(record)
+    todo = [t for t in tasks if len(done.get(t["task_id"], [])) < samples]
+    step = len(todo) if records_path is None else max(1, rollout.batch_size)
+    for start in range(0, len(todo), step or 1):
+        chunk = todo[start:start + step]
+        records = run_rollouts(model, environment.rollout_tasks(chunk), rollout, environment.new_episode,
+                               samples_per_task=samples, progress=progress)
+        for record in records:
+            if records_path:
+                append_jsonl(records_path, record)
+        for task in chunk:  # a task cut short by a kill is rolled out whole again: its last `samples` count
+            done[task["task_id"]] = [r for r in records if r["task_id"] == task["task_id"]]
+    return {t["task_id"]: [int(r["success"]) for r in done.get(t["task_id"], [])[-samples:]] for t in tasks}

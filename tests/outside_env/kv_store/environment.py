@@ -5,6 +5,7 @@ abstraction, validation, episodes and metric, in the contracts docs/architecture
 import json
 import os
 import random
+from pathlib import Path
 
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.environment import Environment, RoundSteps
@@ -196,7 +197,8 @@ class KeyValueStore(Environment):
 
     def evaluate(self, model, evaluation, out, rollout, experiment, progress=False):
         tasks = evaluation_tasks()[:evaluation.limit]
-        outcomes = task_outcomes(model, tasks, rollout, self, progress=progress)
+        outcomes = task_outcomes(model, tasks, rollout, self, progress=progress,  # resumes from the episodes file
+                                 records_path=Path(out).with_suffix(".rollouts.jsonl"))
         correct = sum(o[0] for o in outcomes.values())
         row = {"benchmark": self.name, "eval_set": "kv/val", "metric": "success", "n": len(outcomes),
                "correct": correct, "value": round(100.0 * correct / len(outcomes), 2),
