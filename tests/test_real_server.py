@@ -248,3 +248,37 @@ def test_a_server_killed_mid_evaluation_costs_counted_model_errors_and_the_rerun
     assert again[:len(kept)] == kept  # the finished episodes are kept as they were, not run again
     assert {r["task_id"] for r in again} >= {r["task_id"] for r in kept} and len(again) >= TASKS - 2
     assert second["metrics"][0]["n"] == TASKS and second["details"]["model_errors"] == TASKS - len(again)
+
+
+KIT_WITH_A_SERVER = '''
+import sys, time
+from pathlib import Path
+from coevolve_lib.cli.local_servers import transformers_serve
+with transformers_serve(sys.argv[1], Path(sys.argv[2])):
+    print("started", flush=True)
+    time.sleep(600)
+'''
+
+
+def test_a_served_model_dies_with_the_kit_however_the_kit_ends(tmp_path):
+    """Issue 47: `transformers serve` starts in a session of its own (its group is stopped whole), so a kit process
+    killed with SIGKILL, which runs no `finally`, left it serving, parent 1. The parent-death signal takes it down."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    script = tmp_path / "kit.py"
+    script.write_text(KIT_WITH_A_SERVER)
+    kit = subprocess.Popen([sys.executable, str(script), str(POLICY), str(tmp_path / "server.log")], cwd=REPO_ROOT,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert kit.stdout.readline().strip() == "started"
+        tree = psutil.Process(kit.pid).children(recursive=True)
+        assert tree, "the server runs under the kit's process"
+        kit.kill()
+        kit.wait()
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        kit.kill()
