@@ -85,3 +85,14 @@ def test_a_replay_of_another_models_recording_says_so(tmp_path):
     model = RecordedChatModel("openai:b", _recording(tmp_path, REPLY))
     with pytest.raises(RunError, match=r"it recorded openai:a, not openai:b \(data_engine.explorer_model\)"):
         model.generate([[{"role": "user", "content": "hi"}]])
+
+
+def test_a_damaged_round_report_is_one_line_naming_it(tmp_path, capsys):
+    """A round's report (written atomically, like the pool) damaged afterwards: one line, not a JSONDecodeError."""
+    run = tmp_path / "run"
+    (run / "round_000").mkdir(parents=True)
+    (run / "round_000" / "report.json").write_bytes(b'{"round": 0, "targets": \xff')
+    returned = cli(["train", "--profile", "tiny", "--quiet", "--out", str(run)])
+    err = capsys.readouterr().err
+    assert returned == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "round_000/report.json: not JSON; the file is written atomically" in err

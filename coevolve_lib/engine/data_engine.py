@@ -15,7 +15,6 @@ signals.jsonl, round_001/, ...
 from __future__ import annotations
 
 import functools
-import json
 import random
 from collections import Counter
 from dataclasses import replace
@@ -26,7 +25,7 @@ from coevolve_lib.core.environment import ContractError, Environment, RoundSteps
 from coevolve_lib.core.llm_calls import explorer_model, record_path
 from coevolve_lib.core.models import ChatModel, load_chat_model, local_model
 from coevolve_lib.core.paths import shown_path
-from coevolve_lib.core.records import read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.records import read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.feedback import (
     SINGLE,
@@ -221,7 +220,7 @@ class DataEngine:
                                        self.environment.new_episode, samples_per_task=cfg.samples_per_task,
                                        progress=progress)
                 write_json_atomic(step_path(step), stamp_rollouts(records, step, [pool_tasks[i] for i in chosen]))
-        return [r for step in range(cfg.batches) for r in json.loads(step_path(step).read_text())]
+        return [r for step in range(cfg.batches) for r in read_json(step_path(step))]
 
     def signals(self, rollouts: list[dict]) -> list[dict]:
         """Signal records of the rollouts, step by step (the extractor's windows run across steps)."""
@@ -264,7 +263,7 @@ class DataEngine:
             write_json_atomic(path, choose())
         # always: another process may see the file already, and must not pass this one by
         self.shards.settle([path] if self.shards.is_main else [])
-        return round_dir, json.loads(path.read_text())
+        return round_dir, read_json(path)
 
     def random_feedback_round(self, round_index: int, progress: bool = True, seed: int = 0) -> dict:
         """One round of the paper's "+ Random Exploration" baseline (Table 3; its details are not given): as many

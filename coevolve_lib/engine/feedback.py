@@ -14,7 +14,6 @@ round done. Costs (LLM calls, tokens) are kept per stage in the report; the roun
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -35,7 +34,7 @@ from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.llm_calls import calls_cut_at, llm_scope
 from coevolve_lib.core.models import ChatModel
-from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic
+from coevolve_lib.core.records import append_jsonl, read_json, read_jsonl, write_json_atomic
 from coevolve_lib.core.shared_files import file_digest, wait_for_files
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import group_triplets
@@ -275,7 +274,7 @@ def round_timings(round_dir: str | Path) -> dict:
     """The wall times of a finished round (`timings.json`, `write_round`); {} for one an older kit wrote, whose
     report held them."""
     path = Path(round_dir) / "timings.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json(path) if path.exists() else {}
 
 
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
@@ -289,7 +288,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     round_dir = Path(round_dir)
     report_path = round_dir / "report.json"
     if report_path.exists():
-        return json.loads(report_path.read_text())
+        return read_json(report_path)
     start = time.perf_counter()
     until = start + config.deadline_s if config.deadline_s is not None else float("inf")
     costs = {"explore": Cost(), "abstract": Cost(), "validate": Cost()}
@@ -457,7 +456,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         shards.settle([pool.path, report_path] if shards.is_main else [])
         if not shards.is_main:
             pool.__init__(pool.path)
-            report = json.loads(report_path.read_text())
+            report = read_json(report_path)
     return report
 
 
@@ -470,7 +469,7 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
     exploration target and `steps` runs the stages (`Environment.target`, `Environment.round_steps`)."""
     report_path = Path(round_dir) / "report.json"
     if report_path.exists():  # a finished D_0, before its targets are made (an AppWorld target asks the server)
-        return json.loads(report_path.read_text())
+        return read_json(report_path)
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
     return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, steps, model, size, progress,
                           shards=shards)

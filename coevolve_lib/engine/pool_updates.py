@@ -69,7 +69,7 @@ from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.llm_calls import llm_scope
 from coevolve_lib.core.extensions import check_class, find
 from coevolve_lib.core.models import ChatModel, GenerationConfig
-from coevolve_lib.core.records import append_jsonl, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.records import append_jsonl, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls
 from coevolve_lib.engine.explore import TRIPLET_SCHEMA
 from coevolve_lib.engine.feedback import feedback_round, screen_heldout, write_round
@@ -143,9 +143,9 @@ def curriculum_round(engine, round_index: int, step: int, rollouts: list[dict], 
     round_dir = _round_dir(engine.run_dir, round_index)
     path = round_dir / "curriculum.json"
     if round_index and (round_dir / "report.json").exists():
-        return json.loads((round_dir / "report.json").read_text())
+        return read_json(round_dir / "report.json")
     if path.exists():
-        selection = json.loads(path.read_text())
+        selection = read_json(path)
     else:
         selection = curriculum_selection([t for t in engine.pool.tasks], success_counts(rollouts),
                                          competence(step, max_steps, settings.curriculum_start),
@@ -320,7 +320,7 @@ def reflexion_round(engine, round_index: int, rollouts: list[dict], settings: Ba
     as they come, and the chosen rollouts frozen in `targets.json`, so a killed round resumes."""
     round_dir = _round_dir(engine.run_dir, round_index)
     if (round_dir / "report.json").exists():
-        return json.loads((round_dir / "report.json").read_text())
+        return read_json(round_dir / "report.json")
     started = time.perf_counter()
     pool_tasks = {t["task_id"]: t for t in engine.pool.tasks}
     by_id = {r["rollout_id"]: r for r in rollouts}
