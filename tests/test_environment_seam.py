@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent / "outside_env"))
 from kv_store.environment import KeyValueStore  # noqa: E402 (a user's package, on the path as PYTHONPATH puts it)
 
 SMALL = {"evaluation": {"benchmark": "kv-in-process", "split": "val"},
+         "environment": {},  # the store's settings, in place of tiny's BFCL section (never dropped silently)
          "rollout": {"max_steps_per_episode": 2, "max_new_tokens": 8},
          "data_engine": {"d0_size": 6, "max_targets": 2, "explore": {"runs": 2, "calls_per_run": 4},
                          "signals": {"enabled": ["every_failure"]},
