@@ -4,6 +4,7 @@ import json
 
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.engine.pool_updates import PoolUpdate
 from coevolve_lib.engine.signals import Signal, register
 from coevolve_lib.envs.bfcl.benchmark import grade
 from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
@@ -93,3 +94,12 @@ class EveryFailure(Signal):
 
     def observe(self, step, rollouts):
         return [self.fire(r, step, {"score": r["score"]}) for r in rollouts if r["score"] < 0.5]
+
+
+class RaisingPoolUpdate(PoolUpdate):
+    """A pool update of a plugin's that raises in every round (`training.pool_updates=helpers:RaisingPoolUpdate`)."""
+
+    name = "raising_update"
+
+    def round(self, inputs):
+        raise RuntimeError("injected fault: the pool update raised")

@@ -420,3 +420,17 @@ def test_full_weights_without_their_config_are_a_damaged_checkpoint(tmp_path):
     assert train_lib.checkpoint_damage(tmp_path) == "config.json is missing beside the model weights"
     (tmp_path / "config.json").write_text("{}")
     assert train_lib.checkpoint_damage(tmp_path) is None
+
+
+def test_a_pool_update_plugin_that_raises_adds_nothing_and_training_goes_on(tmp_path, caplog, monkeypatch):
+    """Issue 47: an outside pool update that raised stopped the run with a traceback (its rerun died there too)."""
+    from coevolve_lib.engine import pool_updates
+
+    monkeypatch.setattr(pool_updates, "POOL_UPDATES", dict(pool_updates.POOL_UPDATES))  # the reference is kept there
+    run, out = _run(tmp_path, "run", **{"training.pool_updates": "helpers:RaisingPoolUpdate"})
+    summary = train_lib.train(run, out, progress=False)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and summary["pool_size_end"] == summary["pool_size_start"]
+    errors = [r["feedback/pool_update_error"] for r in rows if "feedback/pool_update_error" in r]
+    assert errors == ["RuntimeError: injected fault: the pool update raised"] * 2  # after steps 2 and 4
+    assert "pool update helpers:RaisingPoolUpdate raised RuntimeError" in caplog.text

@@ -67,7 +67,7 @@ from coevolve_lib.core.records import (
 )
 from coevolve_lib.core.run_lock import output_lock
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
-from coevolve_lib.engine.feedback import SINGLE, Shards
+from coevolve_lib.engine.feedback import KIT_ERRORS, SINGLE, Shards
 from coevolve_lib.engine.pool_updates import RoundInputs, pool_update
 from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
@@ -495,12 +495,22 @@ class CoEvolveLoop:
             self.engine.shards = self.shards if sharded else SINGLE
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
-            report = self.pool_update.round(RoundInputs(
-                self.engine, round_index, step, self.cfg.max_steps, signals, rollouts,
-                history=lambda: [r for k in range(1, step + 1)
-                                 for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")],
-                settings=self.cfg.baselines, reflector=lambda: self._reflector(step), seed=self.cfg.seed,
-                tasks_per_step=self.cfg.tasks_per_step, progress=self.progress and self.is_main))
+            try:
+                report = self.pool_update.round(RoundInputs(
+                    self.engine, round_index, step, self.cfg.max_steps, signals, rollouts,
+                    history=lambda: [r for k in range(1, step + 1)
+                                     for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")],
+                    settings=self.cfg.baselines, reflector=lambda: self._reflector(step), seed=self.cfg.seed,
+                    tasks_per_step=self.cfg.tasks_per_step, progress=self.progress and self.is_main))
+            except KIT_ERRORS:
+                raise
+            except Exception as error:  # noqa: BLE001 - a pool update of any plugin may raise: this round adds
+                # nothing, and training goes on (a resumed run tries the round again)
+                text = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+                log.warning("step %d: pool update %s raised %s; round %d adds no task (feedback/pool_update_error)",
+                            step, self.cfg.pool_updates, text, round_index)
+                report = {"targets": 0, "signal_types": {}, "specs": 0, "added_to_pool": 0, "rejection_reasons": {},
+                          "pool_update_error": text}
             self.engine.shards = self.shards
             if self.is_main:
                 out = {"feedback/round": round_index, "feedback/targets": report["targets"],
@@ -511,6 +521,8 @@ class CoEvolveLoop:
                        "feedback/heldout_leaks": report["rejection_reasons"].get("heldout_leak", 0)}
                 if "counts" in report:  # a Table 10 baseline's own numbers (admitted tasks, filtered rollouts, ...)
                     out["feedback/counts"] = report["counts"]
+                if "pool_update_error" in report:
+                    out["feedback/pool_update_error"] = report["pool_update_error"]
         if several:
             self.shards.settle([self.engine.pool.path] if self.is_main else [])
             if not self.is_main:
