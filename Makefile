@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= tiny
 
-.PHONY: setup standins sandbox appworld vllm test-vllm test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
+.PHONY: setup standins sandbox appworld vllm lint test-vllm test test-unit test-unit-half test-notebooks test-notebooks-half test-paper reproduce lab clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 
 setup: $(STAMP)
 	$(PY) -m coevolve_lib setup
+
+# ruff over the whole tree (the rules: pyproject.toml's [tool.ruff], docs/architecture.md "Lint"); .ci/run runs it first
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 # The Qwen3-4B stand-in (coevolve_lib/envs/bfcl/standins.py, ~4 min on 2 cores the first time): what `make test`'s
 # stand-in tests load and the paper rehearsals start from. The default profile never loads it: `make reproduce` skips it.

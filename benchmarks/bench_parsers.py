@@ -93,7 +93,8 @@ def measure(parse, tag: str, family, sizes: list[int], repeats: int, max_seconds
     out = []
     for index, size in enumerate(sizes):
         estimate = out[-1][0] * size / sizes[index - 1] if out else 0.0
-        out.append((estimate, False) if estimate > max_seconds else (best_time(parse, family(tag, size), repeats), True))
+        out.append((estimate, False) if estimate > max_seconds
+                   else (best_time(parse, family(tag, size), repeats), True))
     return out
 
 

@@ -136,7 +136,8 @@ def test_hallucinated_functions_are_recorded_with_their_error_and_never_run():
                             RolloutConfig(), progress=False, new_episode=Episode)
     [step] = record["steps"]
     assert step["calls"] == ["teleport(to='x')", "ls()"]  # decoded calls, as BFCL's runner records them
-    assert step["observations"][0].startswith("Error during execution") and "current_directory" in step["observations"][1]
+    assert (step["observations"][0].startswith("Error during execution")
+            and "current_directory" in step["observations"][1])
     assert len(step["rejected"]) == 1  # the non-literal argument never decoded
 
 

@@ -166,7 +166,8 @@ def test_make_test_builds_appworlds_venv_first():
 
 
 def test_the_kit_never_imports_appworld():
-    modules = "coevolve_lib.envs.appworld.benchmark, coevolve_lib.envs.appworld.synthetic, coevolve_lib.envs.appworld.validation"
+    modules = ("coevolve_lib.envs.appworld.benchmark, coevolve_lib.envs.appworld.synthetic, "
+               "coevolve_lib.envs.appworld.validation")
     code = f"import sys, {modules}; print([m for m in sys.modules if m.split('.')[0] == 'appworld'])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           check=True).stdout.strip() == "[]"
@@ -460,7 +461,8 @@ def test_the_tiny_model_runs_appworld_episodes(world, episodes, token_level):
 def test_a_server_killed_mid_episode_is_retried_or_an_environment_error(world, server):
     """synnote_1: the server is killed before the 2nd reply, the episode starts over on the restarted server and
     succeeds; synnote_2: the server refuses on both attempts (another task loaded behind the episode's back), so it
-    is an environment error; synask_1 is unaffected. Every task has a record. (A kill costs a restart, ~20 s: one only.)"""
+    is an environment error; synask_1 is unaffected. Every task has a record. (A kill costs a restart, ~20 s:
+    one only.)"""
     tasks = [load_task(task_id, world.root) for task_id in ("synnote_1", "synnote_2", "synask_1")]
     faults = {"synnote_1": ["kill"], "synnote_2": ["swap", "swap"], "synask_1": []}
 

@@ -6,8 +6,8 @@ Most fail while the profile or the options load, so they run in-process through 
 reproduce` does. `{tmp}` in a command is the folder `scratch` prepares, `{port}` a port another socket holds.
 """
 
-import os
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -44,7 +44,8 @@ CASES = [  # (command, exit status, what the one line says)
     (f"train --dry-run --set training.max_steps={'9' * 5000}", 2,
      "is not a valid value (an integer of more than 4300 digits)"),
     (f"train --dry-run --set training.max_steps={'x' * 100_000}", 2,
-     "training.max_steps: Input should be a valid integer, unable to parse string as an integer (got 'xxxxxxxxxxxxxxxxx..."),
+     "training.max_steps: Input should be a valid integer, unable to parse string as an integer "
+     "(got 'xxxxxxxxxxxxxxxxx..."),
     ("train --dry-run --set training.group_size=1", 2, "training.group_size: Input should be greater than or equal "
                                                        "to 2 (got 1)"),
     ("train --dry-run --set training.launch.num_processes=3", 2, "must split into whole groups over 3 process(es)"),
@@ -107,7 +108,8 @@ CASES = [  # (command, exit status, what the one line says)
                                                          "'prompt'"),
     ("evaluate --out {tmp}/e.json --batch-size abc", 2, "rollout.batch_size: Input should be a valid integer"),
     ("evaluate --out {tmp}/e.json --limit 1.5", 2, "evaluation.limit: Input should be a valid integer"),
-    ("evaluate --out {tmp}/e.json --set environment.category=''", 2, "environment.category: Input should be a valid string (got None)"),
+    ("evaluate --out {tmp}/e.json --set environment.category=''", 2,
+     "environment.category: Input should be a valid string (got None)"),
     ("evaluate --out {tmp}/e.json --set rollout.max_steps_per_episode=0", 2,
      "rollout.max_steps_per_episode: Input should be greater than 0"),
     ("evaluate --out {tmp}/e.json --set nodot", 2, "override 'nodot' is not of the form section.field=value"),

@@ -1,5 +1,5 @@
-"""The Table 10 baselines (`training.pool_updates`: curriculum, rest, reflexion; coevolve_lib/engine/pool_updates.py): the
-selection and filtering logic on hand-made rollouts, then one real 2-step run of each on the tiny profile (real BFCL
+"""The Table 10 baselines (`training.pool_updates`: curriculum, rest, reflexion; coevolve_lib/engine/pool_updates.py):
+the selection and filtering logic on hand-made rollouts, then one real 2-step run of each on the tiny profile (real BFCL
 environments, real TRL GRPO steps, real validation; no mocks), checked against the rollouts it recorded."""
 
 import json
@@ -169,7 +169,8 @@ def test_configs_reject_a_policy_reflector_over_processes_and_an_explorer_reflec
 SMOKE = {
     "environment": {"warm_start": {"enabled": False}},
     "data_engine": {"d0_size": 8, "max_targets": 2,
-                    "explore": {"runs": 1, "calls_per_run": 4}, "heldout": {"new_tasks": {"size": 0}, "new_envs": {"size": 0}}},
+                    "explore": {"runs": 1, "calls_per_run": 4},
+                    "heldout": {"new_tasks": {"size": 0}, "new_envs": {"size": 0}}},
     "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},
     "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 1, "draw_factor": 1,
                  "max_completion_tokens": 64,

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from coevolve_lib.core.config import EpisodeBudget
-
 from coevolve_lib.core.safe_calls import Call, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.benchmark import (

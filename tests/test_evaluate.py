@@ -77,7 +77,8 @@ def test_unknown_profile_or_field_is_a_clear_error():
 def test_cli_writes_a_valid_results_json(tmp_path):
     out = tmp_path / "cli.json"
     run = subprocess.run([sys.executable, "-m", "coevolve_lib", "evaluate", "--model", "tiny",
-                          "--set", "environment.data_version=v3", "--set", "environment.category=base", "--split", "val", "--limit", "2", "--max-new-tokens", "8",
+                          "--set", "environment.data_version=v3", "--set", "environment.category=base",
+                          "--split", "val", "--limit", "2", "--max-new-tokens", "8",
                           "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(run.stdout.strip().splitlines()[-1])

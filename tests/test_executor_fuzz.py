@@ -178,12 +178,14 @@ def _prompt_calls(case, rng):
                     f"echo(content={{'k': ({literal},)}})"]
         return out
     if case == "extreme_math_arguments":
-        return ["power(base=10, exponent=10000000)", "power(10, 10000000)", f"power(base=-7, exponent={10**rng.randint(5, 30)})",
+        return ["power(base=10, exponent=10000000)", "power(10, 10000000)",
+                f"power(base=-7, exponent={10**rng.randint(5, 30)})",
                 "square_root(number=2, precision=10000000)", f"square_root(2, {rng.randint(10**6, 10**7)})",
                 "logarithm(value=2, base=3, precision=1000000)", "logarithm(value=10, base=2, precision=1e7)",
                 f"round_number(number={rng.randint(1, 99)}, decimal_places=-1000000000000000000)"]
     if case == "full_width_names":
-        return ["ｌｓ()", "ｃｄ(folder='document')", "[ｍｅａｎ(numbers=[1, 2]), ｌs()]", "\n ｐｗｄ()", "echo(content='x')\nｌｓ()"]
+        return ["ｌｓ()", "ｃｄ(folder='document')", "[ｍｅａｎ(numbers=[1, 2]), ｌs()]", "\n ｐｗｄ()",
+                "echo(content='x')\nｌｓ()"]
     return []
 
 
@@ -217,7 +219,8 @@ def _native_replies(case, rng):
                 ("", [{"name": "echo", "arguments": {"content": huge}}]),
                 (block(json.dumps({"name": "echo", "arguments": {"content": huge}})), None), (huge, None)]
     if case == "full_width_names":
-        return [(block('{"name": "ｌｓ", "arguments": {}}'), None), ("", [{"name": "ｃｄ", "arguments": '{"folder": "x"}'}])]
+        return [(block('{"name": "ｌｓ", "arguments": {}}'), None),
+                ("", [{"name": "ｃｄ", "arguments": '{"folder": "x"}'}])]
     return []
 
 

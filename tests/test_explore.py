@@ -2,8 +2,8 @@
 and the LLM explorer and context builder against the real loopback OpenAI server, with injected faults."""
 
 import json
-from dataclasses import replace
 import re
+from dataclasses import replace
 
 import pytest
 from helpers import BFCL
@@ -85,7 +85,8 @@ def test_context_prompt_shows_the_six_fields():
 @pytest.mark.parametrize("text, expected", [
     ('{"a": 1}', {"a": 1}),
     ('Here is the context:\n```json\n{"a": {"b": [1, 2]}}\n```\nHope it helps.', {"a": {"b": [1, 2]}}),
-    ('Sure! {"summary": "braces } and { inside", "x": "}"} trailing {text', {"summary": "braces } and { inside", "x": "}"}),
+    ('Sure! {"summary": "braces } and { inside", "x": "}"} trailing {text',
+     {"summary": "braces } and { inside", "x": "}"}),
     ('<think>maybe {"draft": 1}</think> final: {"final": true}', {"final": True}),
     ('a list first [1, 2] then {"k": "v"}', {"k": "v"}),
     ('```\nnot json\n```\n{"k": 2}', {"k": 2}),
@@ -119,7 +120,8 @@ def test_heuristic_context_on_a_real_failed_trajectory(failed_target):
     assert context["schema"] == "context/v1" and context["builder"] == "heuristic" and context["error"] is None
     assert context["context_id"] == "ctx/boundary/3/multi_turn_base_0/1" and context["signal_type"] == "boundary"
     assert all(isinstance(context[f], str) and context[f] for f in CONTEXT_TEXT_FIELDS)
-    assert all(isinstance(context[f], list) and all(isinstance(x, str) for x in context[f]) for f in CONTEXT_LIST_FIELDS)
+    assert all(isinstance(context[f], list) and all(isinstance(x, str) for x in context[f])
+               for f in CONTEXT_LIST_FIELDS)
     assert {"mv", "cd", "mkdir", "cat"} <= set(context["focus_pattern"])
     # mv before cd fails (the file is in document/), and cat of a missing file fails.
     assert WRONG_CALLS[0] in context["do_not_repeat"] and WRONG_CALLS[3] in context["do_not_repeat"]
@@ -133,7 +135,8 @@ def test_rare_signal_focuses_on_the_rare_patterns_tools(failed_target):
               "evidence": {"patterns": [{"pattern": "touch>diff", "count": 1}], "total": 300, "theta": 5}}
     target = ExplorationTarget(**{**vars(failed_target), "signal": signal})
     context = heuristic_context(target)
-    assert context["focus_pattern"][:2] == ["touch", "diff"] and "touch>diff (1 of 300)" in context["instability_pattern"]
+    assert (context["focus_pattern"][:2] == ["touch", "diff"]
+            and "touch>diff (1 of 300)" in context["instability_pattern"])
 
 
 def test_a_registered_signal_type_describes_itself_to_the_context_with_no_edit_in_contexts(failed_target):

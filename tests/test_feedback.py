@@ -75,7 +75,8 @@ def test_signal_round_grows_the_pool_with_provenance(tmp_path, train_tasks):
     assert report["accepted"] + sum(report["rejection_reasons"].values()) == report["specs"]
     provenance = new[0]["provenance"]
     assert provenance["signal"]["type"] in ("forgetting", "boundary", "rare")
-    assert provenance["context"]["focus_pattern"] and provenance["context"]["signal_id"] == provenance["signal"]["signal_id"]
+    assert (provenance["context"]["focus_pattern"]
+            and provenance["context"]["signal_id"] == provenance["signal"]["signal_id"])
 
 
 class Killed(BaseException):

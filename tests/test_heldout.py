@@ -56,7 +56,8 @@ def test_no_d0_task_is_a_held_out_task_and_the_d0_report_counts_the_leaks_it_ref
 def test_a_held_out_set_explored_as_d0_is_leaves_d0_without_its_tasks(tmp_path, caplog):
     """The guard on the real path: a set (a) explored with D_0's own seed and runs holds D_0's tasks, so D_0 must
     refuse each of them as a leak and keep the rest, and say so in a line (issue 47: only the report told)."""
-    config = data_engine_config("tiny", heldout={"new_tasks": {"size": 20, "runs": 8, "seed": 0}, "new_envs": {"size": 0}})
+    config = data_engine_config("tiny", heldout={"new_tasks": {"size": 20, "runs": 8, "seed": 0},
+                                                 "new_envs": {"size": 0}})
     engine = DataEngine(config, tmp_path, "bfcl")
     report = engine.initial_pool(progress=False)
     (_, held_out), = engine.heldout_sets().values()
@@ -72,7 +73,8 @@ def test_a_held_out_set_explored_as_d0_is_leaves_d0_without_its_tasks(tmp_path, 
 def test_a_task_sharing_environment_and_actions_or_environment_and_query_is_a_leak():
     held = {"initial_config": {"fs": 1}, "query": "Make  a folder 'a'.", "reference_actions": ["mkdir(dir_name='a')"]}
     excluded = frozenset(content_keys(held))
-    accepted = {"accepted": True, "reason": "objective_met", "reasons": [], "reference_actions": held["reference_actions"]}
+    accepted = {"accepted": True, "reason": "objective_met", "reasons": [],
+                "reference_actions": held["reference_actions"]}
     same_actions = {"initial_config": {"fs": 1}, "query": "Another wording."}
     same_query = {"initial_config": {"fs": 1}, "query": "Make a folder 'a'."}  # whitespace does not matter
     other_world = {"initial_config": {"fs": 2}, "query": held["query"]}

@@ -118,7 +118,8 @@ def test_tool_call_parsing_helpers():
 
 
 def test_server_runs_as_a_module(tiny):
-    process = subprocess.Popen([sys.executable, "-m", "coevolve_lib.cli.openai_server", "--model", "tiny", "--port", "0"],
+    process = subprocess.Popen([sys.executable, "-m", "coevolve_lib.cli.openai_server",
+                                "--model", "tiny", "--port", "0"],
                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = process.stdout.readline()
@@ -194,7 +195,8 @@ def test_a_server_that_never_answers_costs_a_bounded_wait_and_says_so(caplog, mo
     assert sum("not sent: the batch's time was up" in g.error for g in generations) == 3
     assert all("batch deadline 1.5 s" in g.error for g in generations)
     [notice] = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
-    assert notice == f"waiting for 5 of 5 replies from openai:silent at {url} (each at most 60 s, the batch at most 1.5 s)"
+    assert notice == (f"waiting for 5 of 5 replies from openai:silent at {url} "
+                      "(each at most 60 s, the batch at most 1.5 s)")
 
 
 def test_requests_are_paced_to_the_process_share_of_the_run_rate(tiny):

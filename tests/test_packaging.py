@@ -77,3 +77,16 @@ def test_committed_notebooks_hold_no_widget_state_temporary_or_machine_paths():
         assert clean_notebook(notebook) == notebook, f"{path.name}: run clean_notebook on it before committing"
         machine_paths = re.findall(r"/(?:work|home|root|Users|mnt)/[\w.-]+", text) + re.findall(r"/tmp/out_\w+", text)
         assert str(ROOT) not in text and not machine_paths, f"{path.name} names machine paths: {machine_paths[:3]}"
+
+
+def test_ci_runs_the_lint_gate_first_and_the_tree_passes_it():
+    """Issue 48: no linter ran anywhere (unused imports sat in the library). `make lint` runs ruff with the rules of
+    pyproject.toml over the whole tree, and .ci/run runs it before the tests."""
+    import subprocess
+    import sys
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make lint\nmake test\n" in ci
+    checked = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+    assert checked.returncode == 0, checked.stdout[-3000:]

@@ -33,7 +33,8 @@ def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], override
                          "steps": run.training.max_steps, "tasks_per_step": 8, "group_size": 8, "profile": "tiny",
                          "model": "tiny", "config_hash": run_hash(run), "run_dir": "runs/x", "per_task": per_task,
                          **({"weights_sha256": weights[variant]} if weights else {})})
-    settings = {"profile": "tiny", "seeds": [0], "overrides": overrides, "pass_k": COMPARISON.pass_k, "rank_by": "new_tasks",
+    settings = {"profile": "tiny", "seeds": [0], "overrides": overrides, "pass_k": COMPARISON.pass_k,
+                "rank_by": "new_tasks",
                 "variants": [{"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row}
                              for v in COMPARISON.variants]}
     path = results_file(results_dir, "comparison", "tiny", [0], 2)
@@ -220,7 +221,8 @@ def test_table12_says_a_replayed_explorer_whose_d0_held_no_task_trained_nothing(
     assert row["paper row"] == "Qwen3-4B" and row["paper CoEvolve"] == "56.50"
     cells = [value for column, value in row.items() if column.startswith("kit ")]
     assert cells and all(value == "not trained (D_0 empty)" for value in cells)
-    assert table.kit.loc["the profile's (tiny)", "kit synthesis only held-out (a) new tasks, pool envs %"].startswith("50.0")
+    assert table.kit.loc["the profile's (tiny)",
+                         "kit synthesis only held-out (a) new tasks, pool envs %"].startswith("50.0")
     [static, coevolve] = [n for n in table.notes if "not trained" in n]
     assert static.startswith("explorer1_static seed 0") and "112 explorer calls" in static
     assert "model_error 104" in static

@@ -84,7 +84,8 @@ def test_a_committed_file_may_not_point_outside_the_checkout():
 def test_write_result_stamps_provenance_and_makes_paths_repo_relative(tmp_path):
     out = tmp_path / "r.json"
     doc = write_result(out, experiment="x", profile="tiny", model="tiny", config_hash="0123456789ab",
-                       run_dir=REPO_ROOT / "runs" / "x", details={"rollouts": str(REPO_ROOT / "runs" / "x" / "r.jsonl")},
+                       run_dir=REPO_ROOT / "runs" / "x",
+                       details={"rollouts": str(REPO_ROOT / "runs" / "x" / "r.jsonl")},
                        metrics=[{"benchmark": "bfcl", "eval_set": "pool/d0", "metric": "greedy_success", "value": 0.0}])
     assert json.loads(out.read_text()) == doc and doc["schema"] == SCHEMA and doc["commit"]
     assert doc["run_dir"] == "runs/x" and doc["details"]["rollouts"] == "runs/x/r.jsonl"

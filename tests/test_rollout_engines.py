@@ -73,7 +73,8 @@ def test_kv_cache_reuses_the_cache_and_recovers_from_a_prompt_that_does_not_exte
     cached = engine.saved["a"]
     assert cached.ids == prompt + reply.token_ids[:-1]
     assert all(keys.shape[1] == len(cached.ids) for keys, _ in cached.layers)
-    follow = prompt + reply.token_ids + policy.tokenizer("<|im_start|>user\nAnd now?<|im_end|>\n<|im_start|>assistant\n",
+    follow = prompt + reply.token_ids + policy.tokenizer("<|im_start|>user\nAnd now?<|im_end|>\n"
+                                                         "<|im_start|>assistant\n",
                                                          add_special_tokens=False)["input_ids"]
     unrelated = policy.prompt_ids([{"role": "user", "content": "Make a folder called docs."}])
     for key, prompt_ids in (("a", follow), ("b", unrelated)):
@@ -194,7 +195,8 @@ def test_roomy_cache_equals_concatenation():
     plain = DynamicCache()
     for layer in range(3):
         keys = torch.stack([torch.cat([k.new_zeros(2, 5 - k.shape[1], 4), k], 1) for k, _ in (r[layer] for r in rows)])
-        values = torch.stack([torch.cat([v.new_zeros(2, 5 - v.shape[1], 4), v], 1) for _, v in (r[layer] for r in rows)])
+        values = torch.stack([torch.cat([v.new_zeros(2, 5 - v.shape[1], 4), v], 1)
+                              for _, v in (r[layer] for r in rows)])
         plain.update(keys, values, layer)
     for added in (1, 1, 3):  # the third outgrows the room: the buffers grow
         new = [(torch.randn(2, 2, added, 4), torch.randn(2, 2, added, 4)) for _ in range(3)]

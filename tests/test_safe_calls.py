@@ -134,7 +134,8 @@ def test_math_guard_reads_a_string_precision_as_mpmath_does():
 
     env = BFCLEnv.from_config({}, ["MathAPI"])
     refused = ["logarithm(value=2, base=3, precision='1000000')", "logarithm(2, 3, ' 1_000_000 ')",
-               "logarithm(value=2, base=3, precision='１０００００００')", "logarithm(value=2, base=3, precision=1000000)"]
+               "logarithm(value=2, base=3, precision='１０００００００')",
+               "logarithm(value=2, base=3, precision=1000000)"]
     for call in refused:
         [observation] = env.execute([call])
         assert observation.startswith("Error during execution: precision") and "over the limit" in observation, call

@@ -8,12 +8,18 @@ import random
 from pathlib import Path
 
 import pytest
-
 from helpers import BFCL
 from test_feedback import _signal_round_inputs
 
 from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import SINGLE, FeedbackConfig, Shards, deduplicated, feedback_round, synthesize_initial
+from coevolve_lib.engine.feedback import (
+    SINGLE,
+    FeedbackConfig,
+    Shards,
+    deduplicated,
+    feedback_round,
+    synthesize_initial,
+)
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
 

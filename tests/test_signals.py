@@ -199,8 +199,8 @@ def test_rare_tail_takes_the_rarest_count_levels_whole():
 def test_rare_pattern_kinds():
     rollouts = [rollout(f"t{i}", 1, calls=["a()", "b()", "c()"]) for i in range(5)]
     rollouts.append(rollout("odd", 0, calls=["c()", "b()", "a()"]))
-    assert fired(only("rare", rare_pattern="sequence", rare_theta=20, rare_min_total=1, **LITERAL).observe(0, rollouts)) == [
-        "0/odd/0"]
+    assert fired(only("rare", rare_pattern="sequence", rare_theta=20, rare_min_total=1,
+                      **LITERAL).observe(0, rollouts)) == ["0/odd/0"]
     assert only("rare", rare_pattern="set", rare_theta=20, rare_min_total=1, **LITERAL).observe(0, rollouts) == []
 
 

@@ -1,5 +1,5 @@
-"""Similarity and diversity metrics of synthesized tasks (coevolve_lib/studies/similarity.py): the formulas on vectors whose
-answers are known, the per-round pool summary, and the real embedding model on sentences."""
+"""Similarity and diversity metrics of synthesized tasks (coevolve_lib/studies/similarity.py): the formulas on vectors
+whose answers are known, the per-round pool summary, and the real embedding model on sentences."""
 
 import json
 

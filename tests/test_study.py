@@ -19,9 +19,11 @@ from coevolve_lib.studies.catalog import COMPARISON, SIGNALS, VALIDATION, explor
 
 SMALL = ["data_engine.d0_size=6", "environment.warm_start.enabled=false", "data_engine.max_targets=2",
          "data_engine.explore.runs=1", "data_engine.explore.calls_per_run=4", "data_engine.heldout.new_tasks.size=4",
-         "data_engine.heldout.new_tasks.runs=1", "data_engine.heldout.new_envs.size=5", "data_engine.heldout.new_envs.runs=1", "training.max_steps=2", "training.tasks_per_step=2", "training.group_size=2",
-         "training.feedback_every=1", "rollout.max_new_tokens=12", "rollout.max_steps_per_episode=2",
-         "training.max_completion_tokens=64", "training.eval_limit=1", "training.eval_pool_tasks=2"]
+         "data_engine.heldout.new_tasks.runs=1", "data_engine.heldout.new_envs.size=5",
+         "data_engine.heldout.new_envs.runs=1", "training.max_steps=2", "training.tasks_per_step=2",
+         "training.group_size=2", "training.feedback_every=1", "rollout.max_new_tokens=12",
+         "rollout.max_steps_per_episode=2", "training.max_completion_tokens=64", "training.eval_limit=1",
+         "training.eval_pool_tasks=2"]
 
 
 STUDY = replace(COMPARISON, pass_k=2)
@@ -171,7 +173,8 @@ def test_pool_sizes_are_printed_per_seed_in_seed_order():
             for seed, pool in ((2, 855), (0, 840), (1, 855)) for name in ("a", "b")]
     assert report._pool_cell(rows, "coevolve") == ", D_0 91 tasks, final pool 840/855/855 tasks (seeds 0/1/2)"
     assert report._pool_cell([r for r in rows if r["seed"] == 1], "coevolve") == ", D_0 91 tasks, final pool 855 tasks"
-    assert report._pool_cell([{**r, "pool_tasks": 91} for r in rows], "coevolve") == ", D_0 91 tasks, final pool 91 tasks"
+    assert (report._pool_cell([{**r, "pool_tasks": 91} for r in rows], "coevolve")
+            == ", D_0 91 tasks, final pool 91 tasks")
     assert report._pool_cell([{"variant": "zero_shot", "seed": 0}], "zero_shot") == ""
 
 
@@ -184,7 +187,8 @@ def test_cli_rejects_a_bad_override(capsys):
 
 def test_unfinished_runs_train_side_by_side_in_their_own_processes(tmp_path):
     study = study_lib.Study("two", (), (study_lib.Variant("a", ("training.pool_updates=none",)),
-                                        study_lib.Variant("b", ("training.pool_updates=none", "training.learning_rate=0.002"))))
+                                        study_lib.Variant("b", ("training.pool_updates=none",
+                                                                "training.learning_rate=0.002"))))
     plans = study_lib.planned_runs(study, "tiny", [0], SMALL, tmp_path / "runs")
     study_lib.train_in_parallel(plans, jobs=2, progress=False)
     for planned in study_lib.planned_runs(study, "tiny", [0], SMALL, tmp_path / "runs"):

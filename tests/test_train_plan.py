@@ -46,7 +46,8 @@ def test_appworld_paper_profile_plan(capsys, tmp_path, monkeypatch):
     assert bfcl["benchmark"] == {"name": "bfcl", "data_version": "v3", "category": "multi_turn_base", "split": "val",
                                  "classes": None, "warm_start": False}
     assert plan["policy_model"] == "Qwen/Qwen3-4B-Instruct-2507" and plan["explorer_model"] == "openai:qwen3-max"
-    assert (plan["schedule"], plan["batch"], plan["grpo_config"]) == (bfcl["schedule"], bfcl["batch"], bfcl["grpo_config"])
+    assert ((plan["schedule"], plan["batch"], plan["grpo_config"])
+            == (bfcl["schedule"], bfcl["batch"], bfcl["grpo_config"]))
     assert plan["rollout"]["max_steps_per_episode"] == 30
     assert any("no AppWorld data root is set" in note for note in plan["notes"])
     monkeypatch.setenv("APPWORLD_ROOT", str(tmp_path))
@@ -77,8 +78,8 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     assert plan["policy_model"] == want["model"]
     assert plan["explorer_model"] == "openai:qwen3-max"
     assert plan["benchmark"]["warm_start"] is False
-    assert plan["schedule"] == {"max_steps": 120, "pool_updates": "signals", "feedback_every": 10, "feedback_rounds": 12,
-                                "d0_size": 100}
+    assert plan["schedule"] == {"max_steps": 120, "pool_updates": "signals", "feedback_every": 10,
+                                "feedback_rounds": 12, "d0_size": 100}
 
     batch = plan["batch"]
     assert (batch["tasks_per_step"], batch["group_size"], batch["completions_per_step"]) == (32, 8, 256)
@@ -139,7 +140,8 @@ def test_paper_profile_sections(profile):
     assert (bfcl["data_version"], bfcl["category"], ev.split, ev.limit) == ("v3", "multi_turn_base", "val", None)
     assert ev.environment == run.data_engine.environment == bfcl
     assert ev.temperature == 0.0 and ev.rollout == run.rollout == run.data_engine.rollout
-    assert run.rollout.tool_docs == "full" and run.rollout.max_steps_per_episode == 30 and run.rollout.temperature == 0.9
+    assert (run.rollout.tool_docs == "full" and run.rollout.max_steps_per_episode == 30
+            and run.rollout.temperature == 0.9)
     assert ev.model == EXPECTED[profile]["model"]
     de = run.data_engine
     assert de.d0_size == 100 and de.d0_source_split == "train"

@@ -45,8 +45,8 @@ def test_conversation_holds_one_call_per_assistant_message_and_real_observations
     assert all(isinstance(m["tool_calls"][0]["function"]["arguments"], dict) for m in assistant_calls)
     # Qwen3's template renders the mapping as the JSON text the shipped warm start was trained on (Qwen2.5's quotes
     # a string: the stand-ins need the mapping)
-    from trl.chat_template_utils import qwen3_chat_template
     from transformers.utils.chat_template_utils import render_jinja_template
+    from trl.chat_template_utils import qwen3_chat_template
 
     as_text = [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
         c["function"]["arguments"], ensure_ascii=False)}} for c in m["tool_calls"]]} if m.get("tool_calls") else m
@@ -141,9 +141,11 @@ def test_the_recipe_names_what_decides_the_weights_and_ignores_run_sizes(tmp_pat
     base = DataEngine(data_engine_config("tiny"), tmp_path / "a", "bfcl").environment.warm_start_recipe()
     bigger_pool = DataEngine(data_engine_config("tiny", d0_size=50, max_targets=4), tmp_path / "b", "bfcl")
     assert bigger_pool.environment.warm_start_recipe() == base
-    other_steps = DataEngine(data_engine_config("tiny", {"environment": {"warm_start": {"max_steps": 10}}}), tmp_path / "c", "bfcl")
+    other_steps = DataEngine(data_engine_config("tiny", {"environment": {"warm_start": {"max_steps": 10}}}),
+                             tmp_path / "c", "bfcl")
     assert other_steps.environment.warm_start_recipe() != base
-    other_world = DataEngine(data_engine_config("tiny", {"environment": {"classes": ["MathAPI"]}}), tmp_path / "d", "bfcl")
+    other_world = DataEngine(data_engine_config("tiny", {"environment": {"classes": ["MathAPI"]}}),
+                             tmp_path / "d", "bfcl")
     assert other_world.environment.warm_start_recipe() != base
 
 
@@ -155,7 +157,8 @@ def test_the_warm_start_and_the_pool_use_disjoint_train_environments(tmp_path):
     assert {t.id for t in warm} | {t.id for t in pool} <= train
     engine.initial_pool(progress=False)
     assert {t["provenance"]["origin_task"] for t in engine.pool.tasks} <= {t.id for t in pool}
-    without = DataEngine(data_engine_config("tiny", {"environment": {"warm_start": {"enabled": False}}}), tmp_path / "other", "bfcl")
+    without = DataEngine(data_engine_config("tiny", {"environment": {"warm_start": {"enabled": False}}}),
+                         tmp_path / "other", "bfcl")
     assert without.environment.sources("warm_start") == []
     assert len(without.environment.sources("pool")) == len(warm) + len(pool)
 

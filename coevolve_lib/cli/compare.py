@@ -1,5 +1,5 @@
-"""`python -m coevolve_lib compare`: run one study of coevolve_lib/studies/catalog.py (default: the paper's Tables 2-3) at a
-profile's scale, over several seeds, and print its table beside the paper's numbers.
+"""`python -m coevolve_lib compare`: run one study of coevolve_lib/studies/catalog.py (default: the paper's Tables 2-3)
+at a profile's scale, over several seeds, and print its table beside the paper's numbers.
 
     python -m coevolve_lib compare --profile tiny --seeds 0 1 2 [--study signals] [--set training.max_steps=20]
 

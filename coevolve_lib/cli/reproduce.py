@@ -11,7 +11,8 @@ with papermill, in order, for one profile.
   defaults, which are the paper's settings.
 - Outputs: results go to `results/<profile>/` (JSON, and `tables.md` with every table beside the paper's numbers),
   figures to `figures/<profile>/` (PNG and PDF), each executed notebook to `runs/reproduce/<profile>/`.
-- Shared runs: training runs live in folders named by their config (coevolve_lib/studies/run.py), so a run two tables need
+- Shared runs: training runs live in folders named by their config (coevolve_lib/studies/run.py), so a run two tables
+need
   is trained once.
 - Skips and resumes: a notebook that finished with the same parameters and the same notebook file is skipped
   (`--force` runs it again; the tables are assembled again whenever another notebook ran); a killed notebook runs

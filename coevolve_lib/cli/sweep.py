@@ -1,7 +1,7 @@
 """`python -m coevolve_lib sweep`: choose a profile's GRPO recipe by measurement. Each cell of a sweep file
 (`configs/sweeps/<name>.yaml`) is a set of overrides on top of the sweep's base; every cell is one training run of
-the study machinery (`coevolve_lib/studies/run.py`: runs named by config, reused, resumed, `--jobs` at a time), measured the
-same way.
+the study machinery (`coevolve_lib/studies/run.py`: runs named by config, reused, resumed, `--jobs` at a time), measured
+the same way.
 
     python -m coevolve_lib sweep --sweep tiny-grpo --jobs 2      # configs/sweeps/tiny-grpo.yaml
 

@@ -191,7 +191,8 @@ class EvalConfig:
     """Zero-shot (or checkpoint) evaluation on the run's benchmark."""
 
     model: str = "tiny"
-    """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible endpoint."""
+    """Chat model: `tiny`, `smollm2-135m`, a local path or hub id, or `openai:<model>` for an OpenAI-compatible
+    endpoint."""
     profile: str = "tiny"
     """Profile the values came from (recorded in results)."""
     benchmark: str = "bfcl"
@@ -387,9 +388,9 @@ class HeldoutSetConfig:
 
 @dataclass(config=STRICT)
 class HeldoutConfig:
-    """The held-out evaluation sets of a profile (`coevolve_lib.engine.heldout`): where a small policy shows what it learned
-    at a scale where the BFCL val split, the headline metric, stays at 0. No pool may hold a held-out task: D_0 and
-    every round reject a task whose content matches one (`heldout_leak` in the round reports)."""
+    """The held-out evaluation sets of a profile (`coevolve_lib.engine.heldout`): where a small policy shows what it
+    learned at a scale where the BFCL val split, the headline metric, stays at 0. No pool may hold a held-out task: D_0
+    and every round reject a task whose content matches one (`heldout_leak` in the round reports)."""
 
     new_tasks: HeldoutSetConfig = field(default_factory=lambda: HeldoutSetConfig(size=0, runs=24, seed=4242))
     """(a) New tasks in the pool's environments: the environments D_0 and the rounds explore, explored with the set's
@@ -577,10 +578,10 @@ class TrainConfig:
     pool_updates: str = "signals"
     """What changes every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
     trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
-    re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/engine/pool_updates.py`): `curriculum` (no new
-    tasks; which pool tasks GRPO draws, easiest first by the policy's recorded success, widening to the whole pool),
-    `rest` (ReST: the policy's own rollouts with reward >= `training.baselines.rest_threshold` abstracted and validated into
-    new tasks), `reflexion` (failed tasks re-posed with the reflector's verbal self-reflection in the query), or
+    re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/engine/pool_updates.py`): `curriculum` (no
+    new tasks; which pool tasks GRPO draws, easiest first by the policy's recorded success, widening to the whole pool),
+    `rest` (ReST: the policy's own rollouts with reward >= `training.baselines.rest_threshold` abstracted and validated
+    into new tasks), `reflexion` (failed tasks re-posed with the reflector's verbal self-reflection in the query), or
     `none` (GRPO on the fixed D_0, the paper's GRPO baseline), or one of your own (`engine.pool_updates.pool_update`:
     registered, an installed entry point, or a `module:Class` reference; the profile check refuses unknown names).
     Signals are extracted and logged in every mode."""

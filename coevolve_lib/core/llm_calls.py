@@ -42,7 +42,8 @@ SCHEMA = "llm_call/v1"
 RECORD_NAME = "llm_calls.jsonl"
 """The record's file name in the run folder (when `data_engine.llm_record` is unset)."""
 REPLY_FIELDS = ("text", "tool_calls", "prompt_tokens", "completion_tokens", "seconds", "finish_reason", "error")
-"""What a record line keeps of a `Generation` (its token ids are a local model's; the explorer's are never trained on)."""
+"""What a record line keeps of a `Generation` (its token ids are a local model's; the explorer's are never trained
+on)."""
 ASKED_CHARS = 160
 """Characters of an ask's last message kept in its record line, to name it in a report or an error."""
 MAX_ERROR_SHARE = 0.05

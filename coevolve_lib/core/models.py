@@ -55,7 +55,8 @@ class Generation:
     """One completion and what it cost."""
 
     text: str
-    """Raw assistant text (HF: decoded without special tokens; tool-call markup like <tool_call>...</tool_call> kept)."""
+    """Raw assistant text (HF: decoded without special tokens; tool-call markup like <tool_call>...</tool_call>
+    kept)."""
     tool_calls: list[dict] | None
     """Structured calls when the backend returns them (OpenAI endpoint): [{"name": str, "arguments": dict | str}]."""
     prompt_tokens: int
@@ -325,7 +326,8 @@ class HFChatModel(ChatModel):
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.model.device)
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                                      device=self.model.device)
         hf_config = self.hf_generation_config(config)
         # A seeded call runs in a forked RNG so that it does not change the caller's global stream; an unseeded
         # call draws from (and advances) the global stream, so repeated calls give different samples.
@@ -401,8 +403,9 @@ def kept_call_ids(ids: list) -> list[str | None]:
 def _openai_messages(messages: list[dict]) -> list[dict]:
     """The conversation as strict endpoints take it: every assistant tool call with an id unique in the conversation
     (the endpoint's own, else, or when an earlier call had it, one made here) and string arguments, every `tool`
-    message answering a call of the assistant turn before it (by its id, else the next unanswered call in order). A tool message that answers no call (the error for a call the
-    kit parsed from text and refused: it never was a call) goes as a user message, never under an invented id."""
+    message answering a call of the assistant turn before it (by its id, else the next unanswered call in order). A tool
+    message that answers no call (the error for a call the kit parsed from text and refused: it never was a call) goes
+    as a user message, never under an invented id."""
     out, pending, used, counter = [], [], set(), 0
     for message in messages:
         message = dict(message)
@@ -500,8 +503,8 @@ class OpenAIChatModel(ChatModel):
             _, pending = wait(futures, timeout=WAIT_NOTICE_S)
             if pending:  # a slow or silent endpoint: say what the command waits for, and for how long at most
                 log.warning("waiting for %d of %d replies from openai:%s at %s (each at most %s, the batch at most %s)",
-                            len(pending), len(items), self.model, str(self.client.base_url).rstrip("/"), _seconds(self.deadline_s),
-                            _seconds(self.batch_deadline_s))
+                            len(pending), len(items), self.model, str(self.client.base_url).rstrip("/"),
+                            _seconds(self.deadline_s), _seconds(self.batch_deadline_s))
             return [future.result() for future in futures]
 
     def _request(self, messages, tools, config, deadline: float):

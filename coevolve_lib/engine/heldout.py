@@ -4,8 +4,8 @@ never trains on. They measure what a small model learned, at a scale where the B
 BFCL val split remains the headline metric; every result says which set it was measured on (`eval_set`).
 
     new_tasks  (a) new tasks in the pool's environments: the environments D_0 and the rounds explore. D_0 and every
-               round reject a task whose content matches one of them (`engine.pool.content_keys`, `heldout_leak` in the round
-               reports), so neither the static pool nor CoEvolve's rounds can "discover" the test set.
+               round reject a task whose content matches one of them (`engine.pool.content_keys`, `heldout_leak` in the
+               round reports), so neither the static pool nor CoEvolve's rounds can "discover" the test set.
     new_envs   (b) tasks in unseen environments: BFCL's val-split environments, which nothing trains on or explores.
 
 Frozen: a set is derived deterministically from its settings and source environments (`heldout_key`), cached under

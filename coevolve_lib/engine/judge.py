@@ -1,6 +1,6 @@
 """The LLM judge of the paper (Fig. 13): does an executed trajectory accomplish the task's query? Validation
-(`envs.bfcl.validation.validate`) asks it, when `SynthesisConfig.judge` is on, after a spec passed every execution check.
-The reply is read with two regular expressions, never evaluated.
+(`envs.bfcl.validation.validate`) asks it, when `SynthesisConfig.judge` is on, after a spec passed every execution
+check. The reply is read with two regular expressions, never evaluated.
 """
 
 from __future__ import annotations

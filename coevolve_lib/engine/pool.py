@@ -109,9 +109,9 @@ class TaskPool:
 
 
 def content_keys(task: dict) -> set[str]:
-    """What makes two tasks the same for the held-out sets (`coevolve_lib.engine.heldout`): the environment (initial state)
-    with the action sequence, or the environment with the query (whitespace-normalised). A pool task sharing either
-    key with a held-out task is a leak of the test set into training."""
+    """What makes two tasks the same for the held-out sets (`coevolve_lib.engine.heldout`): the environment (initial
+    state) with the action sequence, or the environment with the query (whitespace-normalised). A pool task sharing
+    either key with a held-out task is a leak of the test set into training."""
     environment = json.dumps(task["initial_config"], sort_keys=True, ensure_ascii=False, default=str)
 
     def digest(*parts) -> str:

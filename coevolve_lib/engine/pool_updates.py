@@ -66,8 +66,8 @@ from typing import ClassVar
 
 from coevolve_lib.core.config import BaselineSettings
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.llm_calls import llm_scope
 from coevolve_lib.core.extensions import check_class, find
+from coevolve_lib.core.llm_calls import llm_scope
 from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.records import append_jsonl, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls

@@ -4,7 +4,8 @@
     signals      Table 5      CoEvolve without the forgetting, rare or boundary signals
     validation   Table 11     CoEvolve without validating abstracted tasks
     sensitivity  Tables 4,14  CoEvolve with other initial pool sizes N and feedback frequencies F
-    explorers    Table 12     synthesis only (GRPO on D_0) and CoEvolve with each explorer model, beside the profile's own
+    explorers    Table 12     synthesis only (GRPO on D_0) and CoEvolve with each explorer model, beside the profile's
+    own
     baselines    Table 10     the adaptive data-generation baselines (Reflexion, Curriculum Learning, ReST) beside
                               GRPO and CoEvolve, from the same start (coevolve_lib/engine/pool_updates.py)
 
@@ -78,7 +79,8 @@ def baselines(reflector: str = "policy") -> Study:
 
 LLM_EXPLORER = ("data_engine.explore.explorer=llm", "data_engine.explore.context_builder=llm",
                 "data_engine.synthesis.abstraction=llm")
-"""What an LLM explorer drives: re-exploration (Figs. 9-10), the exploration contexts (Fig. 11), abstraction (Fig. 12)."""
+"""What an LLM explorer drives: re-exploration (Figs. 9-10), the exploration contexts (Fig. 11), abstraction (Fig.
+12)."""
 
 
 def explorer_overrides(model: str, recording: str | None = None) -> tuple[str, ...]:

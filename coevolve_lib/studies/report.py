@@ -213,8 +213,8 @@ def feedback_cost_table(summary: dict) -> pd.DataFrame:
                  "single_feedback_s": round(sum(r["seconds"] for r in rounds) / len(rounds), 2) if rounds else None,
                  "total_s": round(total, 1),
                  "scale": f"profile={summary['profile']}, model={summary['model']}, steps={summary['steps']}, "
-                          f"F={summary['feedback_every']}, {summary['tasks_per_step']} tasks x K={summary['group_size']},"
-                          f" seed={summary['seed']}"})
+                          f"F={summary['feedback_every']}, {summary['tasks_per_step']} tasks x "
+                          f"K={summary['group_size']}, seed={summary['seed']}"})
     return pd.DataFrame(rows)
 
 
@@ -293,8 +293,8 @@ def set_title(eval_set: str) -> str:
     return f"held-out {HELDOUT_TITLES[name]}" if name else "D_0 (trained on)" if eval_set == "pool/d0" else eval_set
 
 
-def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column: str,
-                metric: str = "greedy_success", baseline: str | None = None, rank_by: str = "new_tasks") -> pd.DataFrame:
+def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column: str, metric: str = "greedy_success",
+                baseline: str | None = None, rank_by: str = "new_tasks") -> pd.DataFrame:
     """One row per variant of a study (zero-shot first, then in the order its rows come): on each held-out set, the
     set `rank_by` first (`ranked_sets`), `metric` as the mean over seeds with its bootstrap 95% CI and the paired
     difference to `baseline` (default: the first variant); each seed on the ranked set; pass@k when measured; BFCL
@@ -400,7 +400,8 @@ def paired_differences(results: list[dict], pairs: list[tuple[str, str]], rank_b
 
 def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
     """Signals fired and tasks added per feedback round, for every run that has rounds (`summaries`: variant -> the
-    runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/engine/pool_updates.py`) as columns."""
+    runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/engine/pool_updates.py`) as
+    columns."""
     rows = [{"variant": variant, "seed": run["seed"], "round": r["round"], "at step": r["step"],
              **{f"signals: {k}": v for k, v in r["signals"].items()}, "targets": r["targets"],
              "tasks added": r["tasks_added"], "held-out leaks refused": r.get("heldout_leaks", 0),

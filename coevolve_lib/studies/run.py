@@ -7,10 +7,10 @@ boundary]`). A run's folder is named by the hash of its whole resolved config, `
 reference), a finished run is reused and a killed one resumes.
 
 Each run is measured on the profile's held-out sets (greedy success from the run's last evaluation, and optionally
-pass@k from k samples per task on the set it ranks by) and on the BFCL val split (the paper's metric); the starting policy ("zero-shot") is
-read off the first variant's step-0 evaluation. The rows are results/v2 metric rows (coevolve_lib/core/results.py) that
-carry the scale they were measured at (profile, model, steps, tasks x K, seed) and the run's config hash, written to
-`results/<study>/<profile>_seeds<..>_steps<n>.json`.
+pass@k from k samples per task on the set it ranks by) and on the BFCL val split (the paper's metric); the starting
+policy ("zero-shot") is read off the first variant's step-0 evaluation. The rows are results/v2 metric rows
+(coevolve_lib/core/results.py) that carry the scale they were measured at (profile, model, steps, tasks x K, seed) and
+the run's config hash, written to `results/<study>/<profile>_seeds<..>_steps<n>.json`.
 """
 
 from __future__ import annotations

@@ -275,9 +275,10 @@ def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
 
 VALIDATION_NOTE = (
     "what validation can remove: a task whose reference calls fail, or miss its objective, when run in a fresh "
-    "environment. The deterministic abstraction (synthesis.abstraction=deterministic, every profile without an explorer "
-    "LLM, the tiny one included) writes each task from calls the exploration already ran with success, so its specs "
-    "all validate and `w/o validation` trains on the same pool (its row says when it ended as the same policy). Validation "
+    "environment. The deterministic abstraction (synthesis.abstraction=deterministic, every profile without an "
+    "explorer LLM, the tiny one included) writes each task from calls the exploration already ran with success, so its "
+    "specs all validate and `w/o validation` trains on the same pool (its row says when it ended as the same policy). "
+    "Validation "
     "matters under the LLM abstraction (synthesis.abstraction=llm: the paper's Qwen3-Max, or the replayed tiny "
     "explorer of Table 12), whose drafted sequences can fail")
 """Table 11's note: why the offline "w/o validation" row can be the CoEvolve run, and where it is not."""
@@ -346,8 +347,8 @@ def table8(comparison: dict | None) -> KitTable:
     if comparison is None:
         columns["kit"] = {cell: "not run" for cell in paper_cells}
     else:
-        for label, prefix in [*((f"kit held-out {title}", f"heldout/{name}/") for name, title in HELDOUT_TITLES.items()),
-                              ("kit BFCL val", "bfcl/")]:
+        heldout = ((f"kit held-out {title}", f"heldout/{name}/") for name, title in HELDOUT_TITLES.items())
+        for label, prefix in [*heldout, ("kit BFCL val", "bfcl/")]:
             cells = cross_comparison(comparison, prefix)
             if cells:
                 columns[label] = cells

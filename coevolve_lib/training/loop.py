@@ -191,7 +191,8 @@ class PoolRollouts:
         chosen = set(select_groups([[r["reward"] for r in records[i * k:(i + 1) * k]] for i in range(len(tasks))],
                                    trained_groups, faulty))
         trained = [r for index, r in enumerate(records) if index // k in chosen]
-        output = {"prompt_ids": [r["prompt_ids"] for r in trained], "completion_ids": [r["completion_ids"] for r in trained],
+        output = {"prompt_ids": [r["prompt_ids"] for r in trained],
+                  "completion_ids": [r["completion_ids"] for r in trained],
                   "env_mask": [r["completion_mask"] for r in trained], "reward": [r["reward"] for r in trained],
                   "logprobs": None}  # TRL recomputes what it needs from the policy
         for index, record in enumerate(records):  # every drawn episode is kept (and feeds the signals)
@@ -302,7 +303,8 @@ class CoEvolveLoop:
         self.mark = time.perf_counter()
         self.row: dict | None = None
         self.trainer = None
-        self.eval_pool_ids = [t["task_id"] for t in engine.pool.tasks if t["pool_version"] == 0][:run.training.eval_pool_tasks]
+        d0_ids = [t["task_id"] for t in engine.pool.tasks if t["pool_version"] == 0]
+        self.eval_pool_ids = d0_ids[:run.training.eval_pool_tasks]
         self.heldout = engine.heldout_sets()
         """Held-out set name -> (key, tasks)."""
 

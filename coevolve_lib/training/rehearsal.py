@@ -315,7 +315,8 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehear
     eval_records = read_jsonl(results.with_suffix(".rollouts.jsonl"))
 
     rows = read_jsonl(run_dir / "metrics.jsonl")
-    train_records = [r for step in range(1, last + 1) for r in read_jsonl(run_dir / "rollouts" / f"step_{step:05d}.jsonl")]
+    train_records = [r for step in range(1, last + 1)
+                     for r in read_jsonl(run_dir / "rollouts" / f"step_{step:05d}.jsonl")]
     parsed, rejected = _calls(train_records + eval_records)
     lora = _parameter_count(run_dir / "final", "adapter_model.safetensors")
     summary = json.loads((run_dir / "summary.json").read_text())

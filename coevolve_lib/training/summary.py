@@ -51,7 +51,8 @@ def summarize(out_dir: str | Path) -> dict:
         "signals_total": {t: sum(r.get(f"signals/{t}", 0) for r in rows) for t in signal_types},
         "rounds": per_round,
         "pool_size_start": rows[0].get("pool/size") if rows else None,
-        "pool_size_end": per_round[-1]["pool_size_after"] if per_round else (rows[-1].get("pool/size") if rows else None),
+        "pool_size_end": (per_round[-1]["pool_size_after"] if per_round
+                          else rows[-1].get("pool/size") if rows else None),
         "time": {"train_s": last.get("time/train_s_total"), "feedback_s": last.get("time/feedback_s_total"),
                  "eval_s": last.get("time/eval_s_total"), "feedback_ratio": last.get("time/feedback_ratio"),
                  **run_info.get("timings_before_training", {})},

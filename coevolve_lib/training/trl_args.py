@@ -1,10 +1,12 @@
-"""How a run's `training` and `rollout` sections map onto TRL's `GRPOConfig` (the paper's Table 9) and peft's LoraConfig.
+"""How a run's `training` and `rollout` sections map onto TRL's `GRPOConfig` (the paper's Table 9) and peft's
+LoraConfig.
 
 The mapping table (paper value -> TrainConfig field -> GRPOConfig argument) and every gap versus the paper's verl
 setup are in docs/training.md, their one source; `grpo_kwargs` below implements the mapping, and
 `python -m coevolve_lib train --profile <profile> --dry-run` prints the resolved arguments without loading a model.
-In short: one policy update per batch (num_iterations=1, `training.num_iterations`), group-std advantages (`scale_rewards="group"`), token-mean
-loss (`loss_type="dapo"`), no weight decay; tool and observation tokens are masked out of the loss (`env_mask`).
+In short: one policy update per batch (num_iterations=1, `training.num_iterations`), group-std advantages
+(`scale_rewards="group"`), token-mean loss (`loss_type="dapo"`), no weight decay; tool and observation tokens are masked
+out of the loss (`env_mask`).
 """
 
 from __future__ import annotations

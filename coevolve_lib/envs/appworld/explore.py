@@ -2,9 +2,9 @@
 
 `AppWorldExplorer` re-explores an AppWorld task's start state on AppWorld's own server: each run logs into the
 target's apps, then makes up to S calls drawn from their API docs, with argument values the run has already seen
-(a `note_id` from a search result), and records each as a triplet/v1 whose action is an `envs.appworld.calls` call string.
-`abstract_appworld` turns a run's successful calls into task specs (taskspec/v1) whose answer, if any, is read off
-the last call's result (`answer_from`), the form `calls.solution_code` renders.
+(a `note_id` from a search result), and records each as a triplet/v1 whose action is an `envs.appworld.calls` call
+string. `abstract_appworld` turns a run's successful calls into task specs (taskspec/v1) whose answer, if any, is read
+off the last call's result (`answer_from`), the form `calls.solution_code` renders.
 
 The kit never runs the calls itself: it sends `calls.call_code` to the server, which executes it.
 """
@@ -382,7 +382,8 @@ class AppWorldLLMExplorer(AppWorldRuns):
 
 def make_appworld_explorer(config: ExploreConfig, model: ChatModel | None,
                            server: AppWorldServer | Callable[[], AppWorldServer], api_docs: dict) -> Explorer:
-    """`envs.bfcl.explore.make_explorer` for AppWorld: the LLM explorer (`explorer: llm`, needs the model) or the offline one."""
+    """`envs.bfcl.explore.make_explorer` for AppWorld: the LLM explorer (`explorer: llm`, needs the model) or the
+    offline one."""
     if config.explorer == "llm":
         if model is None:
             raise ValueError("explorer='llm' needs a model (data_engine.explorer_model)")

@@ -73,7 +73,8 @@ def _render_triplets(triplets: list[dict]) -> str:
         history: list[str] = []
         block = [f"## Run {run_id}"]
         for triplet in run:
-            status = "ok" if triplet.get("valid") and not is_error_observation(str(triplet["observation"])) else "failed"
+            failed = not triplet.get("valid") or is_error_observation(str(triplet["observation"]))
+            status = "failed" if failed else "ok"
             block.append(f"- step {triplet['step']} | history: {' ; '.join(history[-HISTORY_ACTIONS:]) or '(start)'}"
                          f" | action: {clip(triplet['action'], 200)} | observation ({status}): "
                          f"{clip(triplet['observation'], OBSERVATION_CHARS)}")

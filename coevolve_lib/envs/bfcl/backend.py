@@ -67,7 +67,8 @@ def use_version(version: str):
         _loaded_version = version
     package = importlib.import_module("bfcl_eval")
     if Path(package.__file__).resolve().parent != (root / "bfcl_eval").resolve():
-        raise RuntimeError(f"bfcl_eval was imported from {package.__file__}, not from {root}; uninstall it from site-packages")
+        raise RuntimeError(f"bfcl_eval was imported from {package.__file__}, not from {root}; uninstall it from "
+                           "site-packages")
     return package
 
 

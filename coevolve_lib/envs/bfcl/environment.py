@@ -149,11 +149,11 @@ class BFCLEnvironment(Environment):
         return recipe
 
     def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str | None:
-        """None when `warm_start.enabled` is off; else the warm start's model folder: taken from `coevolve_lib/data/warm_start/<profile>` when that copy was built
-        from the same recipe (its files' hashes are checked), else from `.cache/warm_start/<key>`, building it there
-        first: the first stage on benchmark environments (the tiny recipe: ~35 minutes on 2 cores), then, if the
-        profile has one, the worlds stage from it (minutes). A build cut short leaves only a `.partial` folder, started
-        afresh next time."""
+        """None when `warm_start.enabled` is off; else the warm start's model folder: taken from
+        `coevolve_lib/data/warm_start/<profile>` when that copy was built from the same recipe (its files' hashes are
+        checked), else from `.cache/warm_start/<key>`, building it there first: the first stage on benchmark
+        environments (the tiny recipe: ~35 minutes on 2 cores), then, if the profile has one, the worlds stage from it
+        (minutes). A build cut short leaves only a `.partial` folder, started afresh next time."""
         cfg, warm = self.config, self.settings.warm_start
         if not warm.enabled:
             return None

