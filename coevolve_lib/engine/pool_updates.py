@@ -87,7 +87,7 @@ def _round_dir(run_dir: Path, round_index: int) -> Path:
 
 
 def _report(round_index: int, pool, **fields) -> dict:
-    """A round report with the keys every round has (train.py reads them), plus the baseline's own."""
+    """A round report with the keys every round has (training/loop.py reads them), plus the baseline's own."""
     base = {"round": round_index, "targets": 0, "signal_types": {}, "specs": 0, "accepted": 0,
             "rejection_reasons": {}, "added_to_pool": sum(t["pool_version"] == round_index for t in pool.tasks),
             "pool_size": len(pool), "pool_version": pool.version}

@@ -1,5 +1,5 @@
 """A study: training variants of one profile (the paper's comparisons and ablations), each one run of the CoEvolve loop
-(`train.train`), measured the same way.
+(`training.loop.train`), measured the same way.
 
 A variant is a name and the overrides that make it (e.g. `no_rare`: `data_engine.signals.enabled=[forgetting,
 boundary]`). A run's folder is named by the hash of its whole resolved config, `runs/studies/<profile>/
@@ -42,7 +42,7 @@ ZERO_SHOT = "zero_shot"
 D0_EVAL_SET = "pool/d0"
 """The eval_set of the fixed D_0 sample evaluated during training (docs/records.md)."""
 START_EVALUATIONS = "start_evaluations"
-"""Folder beside the runs where runs that start alike share their step-0 evaluation (`train.train`)."""
+"""Folder beside the runs where runs that start alike share their step-0 evaluation (`training.loop.train`)."""
 
 
 @dataclass(frozen=True)

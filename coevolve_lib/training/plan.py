@@ -213,9 +213,9 @@ def run_training(profile: str = "tiny", overrides: dict | list[str] | None = Non
                  resume: bool = True, progress: bool = True, engine=None,
                  start_evaluations: str | Path | None = None) -> dict:
     """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones.
-    `engine`: a data engine the notebook has open on `out_dir` (in-process runs reuse it, `train.train`).
+    `engine`: a data engine the notebook has open on `out_dir` (in-process runs reuse it, `loop.train`).
     `start_evaluations`: where in-process runs share their step-0 evaluation with runs that start alike
-    (`train.train`)."""
+    (`loop.train`)."""
     run = profiles.run_config(profile, overrides)
     out_dir = Path(out_dir or RUNS_DIR / f"train_{profile_label(profile)}")
     if run.training.launch.num_processes == 1:

@@ -32,10 +32,10 @@ def grpo_kwargs(cfg: TrainConfig, rollout: RolloutSettings, output_dir: str, cud
         bf16=bf16, use_cpu=not cuda, gradient_checkpointing=cfg.gradient_checkpointing,
         model_init_kwargs={"dtype": "bfloat16" if bf16 else "float32"},
         use_vllm=cfg.use_vllm,
-        # The dataset only holds step slots (see train.py): order and columns do not matter.
+        # The dataset only holds step slots (see training/loop.py): order and columns do not matter.
         shuffle_dataset=False, remove_unused_columns=False,
     )
-    if cfg.use_vllm:  # TRL builds the vLLM generation that the `vllm` rollout engine calls (vllm_engine.py)
+    if cfg.use_vllm:  # TRL builds the vLLM generation that the `vllm` rollout engine calls (rollout/vllm.py)
         kwargs.update(
             vllm_mode=cfg.vllm_mode, vllm_server_host=cfg.vllm_server_host, vllm_server_port=cfg.vllm_server_port,
             vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,

@@ -1,11 +1,12 @@
 """A small synthetic AppWorld world, built at test time by AppWorld's own code, cached by the builder's version.
 
 AppWorld's task data downloads only from AWS S3, so offline the kit's AppWorld path (server, client, env, metrics) is
-tested on a world that `appworld_world_builder.py` builds inside AppWorld's venv: api_docs, base and task databases,
-two scenarios (`synnote`: create a note, 3 tasks; `synask`: answer a question, 2 tasks) with AppWorld-format ground
-truth, and splits `train`, `dev` and `synthetic` (all five). Nothing AppWorld generates is committed: the world goes to
-`<cache>/appworld_synthetic/<builder version>/` (about 17 MB, 40 s to build on 2 busy cores), and a changed builder
-gets a new folder. Each task's known correct solution is in `solutions.json` beside `data/`, outside AppWorld's data.
+tested on a world that `envs/appworld/world_builder.py` builds inside AppWorld's venv: api_docs, base and task
+databases, two scenarios (`synnote`: create a note, 3 tasks; `synask`: answer a question, 2 tasks) with AppWorld-format
+ground truth, and splits `train`, `dev` and `synthetic` (all five). Nothing AppWorld generates is committed: the world
+goes to `<cache>/appworld_synthetic/<builder version>/` (about 17 MB, 40 s to build on 2 busy cores), and a changed
+builder gets a new folder. Each task's known correct solution is in `solutions.json` beside `data/`, outside AppWorld's
+data.
 """
 
 from __future__ import annotations

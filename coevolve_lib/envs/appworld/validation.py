@@ -3,7 +3,7 @@
 The paper validates an abstracted task by executing it in the environment; on AppWorld the judge is AppWorld's own
 evaluator (its tests on the apps' databases and the answer). So a spec (query + action sequence of call strings,
 `envs.appworld.calls`, + where its answer comes from) is written as an AppWorld task (specs.json, dbs, ground_truth with
-evaluation.py) by `appworld_task_writer.py` in AppWorld's venv, which defines the expected outcome by running the
+evaluation.py) by `envs/appworld/task_writer.py` in AppWorld's venv, which defines the expected outcome by running the
 reference solution; then AppWorld's server runs the reference again in a fresh initialize of the written task and
 evaluates it.
 
