@@ -103,3 +103,27 @@ class RaisingPoolUpdate(PoolUpdate):
 
     def round(self, inputs):
         raise RuntimeError("injected fault: the pool update raised")
+
+
+def children_alive_after_kill(script_text: str, *args: str, folder) -> list:
+    """Run `script_text` as a kit process (it prints "started" once its servers run), SIGKILL it (no `finally` runs),
+    and return the processes under it still alive 10 s later (none: each died with its parent)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from coevolve_lib.core.paths import REPO_ROOT
+
+    script = folder / "kit.py"
+    script.write_text(script_text)
+    kit = subprocess.Popen([sys.executable, str(script), *args], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert kit.stdout.readline().strip() == "started"
+        tree = psutil.Process(kit.pid).children(recursive=True)
+        assert tree, "the server runs under the kit's process"
+        kit.kill()
+        kit.wait()
+        return psutil.wait_procs(tree, timeout=10)[1]
+    finally:
+        kit.kill()

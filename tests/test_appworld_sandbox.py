@@ -8,7 +8,7 @@ import time
 
 import psutil
 import pytest
-from helpers import CodeModel
+from helpers import CodeModel, children_alive_after_kill
 
 from coevolve_lib.core.config import EpisodeBudget
 from coevolve_lib.core.sandbox import SandboxConfig, process_footprint
@@ -148,25 +148,8 @@ def test_a_server_dies_with_the_kit_however_the_kit_ends(world, tmp_path, mode):
     """Issue 47: servers start in sessions of their own, so a kit process killed (SIGKILL; SIGTERM before the kit
     handled it) left them running, parent 1 (4 AppWorld servers for 80 minutes). bubblewrap's --die-with-parent, and
     setpriv's parent-death signal without the sandbox, take each down with the process that started it."""
-    import subprocess
-    import sys
-
-    from coevolve_lib.core.paths import REPO_ROOT
-
-    script = tmp_path / "kit.py"
-    script.write_text(KIT_WITH_A_SERVER)
-    kit = subprocess.Popen([sys.executable, str(script), str(world.root), mode], cwd=REPO_ROOT,
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        assert kit.stdout.readline().strip() == "started"
-        tree = psutil.Process(kit.pid).children(recursive=True)
-        assert tree, "the server runs under the kit's process"
-        kit.kill()
-        kit.wait()
-        gone, alive = psutil.wait_procs(tree, timeout=10)
-        assert not alive, [p.pid for p in alive]
-    finally:
-        kit.kill()
+    alive = children_alive_after_kill(KIT_WITH_A_SERVER, str(world.root), mode, folder=tmp_path)
+    assert not alive, [p.pid for p in alive]
 
 
 def test_sigterm_stops_a_command_like_ctrl_c_and_its_servers_with_it(world, tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import openai
 import pytest
-from helpers import BFCL
+from helpers import BFCL, children_alive_after_kill
 
 from coevolve_lib.cli.local_servers import free_port, transformers_serve
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
@@ -263,22 +263,5 @@ with transformers_serve(sys.argv[1], Path(sys.argv[2])):
 def test_a_served_model_dies_with_the_kit_however_the_kit_ends(tmp_path):
     """Issue 47: `transformers serve` starts in a session of its own (its group is stopped whole), so a kit process
     killed with SIGKILL, which runs no `finally`, left it serving, parent 1. The parent-death signal takes it down."""
-    import subprocess
-    import sys
-
-    import psutil
-
-    script = tmp_path / "kit.py"
-    script.write_text(KIT_WITH_A_SERVER)
-    kit = subprocess.Popen([sys.executable, str(script), str(POLICY), str(tmp_path / "server.log")], cwd=REPO_ROOT,
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        assert kit.stdout.readline().strip() == "started"
-        tree = psutil.Process(kit.pid).children(recursive=True)
-        assert tree, "the server runs under the kit's process"
-        kit.kill()
-        kit.wait()
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        assert not alive, [p.pid for p in alive]
-    finally:
-        kit.kill()
+    alive = children_alive_after_kill(KIT_WITH_A_SERVER, str(POLICY), str(tmp_path / "server.log"), folder=tmp_path)
+    assert not alive, [p.pid for p in alive]

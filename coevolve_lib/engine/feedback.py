@@ -297,6 +297,10 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     # Stage 2: exploration, one line per target (context + triplets + cost together).
     stage_start = time.perf_counter()
 
+    def explore_skipped(target: ExplorationTarget, text: str, cost: dict) -> dict:  # it raised, or came too late
+        return {"key": _target_key(target), "source": target.source(None), "signal": target.signal, "context": None,
+                "triplets": [], "cost": cost, "error": text}
+
     def explore(target: ExplorationTarget) -> dict:
         key = _target_key(target)
         try:
@@ -306,18 +310,15 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             raise
         except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this target's runs
             # are skipped and counted, the round goes on)
-            text, cost = _fault(config.environment, "explore", key, error)
-            return {"key": key, "source": target.source(None), "signal": target.signal, "context": None,
-                    "triplets": [], "cost": cost, "error": text}
+            return explore_skipped(target, *_fault(config.environment, "explore", key, error))
         stage_cost = Cost.from_record(cost)
         triplets = _cut_observations(triplets, config.max_observation_chars, stage_cost)
         return {"key": key, "source": target.source(context), "signal": target.signal,
                 "context": context, "triplets": triplets, "cost": stage_cost.as_dict()}
 
     def explore_late(target: ExplorationTarget) -> dict:
-        text, cost = _deadline_skip(config.environment, f"exploration of {_target_key(target)}", config.deadline_s)
-        return {"key": _target_key(target), "source": target.source(None), "signal": target.signal,
-                "context": None, "triplets": [], "cost": cost, "error": text}
+        return explore_skipped(target, *_deadline_skip(config.environment, f"exploration of {_target_key(target)}",
+                                                       config.deadline_s))
 
     explorations = _stage(shards, round_dir, "explorations", [(_target_key(t), t) for t in targets], "key", explore,
                           explore_late, until, f"round {round_index}: explore", progress)
@@ -331,6 +332,10 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     sources = {(e["source"]["task_id"], e["source"]["signal_id"]): e for e in wanted}
     groups = group_triplets([t for e in wanted for t in e["triplets"]])
 
+    def abstract_skipped(group_key: tuple, text: str, cost: dict) -> dict:  # it raised, or came too late
+        return {"key": f"{group_key[0]}|{group_key[1]}", "group": list(group_key), "specs": [], "cost": cost,
+                "error": text}
+
     def abstract(item: tuple) -> dict:
         group_key, triplets = item
         key = f"{group_key[0]}|{group_key[1]}"
@@ -341,14 +346,12 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         except KIT_ERRORS:
             raise
         except Exception as error:  # noqa: BLE001 (as in explore: the group is skipped and counted)
-            text, cost = _fault(config.environment, "abstract", key, error)
-            return {"key": key, "group": list(group_key), "specs": [], "cost": cost, "error": text}
+            return abstract_skipped(group_key, *_fault(config.environment, "abstract", key, error))
         return {"key": key, "group": list(group_key), "specs": specs, "cost": cost}
 
     def abstract_late(item: tuple) -> dict:
-        key = f"{item[0][0]}|{item[0][1]}"
-        text, cost = _deadline_skip(config.environment, f"abstraction of {key}", config.deadline_s)
-        return {"key": key, "group": list(item[0]), "specs": [], "cost": cost, "error": text}
+        return abstract_skipped(item[0], *_deadline_skip(config.environment, f"abstraction of {item[0][0]}|"
+                                                         f"{item[0][1]}", config.deadline_s))
 
     abstractions = _stage(shards, round_dir, "abstractions", [(f"{k[0]}|{k[1]}", (k, t)) for k, t in groups.items()],
                           "key", abstract, abstract_late, until, f"round {round_index}: abstract", progress)
@@ -376,6 +379,10 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     if pending and config.synthesis.validate and steps.prepare_validation is not None:
         steps.prepare_validation(pending)
 
+    def spec_rejected(spec: dict, reason: str, text: str, cost: dict | None = None) -> dict:  # not validated
+        return verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], [reason], "", detail=text,
+                              cost=Cost.from_record(cost) if cost else None)
+
     def validate(spec: dict) -> dict:
         try:
             with llm_scope(model, f"round {round_index}/validate/{spec['spec_id']}"), calls_cut_at(model, until):
@@ -385,8 +392,7 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
             raise
         except Exception as error:  # noqa: BLE001 (as in explore: the spec is rejected, counted by its reason)
             text, _ = _fault(config.environment, "validate", spec["spec_id"], error)  # a verdict counts by its reason
-            judged = verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], ["environment_error"],
-                                    "", detail=text)
+            judged = spec_rejected(spec, "environment_error", text)
         judged = screen_heldout(spec, screen_shape(spec, judged, config.synthesis.min_calls), config.excluded)
         judged = _cut_verdict_observations(judged, config.max_observation_chars)
         if judged["accepted"] and one_validator:
@@ -394,9 +400,9 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
         return judged
 
     def validate_late(spec: dict) -> dict:
-        text, cost = _deadline_skip(config.environment, f"validation of {spec['spec_id']}", config.deadline_s)
-        return verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], ["round_deadline"], "",
-                              detail=text, cost=Cost.from_record(cost))
+        return spec_rejected(spec, "round_deadline", *_deadline_skip(config.environment,
+                                                                     f"validation of {spec['spec_id']}",
+                                                                     config.deadline_s))
 
     verdicts = _stage(shards, round_dir, "verdicts", [(spec["spec_id"], spec) for spec in specs], "spec_id",
                       validate, validate_late, until, f"round {round_index}: validate", progress, split=split)

@@ -52,9 +52,9 @@ def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, environment:
         chunk = todo[start:start + step]
         records = run_rollouts(model, environment.rollout_tasks(chunk), rollout, environment.new_episode,
                                samples_per_task=samples, progress=progress)
+        done.update({task["task_id"]: [] for task in chunk})  # a task cut short by a kill is rolled out whole again
         for record in records:
+            done[record["task_id"]].append(record)
             if records_path:
                 append_jsonl(records_path, record)
-        for task in chunk:  # a task cut short by a kill is rolled out whole again: its last `samples` count
-            done[task["task_id"]] = [r for r in records if r["task_id"] == task["task_id"]]
-    return {t["task_id"]: [int(r["success"]) for r in done.get(t["task_id"], [])[-samples:]] for t in tasks}
+    return {t["task_id"]: [int(r["success"]) for r in done.get(t["task_id"], [])][-samples:] for t in tasks}
