@@ -21,7 +21,7 @@ from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.records import write_json_atomic
 from coevolve_lib.profiles import run_config
 from coevolve_lib.studies.run import run_hash
-from coevolve_lib.training.loop import as_json, check_run_folder
+from coevolve_lib.training.checkpoints import as_json, check_run_folder
 
 
 class Counting(ChatModel):

@@ -118,7 +118,7 @@ c10d.default_pg_timeout = timedelta(seconds=3)
 from accelerate import PartialState
 
 from coevolve_lib.profiles import run_config
-from coevolve_lib.training.loop import distributed_state
+from coevolve_lib.training.processes import distributed_state
 
 if sys.argv[1] == "kit":
     state = distributed_state(run_config("tiny", ["training.launch.num_processes=2"]))

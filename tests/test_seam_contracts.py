@@ -18,7 +18,7 @@ from coevolve_lib.engine.signals import SIGNALS, Signal, signal_class
 from coevolve_lib.engine.tasks import verdict
 from coevolve_lib.profiles import run_config
 from coevolve_lib.rollout.agent import RolloutConfig, rollout_problem, run_rollouts
-from coevolve_lib.training.loop import select_groups
+from coevolve_lib.training.rollout_func import select_groups
 
 sys.path.insert(0, str(Path(__file__).parent / "outside_env"))
 from kv_store.environment import KeyValueStore, StoreEpisode, evaluation_tasks  # noqa: E402

@@ -20,6 +20,7 @@ from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
 from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
+from coevolve_lib.training import checkpoints, rollout_func, trl_patches
 
 SMALL = {
     "environment": {"warm_start": {"enabled": False}},
@@ -73,10 +74,10 @@ def test_episode_budget_hits_are_counted_in_the_metrics(tmp_path):
 
 def test_select_groups_puts_groups_with_an_advantage_first_and_keeps_draw_order():
     groups = [[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]
-    assert train_lib.select_groups(groups, 2) == [1, 3]
-    assert train_lib.select_groups(groups, 3) == [0, 1, 3]  # topped up with the first uniform group
-    assert train_lib.select_groups(groups, 5) == [0, 1, 2, 3, 4]
-    assert train_lib.select_groups([[0.5, 0.5], [0.2, 0.7]], 1) == [1]  # any difference in reward counts
+    assert rollout_func.select_groups(groups, 2) == [1, 3]
+    assert rollout_func.select_groups(groups, 3) == [0, 1, 3]  # topped up with the first uniform group
+    assert rollout_func.select_groups(groups, 5) == [0, 1, 2, 3, 4]
+    assert rollout_func.select_groups([[0.5, 0.5], [0.2, 0.7]], 1) == [1]  # any difference in reward counts
 
 
 def test_dynamic_sampling_trains_on_a_share_of_the_drawn_groups_and_keeps_every_episode(tmp_path, monkeypatch):
@@ -96,7 +97,7 @@ def test_dynamic_sampling_trains_on_a_share_of_the_drawn_groups_and_keeps_every_
         assert row["train/groups"] == 6 and row["train/groups_trained"] == 2 and len(records) == 12
         groups = list(dict.fromkeys(r["group_id"] for r in records))
         rewards = [[r["reward"] for r in records if r["group_id"] == g] for g in groups]
-        expected = {groups[i] for i in train_lib.select_groups(rewards, 2)}
+        expected = {groups[i] for i in rollout_func.select_groups(rewards, 2)}
         assert {r["group_id"] for r in records if r["trained"]} == expected  # mixed groups first
         uniform = sum(len(set(g)) == 1 for g in rewards)
         assert row["train/zero_std_drawn"] == round(uniform / 6, 4)
@@ -193,7 +194,7 @@ def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monk
     with pytest.raises(Killed):
         train_lib.train(run, out, progress=False)
     monkeypatch.undo()
-    assert train_lib.latest_checkpoint(out / "trainer").name == "checkpoint-2"
+    assert checkpoints.latest_checkpoint(out / "trainer").name == "checkpoint-2"
     assert not (out / "round_002" / "report.json").exists()
 
     summary = train_lib.train(run, out, progress=False)
@@ -221,7 +222,7 @@ def test_a_damaged_last_checkpoint_is_passed_over_for_the_one_before(tmp_path, c
         assert train_lib.train(run, out, progress=False)["steps"] == 2
     assert "checkpoint-2: trainer_state.json is not JSON; resuming from checkpoint-1 instead" in caplog.text
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
-    assert train_lib.checkpoint_damage(out / "trainer" / "checkpoint-2") is None  # step 2 trained and saved again
+    assert checkpoints.checkpoint_damage(out / "trainer" / "checkpoint-2") is None  # step 2 trained and saved again
 
     # Issue 29: the finished run's last metrics line damaged. Resuming from checkpoint-2 trained nothing and rewrote
     # the summary from the one row left (1 step, the pool after round 1); now checkpoint-2 is passed over as damaged
@@ -242,7 +243,7 @@ def test_a_damaged_last_checkpoint_is_passed_over_for_the_one_before(tmp_path, c
     for name in ("checkpoint-1/model.safetensors", "checkpoint-2/optimizer.pt"):  # every checkpoint cut short
         path = out / "trainer" / name
         path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
-    settings = {**train_lib.flat(SMALL), **extra}
+    settings = {**checkpoints.flat(SMALL), **extra}
     argv = ["train", "--out", str(out), *[part for key, value in settings.items()
                                           for part in ("--set", f"{key}={json.dumps(value)}")]]
     capsys.readouterr()  # what the training runs printed
@@ -378,12 +379,12 @@ def test_a_resumed_mixture_of_experts_gets_its_trained_experts_back(tmp_path):
     fresh = Qwen3MoeForCausalLM(config)
     experts = lambda model: model.model.layers[0].mlp.experts.gate_up_proj  # noqa: E731
     assert not torch.equal(experts(fresh), experts(trained))
-    train_lib.load_saved_weights(fresh, tmp_path)
+    checkpoints.load_saved_weights(fresh, tmp_path)
     assert all(torch.equal(fresh.state_dict()[name], tensor) for name, tensor in trained.state_dict().items())
 
 
 def test_the_trainers_own_resume_path_restores_a_mixture_of_experts(tmp_path):
-    """The same fix, through the trainer the loop builds (`_trainer_class`): the checkpoint written by its
+    """The same fix, through the trainer the loop builds (`trainer_class`): the checkpoint written by its
     `save_model`, read back by `_load_from_checkpoint`, the method `Trainer.train(resume_from_checkpoint=...)`
     calls. Without the kit's override the Trainer's own load leaves the experts at their fresh values."""
     from datasets import Dataset
@@ -399,7 +400,7 @@ def test_the_trainers_own_resume_path_restores_a_mixture_of_experts(tmp_path):
         torch.manual_seed(seed)
         args = GRPOConfig(output_dir=str(tmp_path / f"trainer_{seed}"), use_cpu=True, per_device_train_batch_size=2,
                           num_generations=2, max_steps=1, report_to="none", save_strategy="no")
-        return train_lib._trainer_class()(model=Qwen3MoeForCausalLM(config), reward_funcs=[lambda **_: [0.0]],
+        return trl_patches.trainer_class()(model=Qwen3MoeForCausalLM(config), reward_funcs=[lambda **_: [0.0]],
                                           args=args, train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
                                           processing_class=tokenizer)
 
@@ -417,9 +418,9 @@ def test_full_weights_without_their_config_are_a_damaged_checkpoint(tmp_path):
     from safetensors.torch import save_file
 
     save_file({"weight": torch.zeros(2)}, tmp_path / "model.safetensors")
-    assert train_lib.checkpoint_damage(tmp_path) == "config.json is missing beside the model weights"
+    assert checkpoints.checkpoint_damage(tmp_path) == "config.json is missing beside the model weights"
     (tmp_path / "config.json").write_text("{}")
-    assert train_lib.checkpoint_damage(tmp_path) is None
+    assert checkpoints.checkpoint_damage(tmp_path) is None
 
 
 def test_a_pool_update_plugin_that_raises_adds_nothing_and_training_goes_on(tmp_path, caplog, monkeypatch):

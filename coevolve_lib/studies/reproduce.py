@@ -23,8 +23,8 @@ from coevolve_lib.core.records import write_json_atomic
 from coevolve_lib.studies.catalog import STUDIES, baselines, explorers, sensitivity
 from coevolve_lib.studies.notebook_runner import run_notebook
 from coevolve_lib.studies.run import planned_runs as study_runs
-from coevolve_lib.training.loop import gpu_visible
 from coevolve_lib.training.plan import plan
+from coevolve_lib.training.processes import gpu_visible
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 SETTINGS_FILE = REPO_ROOT / "configs" / "reproduce.yaml"

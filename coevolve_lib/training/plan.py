@@ -17,7 +17,8 @@ from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.llm_calls import record_path
 from coevolve_lib.core.paths import REPO_ROOT, RUNS_DIR, profile_label, shown_path
 from coevolve_lib.core.shared_files import SETTLE_TIMEOUT_S
-from coevolve_lib.training.loop import COLLECTIVE_MARGIN_S, collective_timeout_s, flat, train, training_rollouts
+from coevolve_lib.training.checkpoints import flat
+from coevolve_lib.training.loop import train
 from coevolve_lib.training.memory import (
     GPU_MEMORY_GB,
     SERVER_MEMORY_UTILIZATION,
@@ -28,6 +29,8 @@ from coevolve_lib.training.memory import (
     server_split,
     vllm_memory,
 )
+from coevolve_lib.training.processes import COLLECTIVE_MARGIN_S, collective_timeout_s
+from coevolve_lib.training.rollout_func import training_rollouts
 from coevolve_lib.training.summary import summarize
 from coevolve_lib.training.trl_args import grpo_kwargs
 
