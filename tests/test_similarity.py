@@ -73,7 +73,7 @@ def test_pool_summary_per_round_and_its_results_rows(tmp_path, monkeypatch):
     assert d0["sr"] == pytest.approx(2 / 3) and first["sr"] == pytest.approx(1.0) and empty["sr"] is None
     assert d0["max_sims"] == pytest.approx([1, 1, 1]) and first["max_sims"] == pytest.approx([0, 0])
     assert d0["ed_rel_d0"] is None and first["ed_rel_d0"] > 0 and first["ed_rel_val"] > d0["ed_rel_val"]
-    rows = similarity.result_rows(rounds, "v3")
+    rows = similarity.result_rows(rounds, "bfcl", "v3")
     check_result({"schema": "results/v2", "experiment": "similarity", "profile": "tiny", "model": "m",
                   "commit": "0" * 40, "config_hash": "0" * 12, "created": "2026-01-01T00:00:00+00:00",
                   "metrics": rows})

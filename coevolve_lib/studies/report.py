@@ -220,17 +220,18 @@ def feedback_cost_table(summary: dict) -> pd.DataFrame:
 
 def training_metrics(summary: dict, cost: pd.DataFrame, val_set: str) -> list[dict]:
     """A training run's numbers as results/v2 rows: its measured Table 7 row (`cost`, from `feedback_cost_table`)
-    and greedy success (%) before and after training on each evaluation set; `val_set` names the BFCL split it was
-    evaluated on (e.g. `bfcl/v3/multi_turn_base/val`)."""
+    and greedy success (%) before and after training on each evaluation set; `val_set` names the environment's own
+    split it was evaluated on (e.g. `bfcl/v3/multi_turn_base/val`), and its first part the environment."""
+    benchmark = val_set.split("/", 1)[0]
     measured = cost[cost["source"] == "measured (this kit)"].iloc[0]
-    rows = [{"table": "table7", "benchmark": "bfcl", "eval_set": "training_run", "metric": name,
+    rows = [{"table": "table7", "benchmark": benchmark, "eval_set": "training_run", "metric": name,
              "value": float(measured[name]) if pd.notna(measured[name]) else None, "seed": summary["seed"],
              "step": summary["steps"]} for name in ("feedback_time_ratio_%", "single_feedback_s", "total_s")]
     for evaluation in filter(None, (summary["eval_before"], summary["eval_after"])):
         sets = {"val": ("eval/val_success", val_set), "d0": ("eval/d0_greedy_success", "pool/d0"),
                 **{name: (f"eval/{name}_greedy_success", heldout_eval_set(name, evaluation.get(f"eval/{name}_set", "")))
                    for name in HELDOUT_TITLES}}
-        rows += [{"benchmark": "bfcl", "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0,
+        rows += [{"benchmark": benchmark, "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0,
                   "seed": summary["seed"], "step": evaluation["step"], "n": evaluation[f"eval/{name}_n"],
                   "value": evaluation[key]} for name, (key, eval_set) in sets.items() if key in evaluation]
     return rows

@@ -187,13 +187,13 @@ def bin_table(bins: list[dict]):
     return pd.DataFrame(rows).set_index("bin").round(2)
 
 
-def result_rows(rounds: list[dict], data_version: str) -> list[dict]:
+def result_rows(rounds: list[dict], benchmark: str, data_version: str) -> list[dict]:
     """results/v2 metric rows: per round (`pool/round_<r>`) sr@k, ed_rel (vs the val tasks), ed_rel_d0,
     max_sim_mean and max_sim_bin_mean per bin; and the bins of the whole pool (`pool/all`)."""
     rows = []
 
     def add(eval_set, metric, value, n, **extra):
-        rows.append({"benchmark": "bfcl", "data_version": data_version, "eval_set": eval_set, "metric": metric,
+        rows.append({"benchmark": benchmark, "data_version": data_version, "eval_set": eval_set, "metric": metric,
                      "value": value, "n": n, **extra})
 
     for r in rounds:
