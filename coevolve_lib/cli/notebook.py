@@ -3,8 +3,8 @@
 papermill only warns about a parameter the notebook's `parameters` cell does not define (a misspelt `-p profil x`
 runs the notebook on its defaults). Here an unknown name is an error before anything runs: one line, exit status 2.
 Values are read as YAML (`-p seeds "[0, 1]"` is a list, `-p limit 5` an int; no aliases: `profiles.read_value`);
-the notebook validates them. A notebook
-that stops on an error is one line too: exit status 2 for a bad parameter value (`ConfigError`), 1 otherwise.
+the notebook validates them. A notebook that stops on an error is one line too: exit status 2 for a bad parameter
+value (`ConfigError`), 1 otherwise.
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ CPU build, `make vllm`; `--server transformers` for `transformers serve`), and t
 CoEvolve) train in a scratch folder with `data_engine.llm_calls=record`, appending every explorer reply to the row's
 recording. The CoEvolve run asks D_0's calls again: the answered ones come from the recording, the failed ones are
 asked again (`record` asks a recorded model error again), and their new replies replace the failures, so both replays
-see the same D_0, the last one recorded. A run whose D_0 holds no task
-ends there: that is what the row then shows. An existing recording is replaced only by one whose share of model
-errors is at most `core.llm_calls.MAX_ERROR_SHARE` (5%): a recording of mostly errors would replay an explorer that was
-never heard (the first one, against `transformers serve`, held 210 HTTP 500s in 218 asks: its hermes-style tool-call
-parser raises on the tiny policy's malformed `<tool_call>` blocks, where vLLM's leaves them in the reply's content).
+see the same D_0, the last one recorded. A run whose D_0 holds no task ends there: that is what the row then shows.
+An existing recording is replaced only by one whose share of model errors is at most `core.llm_calls.MAX_ERROR_SHARE`
+(5%): a recording of mostly errors would replay an explorer that was never heard (`transformers serve`'s
+hermes-style tool-call parser raises on the tiny policy's malformed `<tool_call>` blocks, where vLLM's leaves them in
+the reply's content: docs/log.md).
 The runs `make reproduce` measures are the replays, in the study's own folders.
 """
 

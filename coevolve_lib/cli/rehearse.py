@@ -1,6 +1,6 @@
 """`python -m coevolve_lib rehearse --profile paper-qwen3-4b --out runs/rehearse/paper-qwen3-4b`: a paper profile's
 GPU-node path on CPU (`training.rehearsal`): the printed train command on 2 processes with the backbone's stand-in
-(built first if `make setup` did not: ~6.5 min, once), a kill and a resume, then `evaluate` on the trained model;
+(built first, once, if `make setup` did not), a kill and a resume, then `evaluate` on the trained model;
 `<out>/rehearsal.json` says what ran. Exit status 1, with the checks that failed in one line, when any of them did
 (the resume, the evaluation, vLLM's context)."""
 

@@ -12,8 +12,7 @@ with papermill, in order, for one profile.
 - Outputs: results go to `results/<profile>/` (JSON, and `tables.md` with every table beside the paper's numbers),
   figures to `figures/<profile>/` (PNG and PDF), each executed notebook to `runs/reproduce/<profile>/`.
 - Shared runs: training runs live in folders named by their config (coevolve_lib/studies/run.py), so a run two tables
-need
-  is trained once.
+  need is trained once.
 - Skips and resumes: a notebook that finished with the same parameters and the same notebook file is skipped
   (`--force` runs it again; the tables are assembled again whenever another notebook ran); a killed notebook runs
   again and its training runs resume from their checkpoints.

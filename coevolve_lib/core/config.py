@@ -71,8 +71,8 @@ ToolDocs = Literal["full", "compact", "none"]
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                  "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
                  "warmup_stable_decay", "greedy")
-"""transformers' `SchedulerType` names, written out: importing transformers to check them costs ~8 s per load (a test
-keeps the two lists equal)."""
+"""transformers' `SchedulerType` names, written out: importing transformers to check them would make every load
+slow (a test keeps the two lists equal)."""
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 FORGETTING_KEYS = ("task", "task_type")
 RARE_PATTERNS = ("bigram", "sequence", "set")
@@ -115,10 +115,9 @@ RolloutEngine = Literal["auto", "generate", "kv_cache", "continuous_batching", "
 class EpisodeBudget:
     """What model replies may make one episode do: each budget hit ends the episode as a failure, without running
     the reply that hit it, its `terminated` (and `agent:<reason>` error type) naming the budget (`BUDGET_REASONS`);
-    training counts the hits per step as `budget/<reason>`. Against replies built to multiply work: one of ~96 kB
-    made ~3,700 `cat` calls of a large file, six of them 10 GiB of memory and a 4 GB record. The defaults are far
-    above what any profile's episodes use (the largest of 23,269 recorded episodes: 8 calls, 367-character replies,
-    630 observation characters, docs/log.md, 2026-12-01)."""
+    training counts the hits per step as `budget/<reason>`. Against replies built to multiply work (one reply of a
+    few kB can ask for thousands of calls). The defaults are far above what any profile's episodes use (docs/log.md
+    has both measurements)."""
 
     max_reply_chars: PositiveInt = 65_536
     """Longest reply looked at (before any parsing or execution): longer ends the episode (`reply_cap`); the record
@@ -296,9 +295,7 @@ class SignalConfig:
     """When a recurring pattern counts as infrequent. `tail` (default): the least frequent patterns that together
     make up under theta % of all N pattern occurrences (whole count levels, rarest first). `pattern`: the paper's
     literal c_p / N < theta / 100 for each pattern alone. With many distinct patterns `pattern` flags nearly every
-    trajectory: on BFCL v3 base ground truth (267 distinct bigrams, N = 952, the most common at 4.6%) theta = 5
-    flags all of them, and at the tiny default (271 bigrams over 24 steps) 100% of rollouts in every round; `tail`
-    at theta = 5 with `rare_min_tasks` = 3 flags 11-19% per round there (docs/log.md, 2026-12-04)."""
+    trajectory (at theta = 5, every bigram of BFCL v3 base's ground truth), `tail` a minority (docs/log.md)."""
     rare_theta: Annotated[float, Field(gt=0.0, lt=100.0)] = 5.0
     """theta in (0, 100), the paper's "e.g. 5": the frequency bound of `rare_rule`, in % of N."""
     rare_min_tasks: PositiveInt = 3

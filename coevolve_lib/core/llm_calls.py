@@ -49,7 +49,7 @@ ASKED_CHARS = 160
 MAX_ERROR_SHARE = 0.05
 """Most share of a recording's asks that may hold a model error (no reply) for it to stand for the model's replies:
 `record-explorer` commits none above it, and a recording run's summary says when it is above (a recording of mostly
-errors replays a model that was never heard, as the first Table 12 recording did: 210 of 218 HTTP 500s)."""
+errors replays a model that was never heard: docs/log.md)."""
 
 
 def request_key(model: str, messages: list[dict], tools: list[dict] | None, config: GenerationConfig) -> str:

@@ -19,7 +19,7 @@ MAX_STARTS = 200
 """Most `{` positions tried, so a reply full of braces costs bounded time."""
 MAX_READ = 2 * MAX_CHARS
 """Most characters the failed tries may read together: 200 starts before one long unclosed value would read it 200
-times (0.5 s at 200k characters)."""
+times."""
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)  # linear: an unclosed block runs to the end, once
 # Fences are found by `core.text_blocks`: as one regex, a lazy body after this opening retried every shorter opening

@@ -46,9 +46,9 @@ KIT_FOLDERS = ("coevolve_lib", "configs", "tests", "notebooks", "benchmarks", "d
 
 def checked_output(path: str | Path, option: str = "--out") -> Path:
     """`path` as a place a command may write: a ConfigError naming `option` when it is the repository root, lies in
-    one of `KIT_FOLDERS`, or is one of the repository's own top-level files (a result over `coevolve_lib/core/
-    models.py` replaced the source; one over `.git/config` broke git). Elsewhere, in the repository's runs/, results/
-    or figures/ or outside it, as given."""
+    one of `KIT_FOLDERS`, or is one of the repository's own top-level files (a result written over a source file
+    replaces it; one over `.git/config` breaks git). Elsewhere, in the repository's runs/, results/ or figures/ or
+    outside it, as given."""
     from coevolve_lib.core.config import ConfigError  # config's own imports come first: no cycle
 
     resolved = Path(path).expanduser().resolve()

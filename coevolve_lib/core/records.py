@@ -34,7 +34,7 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8", errors=ENCODING_ERRORS)
     # appends go to the end whatever was read; never through a symbolic link (a run folder's files are its own:
-    # a linked rollouts file was appended to its target, wherever that was)
+    # a linked rollouts file would append to its target, wherever that is)
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as error:

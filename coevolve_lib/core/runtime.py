@@ -1,8 +1,9 @@
 """Process-wide settings for the kit's entry points (the CLI, the notebooks, the tests), never set on import.
 
 `configure_process()` sets offline-first defaults before torch or transformers are imported: no model hub access
-unless the user asked for it, and one OpenMP thread (measured 4-40x faster than the default on a loaded 2-core
-machine; a run's `training.torch_threads` or $COEVOLVE_TORCH_THREADS raises it). Values already in the environment win.
+unless the user asked for it, and one OpenMP thread (the default is much slower on a loaded 2-core machine:
+docs/log.md; a run's `training.torch_threads` or $COEVOLVE_TORCH_THREADS raises it). Values already in the
+environment win.
 `announce` is the one line on stderr with which a long stage starts.
 """
 

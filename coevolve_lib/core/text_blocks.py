@@ -1,8 +1,8 @@
 r"""Delimited blocks (`<tag>...</tag>`, code fences) of model text, found in linear time.
 
-The `open(.*?)close` regexes these replace rescanned the rest of the text from every opening without a closing, so a
-reply of 20,000 `<action>` tags cost 20,000 scans of it (quadratic), and a whitespace run between two optional parts
-(`\s*(.*?)\s*`, `[ \t]*(?:py)?[ \t]*`) was retried at every split. Here each opening and each closing is searched for
+Not one `open(.*?)close` regex: it rescans the rest of the text from every opening without a closing, so a reply of
+20,000 `<action>` tags costs 20,000 scans of it (quadratic), and a whitespace run between two optional parts
+(`\s*(.*?)\s*`, `[ \t]*(?:py)?[ \t]*`) is retried at every split. Here each opening and each closing is searched for
 once, from where the previous block ended.
 """
 

@@ -17,7 +17,7 @@ computes the replies:
 - `messages`: message-level rollouts (`ChatModel.generate` on the rendered conversation; OpenAI endpoints).
 
 Synchronous engines (`generate`, `kv_cache`, `messages`) answer every pending request in one `collect()` call,
-seeded `seed + call index` as the rollouts always were; `continuous_batching` answers them as they finish.
+seeded `seed + call index`; `continuous_batching` answers them as they finish.
 """
 
 from __future__ import annotations
@@ -275,9 +275,8 @@ def sample_tokens(logits, generation: GenerationConfig, generator):
     (top-k off).
 
     A sample inverts each row's cumulative distribution at one uniform number: the distribution `torch.multinomial`
-    samples, at a tenth of its cost on the CPU, where it draws an exponential number per vocabulary entry (64 rows
-    of the tiny model's 4k vocabulary: 4.1 vs 0.33 ms per decode step, a quarter of a GRPO step's rollouts). Seeded
-    samples differ from those of runs made before 2026-12-04, which used `torch.multinomial`."""
+    samples, at a fraction of its cost on the CPU, where it draws an exponential number per vocabulary entry
+    (docs/log.md). Seeded samples are not `torch.multinomial`'s."""
     import torch
 
     if generation.temperature <= 0:

@@ -2,8 +2,8 @@
 its requests, stacked into one left-padded batch for a forward pass, and split per episode again after it.
 
 A stacked batch reserves room after its longest row for the tokens the next forward passes add (`RoomyLayer`):
-transformers' `DynamicLayer` concatenates instead, which copies the whole cache at every decode step (13% of a greedy
-tiny evaluation on one CPU thread)."""
+transformers' `DynamicLayer` concatenates instead, which copies the whole cache at every decode step (docs/log.md
+has its cost)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def _model():
 
 def embed(texts: list[str], batch_size: int = 64) -> np.ndarray:
     """One L2-normalised row (float32, DIMENSION wide) per text, in the texts' order. Batches hold texts of similar
-    length (less padding: the encoder is compute-bound, ~15 texts of 70 tokens per second on one busy CPU core)."""
+    length (less padding: the encoder is compute-bound)."""
     import torch
 
     tokenizer, model = _model()

@@ -1,8 +1,8 @@
 """AppWorld tasks, an episode API over AppWorld's own environment server, and the paper's TGC / SGC metrics.
 
 The agent's action is Python code calling `apis.<app>.<api>(...)`, sent as a fenced ```python block in the model's
-reply. The kit only extracts that block (`extract_code`); the code runs inside AppWorld's server, in AppWorld's own
-the kit's OS-level sandbox around it (`server.py`), never in the kit. The same code path serves the official data
+reply. The kit only extracts that block (`extract_code`); the code runs inside AppWorld's server, in the kit's
+OS-level sandbox around it (`server.py`), never in the kit. The same code path serves the official data
 (APPWORLD_ROOT = the folder with AppWorld's downloaded `data/`, docs/appworld.md) and the synthetic world the tests
 build (`synthetic.py`).
 
@@ -33,7 +33,7 @@ NO_CODE_OBSERVATION = ("No code was executed: the reply has no ```python fenced 
 """The observation for a reply without a code block (a format error the env counts, and a step spent)."""
 
 # The opening fence: the language's trailing blanks sit inside its optional group, so that no two `[ \t]*` share a
-# run of blanks (as `[ \t]*(?:python|py)?[ \t]*` did: quadratic in the run).
+# run of blanks (`[ \t]*(?:python|py)?[ \t]*` would try every split of it: quadratic in the run).
 _FENCE_OPEN = re.compile(r"```[ \t]*(?:(?:python|py)[ \t]*)?\n", re.IGNORECASE)
 _FENCE_CLOSE = re.compile("```")
 

@@ -9,9 +9,8 @@ The data engine's stages (`engine.data_engine.DataEngine`, `engine.feedback.feed
                their reward (AppWorld's evaluator: success = every test passes) and signals run as on official tasks
 
 The data root: the profile's `environment.root` or `APPWORLD_ROOT` (official data, docs/appworld.md) or, when neither
-is set, the synthetic world the kit
-builds with AppWorld's own code (`synthetic.py`). The official data is never written into: the run's
-`appworld_root/` links its tasks and holds the synthesized ones (`validation.overlay_root`).
+is set, the synthetic world the kit builds with AppWorld's own code (`synthetic.py`). The official data is never
+written into: the run's `appworld_root/` links its tasks and holds the synthesized ones (`validation.overlay_root`).
 
 Explorers: the offline one (`explore.explorer: schema`) or the paper's LLM explorer (`llm`, Figs. 9-10), with the
 heuristic or the LLM context (Fig. 11). The abstraction is the deterministic one: the LLM abstraction and the judge
@@ -64,7 +63,7 @@ class AppWorldSettings:
 
 def appworld_source_root(root: str | None = None) -> Path:
     """The AppWorld data root runs read: `root` (the profile's `environment.root`), else APPWORLD_ROOT (official
-    data), else the synthetic world (built on first use, about 40 s)."""
+    data), else the synthetic world (built on first use, `synthetic.py`)."""
     root = root or os.environ.get("APPWORLD_ROOT")
     if root:
         return Path(root)

@@ -20,8 +20,7 @@ and the server is recycled. Faults the code did not cause are environment errors
 task, a refusal (AppWorld refuses a request for a task it does not hold before running any code), a server found
 exited between two replies. Then the server is restarted and the episode starts over from `reset()` once, with a
 fresh conversation; a second failure ends it with `environment_error=True` and `error_type="environment:<kind>"`:
-TGC leaves such a record out and SGC its scenario (`benchmark.py`), and the
-evaluation reports their count apart.
+TGC leaves such a record out and SGC its scenario (`benchmark.py`), and the evaluation reports their count apart.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ AppWorld's task data downloads only from AWS S3, so offline the kit's AppWorld p
 tested on a world that `envs/appworld/world_builder.py` builds inside AppWorld's venv: api_docs, base and task
 databases, two scenarios (`synnote`: create a note, 3 tasks; `synask`: answer a question, 2 tasks) with AppWorld-format
 ground truth, and splits `train`, `dev` and `synthetic` (all five). Nothing AppWorld generates is committed: the world
-goes to `<cache>/appworld_synthetic/<builder version>/` (about 17 MB, 40 s to build on 2 busy cores), and a changed
+goes to `<cache>/appworld_synthetic/<builder version>/` (about 17 MB; its build time: docs/log.md), and a changed
 builder gets a new folder. Each task's known correct solution is in `solutions.json` beside `data/`, outside AppWorld's
 data.
 """

@@ -152,8 +152,8 @@ class BFCLEnvironment(Environment):
         """None when `warm_start.enabled` is off; else the warm start's model folder: taken from
         `coevolve_lib/data/warm_start/<profile>` when that copy was built from the same recipe (its files' hashes are
         checked), else from `.cache/warm_start/<key>`, building it there first: the first stage on benchmark
-        environments (the tiny recipe: ~35 minutes on 2 cores), then, if the profile has one, the worlds stage from it
-        (minutes). A build cut short leaves only a `.partial` folder, started afresh next time."""
+        environments (the tiny recipe's build time: docs/log.md), then, if the profile has one, the worlds stage from
+        it (minutes). A build cut short leaves only a `.partial` folder, started afresh next time."""
         cfg, warm = self.config, self.settings.warm_start
         if not warm.enabled:
             return None

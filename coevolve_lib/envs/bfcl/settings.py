@@ -33,7 +33,7 @@ class WorldsStageConfig:
     """The warm start's second stage (a kit addition, tiny profile): the first stage's model trained further on tasks
     from procedurally generated GorillaFileSystem worlds (`envs.bfcl.worlds`, train-split seeds), so that it learns
     to copy names from the query in file systems it has never seen instead of recalling a few environments' names
-    (measured: unseen-environment success 11 -> 16%, docs/log.md). The tasks are built as the first stage's are
+    (it raises success on unseen environments: docs/log.md). The tasks are built as the first stage's are
     (schema exploration, abstraction, validation), with its `data_runs`, `data_calls_per_run` and call lengths."""
 
     count: NonNegativeInt = 0

@@ -12,9 +12,9 @@ the assistant tokens only (`warm_start.train_sft(assistant_only=True)`: the 151,
 learned). After it, rollouts emit real `<tool_call>{json}</tool_call>` blocks, most with a known function name; they
 are not expected to solve tasks.
 
-`make standins` (a step of `make test`) builds the Qwen3-4B stand-in (what its stand-in tests load; ~4 min on 2
-cores), `rehearse` the others on first use (~6.5-10 min each: 300 steps over ~1,400-token prompts), into
-`.cache/models/<standin>`; `standin.json` there records the dims, the warm start's recipe and its summary.
+`make standins` (a step of `make test`) builds the Qwen3-4B stand-in (what its stand-in tests load), `rehearse` the
+others on first use (build times: docs/log.md), into `.cache/models/<standin>`; `standin.json` there records the dims,
+the warm start's recipe and its summary.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class StandinDims:
     """The tiny dims that replace the checkpoint's (everything else comes from its hub config)."""
 
     hidden_size: int = 128
-    """Width (measured: at 64, 300 warm-start steps left greedy replies looping inside the JSON; at 128 they were
-    well-formed calls; docs/log.md, 2026-12-02)."""
+    """Width (at 64, 300 warm-start steps left greedy replies looping inside the JSON; at 128 they are well-formed
+    calls: docs/log.md)."""
     intermediate_size: int = 384
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
@@ -76,10 +76,9 @@ FORMAT_WARM_START = WarmStartConfig(
     enabled=True, max_steps=300, batch_size=8, learning_rate=3e-3, warmup_steps=20, final_lr_ratio=0.1,
     max_length=2048, data_seeds=2, data_runs=6, data_calls_per_run=5, data_min_calls=1, data_max_calls=3)
 """The format warm start: 300 steps of 8 conversations (~1,400 tokens each with compact docs, ~100 of them the
-assistant's) on the 295 tasks of two explorations of the GorillaFileSystem train-split environments (measured on the
-Qwen3 stand-in: at 200 steps greedy replies still looped inside the JSON, at 300 most were calls that parse; docs/
-log.md). ~1.3 s a step on 2 cores, most of it attention over the long prompts: the head is applied to the data's
-tokens only (`warm_start.DataVocabulary`, exact)."""
+assistant's) on the 295 tasks of two explorations of the GorillaFileSystem train-split environments (300: at 200
+steps the Qwen3 stand-in's greedy replies still loop inside the JSON, at 300 most are calls that parse; docs/log.md).
+The head is applied to the data's tokens only (`warm_start.DataVocabulary`, exact)."""
 BUILD_THREADS = 2
 """torch threads of a build (`make standins` runs alone)."""
 FORMAT_CLASSES = ["GorillaFileSystem"]

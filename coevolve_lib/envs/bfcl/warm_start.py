@@ -9,18 +9,18 @@ The data are the warm start's own: validated synthetic tasks of 1-4 calls from u
 the profile's *train-split* environments (`partition_environments`), one exploration per data seed
 (`warm_start_tasks`), built by the same exploration, abstraction and validation code as D_0. D_0 and the rounds use
 the other half, and the held-out set the val split: the policy meets every RL and evaluation task in an environment
-it has never seen, so it must read names from the query instead of recalling them (measured: after a 30-minute warm
-start on all train environments, 96% greedy success on D_0 there against 34% on the held-out set; docs/log.md).
+it has never seen, so it must read names from the query instead of recalling them (a warm start on all train
+environments solves D_0 there far more often than the held-out set: docs/log.md).
 
-Training is a plain PyTorch loop (`train_sft`), stated up front because TRL is used elsewhere: on the tiny model it
-ran at ~4,400 tokens/s on 2 cores against ~2,000 for TRL's `SFTTrainer` with the same threads (docs/log.md,
-2026-11-30). Loss on all tokens (the query and the observations hold the names to copy: ~2.5x the success of
-assistant-only loss in the prototype, shared/reference/tiny-model-feasibility.md), batches of similar length, AdamW,
-linear warm-up, then a cosine decay that ends exactly at the last step (mid-schedule models are far worse).
+Training is a plain PyTorch loop (`train_sft`), stated up front because TRL is used elsewhere: on the tiny model it is
+about twice as fast as TRL's `SFTTrainer` with the same threads (docs/log.md). Loss on all tokens (the query and the
+observations hold the names to copy; assistant-only loss succeeded far less often in the prototype,
+shared/reference/tiny-model-feasibility.md), batches of similar length, AdamW, linear warm-up, then a cosine decay
+that ends exactly at the last step (mid-schedule models are far worse).
 
-The tiny profile's warm start takes ~35 minutes on 2 cores, so the kit ships it (`coevolve_lib/data/warm_start/`,
-see `shipped_warm_start`), with the command that regenerates it: `python -m coevolve_lib warm-start --profile tiny
---ship`.
+The tiny profile's warm start is too long to build at every setup (docs/log.md), so the kit ships it
+(`coevolve_lib/data/warm_start/`, see `shipped_warm_start`), with the command that regenerates it: `python -m
+coevolve_lib warm-start --profile tiny --ship`.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class DataVocabulary:
     """The tokens a fine-tuning set holds, in a model whose output rows of every other token are zero (set here):
     those tokens' logits are 0 whatever the input, so a softmax over the data's tokens plus one term for the others,
     `log(their count)`, is the full softmax, exactly, at the cost of the data's few thousand rows instead of all
-    151,936 (measured: 2.1 s a step of the stand-ins' format warm start over the whole head). The zero rows get no
+    151,936 (the whole head made a format warm start's step slow: docs/log.md). The zero rows get no
     gradient and stay zero (a tied embedding's: their tokens never occur as input either)."""
 
     def __init__(self, model, ids: list[int]):
