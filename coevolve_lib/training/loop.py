@@ -9,7 +9,7 @@ round every F steps that grows the pool from the training rollouts' weakness sig
         signals    forgetting / boundary / rare on this step's rollouts
         every F    contexts -> re-exploration -> abstraction -> validation -> D_{t+1}; then a checkpoint
                    (`training.pool_updates`: `signals` is CoEvolve; `random`, `none` and the Table 10 baselines
-                   `curriculum`, `rest`, `reflexion` of `engine/pool_updates.py` replace this round, same steps and
+                   `curriculum`, `rest`, `reflexion` of `engine/pool_updates/` replace this round, same steps and
                    rollouts)
 
 Shortcuts, stated up front:
@@ -67,8 +67,9 @@ from coevolve_lib.core.records import (
 )
 from coevolve_lib.core.run_lock import output_lock
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
-from coevolve_lib.engine.feedback import KIT_ERRORS, SINGLE, Shards
+from coevolve_lib.engine.feedback import KIT_ERRORS
 from coevolve_lib.engine.pool_updates import RoundInputs, pool_update
+from coevolve_lib.engine.shards import SINGLE, Shards
 from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
 from coevolve_lib.rollout.agent import (
@@ -483,7 +484,7 @@ class CoEvolveLoop:
 
     def _feedback_round(self, step: int) -> dict:
         """The pool update's round after `step`. A sharded update (`PoolUpdate.sharded`) runs on every process, each
-        doing its share of the round (`engine.feedback.Shards`); another runs on the main process while the others
+        doing its share of the round (`engine.shards.Shards`); another runs on the main process while the others
         wait. Every process then samples the grown pool, once it reads the pool the main process wrote."""
         round_index = step // self.cfg.feedback_every
         start = time.perf_counter()
