@@ -1,4 +1,4 @@
-"""A feedback round split over processes (`engine.feedback.Shards`, issue 28) against the same round on one process:
+"""A feedback round split over processes (`engine.shards.Shards`, issue 28) against the same round on one process:
 wall seconds side by side and whether the pools are equal, task for task.
 
 The round: the tiny profile's D_0 (its 13 environments, the schema explorer, deterministic abstraction), then a
@@ -30,7 +30,8 @@ from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.models import load_chat_model
 from coevolve_lib.core.runtime import configure_process
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.engine.feedback import SINGLE, Shards
+from coevolve_lib.engine.pool_updates.guided import random_round
+from coevolve_lib.engine.shards import SINGLE, Shards
 
 SCRIPTED_ACTION = "The listing shows what is here.\n<action>ls()</action>"
 """What the scripted endpoint answers every explorer call (Fig. 9's reply shape: reasoning, then the action)."""
@@ -48,7 +49,7 @@ def round_seconds(run_dir: Path, shards: Shards, args, times) -> None:
     data = engine(run_dir, args, llm=args.endpoint_delay is not None)
     data.shards = shards
     start = time.perf_counter()
-    data.random_feedback_round(1, progress=False, seed=0)
+    random_round(data, 1, progress=False, seed=0)
     times[shards.index] = time.perf_counter() - start
 
 

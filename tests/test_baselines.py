@@ -1,4 +1,4 @@
-"""The Table 10 baselines (`training.pool_updates`: curriculum, rest, reflexion; coevolve_lib/engine/pool_updates.py):
+"""The Table 10 baselines (`training.pool_updates`: curriculum, rest, reflexion; coevolve_lib/engine/pool_updates/):
 the selection and filtering logic on hand-made rollouts, then one real 2-step run of each on the tiny profile (real BFCL
 environments, real TRL GRPO steps, real validation; no mocks), checked against the rollouts it recorded."""
 
@@ -8,13 +8,13 @@ from collections import Counter
 import pytest
 from helpers import BFCL, small_run
 
-import coevolve_lib.engine.pool_updates as baselines
 import coevolve_lib.training.loop as train_lib
 from coevolve_lib.core.config import BaselineSettings
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.engine.pool_updates import curriculum, reflexion, rest
 from coevolve_lib.profiles import ConfigError, run_config
 
 
@@ -38,9 +38,9 @@ def task(task_id, calls=3, query="Do it.", **provenance):
 # ---------------------------------------------------------------------------------------------- curriculum (unit)
 
 def test_competence_grows_linearly_from_c0_to_the_whole_pool():
-    assert baselines.competence(0, 10, 0.25) == 0.25
-    assert baselines.competence(5, 10, 0.25) == 0.625
-    assert baselines.competence(10, 10, 0.25) == 1.0 and baselines.competence(12, 10, 0.25) == 1.0
+    assert curriculum.competence(0, 10, 0.25) == 0.25
+    assert curriculum.competence(5, 10, 0.25) == 0.625
+    assert curriculum.competence(10, 10, 0.25) == 1.0 and curriculum.competence(12, 10, 0.25) == 1.0
 
 
 def test_curriculum_ranks_by_shrunk_success_then_length_and_admits_the_easiest_share():
@@ -48,9 +48,9 @@ def test_curriculum_ranks_by_shrunk_success_then_length_and_admits_the_easiest_s
     records = ([rollout("a", 1, i, success=i < 6) for i in range(8)]  # 6/8
                + [rollout("b", 1, 0, success=True)]  # 1/1: shrunk towards the mean, below a's 6/8
                + [rollout("c", 1, i) for i in range(8)])  # 0/8: hardest
-    counts = baselines.success_counts(records)
+    counts = curriculum.success_counts(records)
     assert counts == {"a": (6, 8), "b": (1, 1), "c": (0, 8)}
-    selection = baselines.curriculum_selection(tasks, counts, share=0.5, prior=4.0, minimum=2)
+    selection = curriculum.curriculum_selection(tasks, counts, share=0.5, prior=4.0, minimum=2)
     mean = 7 / 17
     estimates = {r["task_id"]: r["estimate"] for r in selection["ranking"]}
     assert estimates["a"] == pytest.approx((6 + 4 * mean) / 12, abs=1e-6)
@@ -60,11 +60,11 @@ def test_curriculum_ranks_by_shrunk_success_then_length_and_admits_the_easiest_s
     assert [r["task_id"] for r in selection["ranking"]] == ["a", "b", "e", "f", "d", "c"]
     assert selection["admitted_ids"] == ["a", "b", "e"] and selection["admitted"] == 3
     # at least `minimum` (a step's tasks), at most the pool; no prior: the raw rate (b's 1/1 first)
-    assert baselines.curriculum_selection(tasks, counts, 0.1, 4.0, minimum=2)["admitted_ids"] == ["a", "b"]
-    assert baselines.curriculum_selection(tasks, counts, 1.0, 4.0, minimum=9)["admitted"] == 6
-    assert baselines.curriculum_selection(tasks, counts, 0.5, 0.0, 2)["admitted_ids"][:2] == ["b", "a"]
+    assert curriculum.curriculum_selection(tasks, counts, 0.1, 4.0, minimum=2)["admitted_ids"] == ["a", "b"]
+    assert curriculum.curriculum_selection(tasks, counts, 1.0, 4.0, minimum=9)["admitted"] == 6
+    assert curriculum.curriculum_selection(tasks, counts, 0.5, 0.0, 2)["admitted_ids"][:2] == ["b", "a"]
     # before any outcome: every estimate is 0, so the shortest tasks come first
-    first = baselines.curriculum_selection(tasks, {}, 0.5, 4.0, 2)
+    first = curriculum.curriculum_selection(tasks, {}, 0.5, 4.0, 2)
     assert first["admitted_ids"] == ["a", "c", "e"] and first["mean_success"] == 0.0
 
 
@@ -93,12 +93,12 @@ def test_rest_keeps_rollouts_over_the_threshold_one_per_call_sequence_round_robi
         rollout("gone", 1, 0, True, calls=["ls()"]),  # not a pool task
     ]
     pool = {"a", "b", "c"}
-    kept = baselines.rest_filter(records, 1.0, pool, None, seed=0)
+    kept = rest.rest_filter(records, 1.0, pool, None, seed=0)
     assert sorted(r["rollout_id"] for r in kept) == ["1/a/0", "1/b/0", "2/a/0", "2/a/1"]
-    two = baselines.rest_filter(records, 1.0, pool, 2, seed=0)
+    two = rest.rest_filter(records, 1.0, pool, 2, seed=0)
     assert sorted(r["task_id"] for r in two) == ["a", "b"]  # round-robin: both tasks before a second of a
-    assert [r["rollout_id"] for r in two] == [r["rollout_id"] for r in baselines.rest_filter(records, 1.0, pool, 2, 0)]
-    lower = baselines.rest_filter(records, 0.4, pool, None, seed=0)
+    assert [r["rollout_id"] for r in two] == [r["rollout_id"] for r in rest.rest_filter(records, 1.0, pool, 2, 0)]
+    lower = rest.rest_filter(records, 0.4, pool, None, seed=0)
     assert "1/b/1" in {r["rollout_id"] for r in lower}
 
 
@@ -106,8 +106,8 @@ def test_rest_triplets_are_the_trajectorys_own_calls():
     record = rollout("a", 3, 1, True, calls=["mkdir(dir_name='x')", "cd(folder='nope')", "ls()"],
                      observations=["None", '{"error": "cd: nope: No such directory"}',
                                    '{"current_directory_content": ["x"]}'])
-    target = ExplorationTarget.from_pool_task(task("a"), BFCL, baselines.rest_marker(record), record)
-    context, triplets, cost = baselines.trajectory_triplets(target)
+    target = ExplorationTarget.from_pool_task(task("a"), BFCL, rest.rest_marker(record), record)
+    context, triplets, cost = rest.trajectory_triplets(target)
     assert context is None and cost["calls"] == 0
     assert [(t["action"], t["valid"]) for t in triplets] == [("mkdir(dir_name='x')", True),
                                                             ("cd(folder='nope')", False), ("ls()", True)]
@@ -119,39 +119,39 @@ def test_rest_triplets_are_the_trajectorys_own_calls():
 def test_reflexion_reflects_on_each_failed_tasks_latest_failure_within_the_budget():
     records = [rollout("a", 1, 0), rollout("a", 2, 3), rollout("a", 2, 1), rollout("a", 2, 0, success=True),
                rollout("b", 1, 0, success=True), rollout("c", 2, 0), rollout("gone", 2, 0)]
-    chosen = baselines.reflexion_targets(records, {"a", "b", "c"}, None, seed=0)
+    chosen = reflexion.reflexion_targets(records, {"a", "b", "c"}, None, seed=0)
     assert sorted(chosen) == ["2/a/1", "2/c/0"]  # b never failed; a: step 2, lowest failed sample
-    assert len(baselines.reflexion_targets(records, {"a", "b", "c"}, 1, seed=0)) == 1
+    assert len(reflexion.reflexion_targets(records, {"a", "b", "c"}, 1, seed=0)) == 1
 
 
 def test_a_reposed_task_keeps_its_base_query_and_the_last_reflections():
     original = task("a", query="Make folder 'x'.")
     record = rollout("a", 1, 0)
-    first = baselines.reflexion_spec(original, "Plan: call mkdir first.", record, memory=2)
-    assert first["query"] == ("Make folder 'x'.\n\n" + baselines.REFLECTIONS_HEADER + "\n1. Plan: call mkdir first.")
+    first = reflexion.reflexion_spec(original, "Plan: call mkdir first.", record, memory=2)
+    assert first["query"] == ("Make folder 'x'.\n\n" + reflexion.REFLECTIONS_HEADER + "\n1. Plan: call mkdir first.")
     assert first["action_sequence"] == original["reference_actions"] and first["initial_config"] == {}
     assert first["source"] == {"task_id": "a", "signal_id": "reflexion/1/a/0", "signal_type": "reflexion",
                                "context_id": None, "run_ids": ["1/a/0"]}
     reposed = {**task("r1", query=first["query"]), "provenance": {"reflexion": first["reflexion"]}}
-    second = baselines.reflexion_spec(reposed, "Plan: two.", rollout("r1", 2, 0), memory=2)
-    third = baselines.reflexion_spec({**reposed, "provenance": {"reflexion": second["reflexion"]}}, "Plan: three.",
+    second = reflexion.reflexion_spec(reposed, "Plan: two.", rollout("r1", 2, 0), memory=2)
+    third = reflexion.reflexion_spec({**reposed, "provenance": {"reflexion": second["reflexion"]}}, "Plan: three.",
                                      rollout("r1", 3, 0), memory=2)
     assert second["reflexion"]["reflections"] == ["Plan: call mkdir first.", "Plan: two."]
     assert third["reflexion"] == {"base_query": "Make folder 'x'.", "reflections": ["Plan: two.", "Plan: three."]}
-    assert third["query"].count(baselines.REFLECTIONS_HEADER) == 1 and third["spec_id"] != second["spec_id"]
+    assert third["query"].count(reflexion.REFLECTIONS_HEADER) == 1 and third["spec_id"] != second["spec_id"]
 
 
 def test_the_reflection_prompt_shows_the_trial_but_not_the_checkers_answer():
     record = rollout("a", 1, 0, calls=["cd(folder='docs')"], observations=['{"error": "cd: docs: No such directory"}'],
                      terminated="episode_step_cap")
-    prompt = baselines.reflection_prompt(task("a", query="Open docs."), record)
+    prompt = reflexion.reflection_prompt(task("a", query="Open docs."), record)
     assert "Task: Open docs." in prompt and "cd(folder='docs')" in prompt and "No such directory" in prompt
     assert "too many steps" in prompt and "(none)" in prompt
     assert "ground truth" not in prompt and "secret.txt" not in prompt  # the checker's message would leak the answer
-    silent = baselines.reflection_prompt(task("a"), rollout("a", 1, 0))
+    silent = reflexion.reflection_prompt(task("a"), rollout("a", 1, 0))
     assert "no function call was made" in silent and "I will not call anything" in silent
-    assert baselines.clean_reflection("  Plan:\n\n do   this\tthen that ", 100) == "Plan: do this then that"
-    assert baselines.clean_reflection("one two three", 9) == "one two" and baselines.clean_reflection(" \n ", 9) == ""
+    assert reflexion.clean_reflection("  Plan:\n\n do   this\tthen that ", 100) == "Plan: do this then that"
+    assert reflexion.clean_reflection("one two three", 9) == "one two" and reflexion.clean_reflection(" \n ", 9) == ""
 
 
 def test_configs_reject_a_policy_reflector_over_processes_and_an_explorer_reflector_without_a_model():
@@ -194,18 +194,18 @@ def _rollouts(out, step):
 
 def test_curriculum_run_draws_only_admitted_tasks_and_resumes_with_them(tmp_path, monkeypatch):
     run, out = _run(tmp_path, "run", **{"training.pool_updates": "curriculum"})
-    real_round = baselines.curriculum_round
+    real_round = curriculum.curriculum_round
 
     def die_at_round_2(engine, round_index, *args, **kwargs):
         if round_index == 2:
             raise Killed
         return real_round(engine, round_index, *args, **kwargs)
 
-    monkeypatch.setattr(baselines, "curriculum_round", die_at_round_2)
+    monkeypatch.setattr(curriculum, "curriculum_round", die_at_round_2)
     with pytest.raises(Killed):
         train_lib.train(run, out, progress=False)
     killed_step_2 = [r["task_id"] for r in _rollouts(out, 2)]
-    monkeypatch.setattr(baselines, "curriculum_round", real_round)
+    monkeypatch.setattr(curriculum, "curriculum_round", real_round)
     summary = train_lib.train(run, out, progress=False)  # resumes from checkpoint-1: step 2 and round 2 again
 
     pool = TaskPool(out / "pool.jsonl")
@@ -217,7 +217,7 @@ def test_curriculum_run_draws_only_admitted_tasks_and_resumes_with_them(tmp_path
         assert {r["task_id"] for r in _rollouts(out, step)} <= set(selection["admitted_ids"])
     assert [r["task_id"] for r in _rollouts(out, 2)] == killed_step_2  # the resumed run drew the same tasks
     # round 1 ranked on exactly what step 1 recorded
-    counts = baselines.success_counts(_rollouts(out, 1))
+    counts = curriculum.success_counts(_rollouts(out, 1))
     assert {r["task_id"]: (r["successes"], r["episodes"]) for r in selections[1]["ranking"] if r["episodes"]} == counts
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["pool/admitted"] for r in rows] == [2, 5]
@@ -247,7 +247,7 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
     records = [executed("1/x/0", list(source["reference_actions"]), 1.0),  # the reference itself: a duplicate
                executed("1/x/1", other, 1.0),  # the policy's own different solution: a new task
                executed("1/x/2", ["pwd()", "mkdir(dir_name='too_low')", "ls()"], 0.0)]  # under the threshold
-    report = baselines.rest_round(engine, 1, records, BaselineSettings(), progress=False)
+    report = rest.rest_round(engine, 1, records, BaselineSettings(), progress=False)
     assert report["targets"] == 2 and report["rejection_reasons"] == {"duplicate": 1} and report["added_to_pool"] == 1
     assert report["counts"] == {"window_rollouts": 3, "filtered_rollouts": 2, "filtered_tasks": 1,
                                 "trajectories_used": 2, "threshold": 1.0}
@@ -255,7 +255,7 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
     assert new["reference_actions"] == other and new["provenance"]["runs"] == ["rest/1/x/1"]
     assert new["provenance"]["origin_task"] == source["task_id"] and new["provenance"]["signal_type"] == "rest"
     assert new["initial_config"] == source["initial_config"] and "rest_made_dir" in new["query"]
-    again = baselines.rest_round(engine, 1, [], BaselineSettings(), progress=False)  # a finished round is read back
+    again = rest.rest_round(engine, 1, [], BaselineSettings(), progress=False)  # a finished round is read back
     assert again == json.loads((out / "round_001" / "report.json").read_text()) and len(engine.pool) == 9
 
 
@@ -324,7 +324,7 @@ def test_reflexion_run_reposes_failed_tasks_with_the_policys_reflection(tmp_path
             trial = next(r for r in window if r["rollout_id"] == memory["rollout_id"])
             assert not trial["success"] and trial["task_id"] == origin["task_id"]
             assert memory["reflections"][-1] == reflections[memory["rollout_id"]]["reflection"] != ""
-            assert new["query"] == baselines.reposed_query(memory["base_query"], memory["reflections"])
+            assert new["query"] == reflexion.reposed_query(memory["base_query"], memory["reflections"])
             assert (new["initial_config"], new["reference_actions"]) == (origin["initial_config"],
                                                                         origin["reference_actions"])
             assert new["provenance"]["verdict"] == "objective_met"

@@ -12,8 +12,9 @@ from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
 from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
 from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
+from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.engine.pool_updates.guided import select_targets
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks, split_tasks
 
 

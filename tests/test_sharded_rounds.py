@@ -1,4 +1,4 @@
-"""A round split over processes (`engine.feedback.Shards`, issue 28): each process explores, abstracts and validates
+"""A round split over processes (`engine.shards.Shards`, issue 28): each process explores, abstracts and validates
 its share and every stage ends with the whole stage everywhere, so two processes grow the same pool as one, task for
 task, for D_0 and for a signal-guided round; the cross-shard duplicate rule decides what one validator would."""
 
@@ -12,15 +12,9 @@ from helpers import BFCL
 from test_feedback import _signal_round_inputs
 
 from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import (
-    SINGLE,
-    FeedbackConfig,
-    Shards,
-    deduplicated,
-    feedback_round,
-    synthesize_initial,
-)
+from coevolve_lib.engine.feedback import FeedbackConfig, deduplicated, feedback_round, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
+from coevolve_lib.engine.shards import SINGLE, Shards
 from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
 
 

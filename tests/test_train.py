@@ -425,9 +425,9 @@ def test_full_weights_without_their_config_are_a_damaged_checkpoint(tmp_path):
 
 def test_a_pool_update_plugin_that_raises_adds_nothing_and_training_goes_on(tmp_path, caplog, monkeypatch):
     """Issue 47: an outside pool update that raised stopped the run with a traceback (its rerun died there too)."""
-    from coevolve_lib.engine import pool_updates
+    from coevolve_lib.engine.pool_updates import base
 
-    monkeypatch.setattr(pool_updates, "POOL_UPDATES", dict(pool_updates.POOL_UPDATES))  # the reference is kept there
+    monkeypatch.setattr(base, "POOL_UPDATES", dict(base.POOL_UPDATES))  # the reference is kept there
     run, out = _run(tmp_path, "run", **{"training.pool_updates": "helpers:RaisingPoolUpdate"})
     summary = train_lib.train(run, out, progress=False)
     rows = read_jsonl(out / "metrics.jsonl")

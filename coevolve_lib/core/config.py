@@ -482,7 +482,7 @@ class LoraSettings:
 @dataclass(config=STRICT)
 class BaselineSettings:
     """Settings of the paper's Table 10 baselines (`pool_updates: curriculum | rest | reflexion`; the paper gives no
-    details, our readings are in `coevolve_lib/engine/pool_updates.py` and docs/deviations.md)."""
+    details, our readings are in `coevolve_lib/engine/pool_updates/` and docs/deviations.md)."""
 
     curriculum_start: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
     """Curriculum: the competence c_0, the share of the pool (easiest first) sampled before the first round; it
@@ -575,7 +575,7 @@ class TrainConfig:
     pool_updates: str = "signals"
     """What changes every F steps: `signals` (CoEvolve: signal-guided re-exploration of the step's weakness
     trajectories), `random` (the paper's "+ Random Exploration" baseline: as many pool tasks drawn at random,
-    re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/engine/pool_updates.py`): `curriculum` (no
+    re-explored unguided, no signals), the Table 10 baselines (`coevolve_lib/engine/pool_updates/`): `curriculum` (no
     new tasks; which pool tasks GRPO draws, easiest first by the policy's recorded success, widening to the whole pool),
     `rest` (ReST: the policy's own rollouts with reward >= `training.baselines.rest_threshold` abstracted and validated
     into new tasks), `reflexion` (failed tasks re-posed with the reflector's verbal self-reflection in the query), or

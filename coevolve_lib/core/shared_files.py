@@ -2,7 +2,7 @@
 
 A barrier says that the writer has finished, not that another node sees what it wrote: network filesystems cache
 directory listings and file attributes (NFS: up to a minute by default), so a node can miss a file another wrote or
-read its old content. So the writers' digests travel over the process group (`engine.feedback.Shards.settle`) and
+read its old content. So the writers' digests travel over the process group (`engine.shards.Shards.settle`) and
 each reader waits until the files read back with those digests (`wait_for_files`), for at most `SETTLE_TIMEOUT_S`:
 then the run stops in one line, instead of going on from another pool than the other nodes.
 """

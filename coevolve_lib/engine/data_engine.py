@@ -7,6 +7,7 @@ run) pick up where the last one stopped. It knows its benchmark only through the
     rollouts of the policy on pool tasks (K per task, T=0.9; in training they come from GRPO steps)
     signals (forgetting / boundary / rare) from those rollouts
     a signal-guided round: contexts, re-exploration, abstraction, validation  ->  pool version 1, 2, ...
+        (`engine.pool_updates.guided.signal_round`: in training, the pool update every F steps)
 
 Layout of `run_dir`: pool.jsonl (+ .rounds.json), round_000/ (D_0), probe_rollouts.jsonl,
 signals.jsonl, round_001/, ...
@@ -17,7 +18,6 @@ from __future__ import annotations
 import functools
 import random
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 from coevolve_lib.core.config import DataEngineConfig, RunError
@@ -27,16 +27,10 @@ from coevolve_lib.core.models import ChatModel, load_chat_model, local_model
 from coevolve_lib.core.paths import shown_path
 from coevolve_lib.core.records import read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import (
-    SINGLE,
-    FeedbackConfig,
-    Shards,
-    feedback_round,
-    select_targets,
-    synthesize_initial,
-)
+from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
 from coevolve_lib.engine.heldout import heldout_tasks
 from coevolve_lib.engine.pool import TaskPool, content_keys
+from coevolve_lib.engine.shards import SINGLE, Shards
 from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.rollout.agent import rollout_config, run_rollouts
 
@@ -238,21 +232,6 @@ class DataEngine:
         """The exploration target of a pool task (with the signal and trajectory that chose it, if any)."""
         return ExplorationTarget.from_pool_task(task, self.environment, signal, trajectory)
 
-    def signal_feedback_round(self, round_index: int, signals: list[dict], rollouts: list[dict],
-                     progress: bool = True) -> dict:
-        """One signal-guided round over the selected signal trajectories; the pool grows to version round_index.
-
-        The chosen (signal, trajectory) pairs are written to the round's `targets.json` before any exploration, and
-        a restarted round reuses them: a run resumed from an earlier checkpoint (whose replayed steps may sample
-        differently) finishes the round it was in, instead of mixing two target sets."""
-        pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-        round_dir, pairs = self.frozen_targets(round_index, lambda: select_targets(
-            [s for s in signals if s["task_id"] in pool_tasks], {r["rollout_id"]: r for r in rollouts},
-            self.config.max_targets, seed=self.config.explore.seed + round_index))
-        targets = [self.pool_target(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
-        return feedback_round(round_index, round_dir, targets, self.pool, self.feedback_config(), self.round_steps(),
-                              self.explorer_model, progress=progress, shards=self.shards)
-
     def frozen_targets(self, round_index: int, choose) -> tuple[Path, list]:
         """(round folder, targets) of a round: `choose()` once, written to targets.json before any exploration; a
         restarted round reads them back, so it finishes the targets it started with (every pool update uses it).
@@ -264,19 +243,3 @@ class DataEngine:
         # always: another process may see the file already, and must not pass this one by
         self.shards.settle([path] if self.shards.is_main else [])
         return round_dir, read_json(path)
-
-    def random_feedback_round(self, round_index: int, progress: bool = True, seed: int = 0) -> dict:
-        """One round of the paper's "+ Random Exploration" baseline (Table 3; its details are not given): as many
-        targets as a signal round may have (`max_targets`), drawn uniformly from the pool instead of from weakness
-        signals, each re-explored unguided (no context), then abstracted and validated the same way. The draw
-        follows the training `seed` too, so each seed of a study draws its own targets. The drawn task ids are
-        written before exploring, so a resumed round finishes the same targets."""
-        pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-        count = len(pool_tasks) if self.config.max_targets is None else self.config.max_targets
-        rng = random.Random(self.config.explore.seed + 1_000_003 * seed + round_index)
-        round_dir, chosen = self.frozen_targets(
-            round_index, lambda: rng.sample(sorted(pool_tasks), min(count, len(pool_tasks))))
-        targets = [self.pool_target(pool_tasks[task_id]) for task_id in chosen]
-        unguided = replace(self.feedback_config(), explore=replace(self.config.explore, guided=False))
-        return feedback_round(round_index, round_dir, targets, self.pool, unguided, self.round_steps(),
-                              self.explorer_model, progress=progress, shards=self.shards)

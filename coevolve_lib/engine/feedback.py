@@ -15,10 +15,9 @@ round done. Costs (LLM calls, tokens) are kept per stage in the report; the roun
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,11 +33,11 @@ from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.environment import RoundSteps
 from coevolve_lib.core.llm_calls import calls_cut_at, llm_scope
 from coevolve_lib.core.models import ChatModel
-from coevolve_lib.core.records import append_jsonl, read_json, read_jsonl, write_json_atomic
-from coevolve_lib.core.shared_files import file_digest, wait_for_files
+from coevolve_lib.core.records import append_jsonl, read_json, write_json_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import group_triplets
 from coevolve_lib.engine.pool import TaskPool, content_keys
+from coevolve_lib.engine.shards import SINGLE, Shards
 from coevolve_lib.engine.tasks import accept_unvalidated, to_pool_task
 from coevolve_lib.engine.tasks import verdict as verdict_record
 
@@ -69,31 +68,6 @@ class FeedbackConfig:
     """Most seconds this process spends on a round (`data_engine.round_deadline_s`): a unit of work (a target, a
     group, a spec) not started by then is skipped and counted (`round_deadline`), and explorer calls in flight are
     cut at it. None: unbounded."""
-
-
-def select_targets(signals: list[dict], rollouts_by_id: dict[str, dict], max_targets: int | None,
-                   seed: int = 0) -> list[tuple[dict, dict]]:
-    """(signal, trajectory) pairs to explore: one per (signal type, task), taken round-robin over the types in a
-    seeded order so that every type is represented when the budget is small (boundary signals mark all K
-    rollouts of a group, and would otherwise crowd out the rest)."""
-    by_type: dict[str, list[tuple[dict, dict]]] = {}
-    seen = set()
-    for signal in signals:
-        key = (signal["type"], signal["task_id"])
-        trajectory = rollouts_by_id.get(signal["rollout_id"])
-        if key in seen or trajectory is None:
-            continue
-        seen.add(key)
-        by_type.setdefault(signal["type"], []).append((signal, trajectory))
-    rng = random.Random(seed)
-    for pairs in by_type.values():
-        rng.shuffle(pairs)
-    chosen = []
-    while any(by_type.values()) and (max_targets is None or len(chosen) < max_targets):
-        for signal_type in sorted(by_type):
-            if by_type[signal_type] and (max_targets is None or len(chosen) < max_targets):
-                chosen.append(by_type[signal_type].pop())
-    return chosen
 
 
 def screen_heldout(spec: dict, verdict: dict, excluded: frozenset[str]) -> dict:
@@ -129,25 +103,6 @@ KIT_ERRORS = (ConfigError, RunError)
 answers): the run stops in one line, as everywhere else."""
 
 
-def _fault(environment: str, stage: str, key: str, error: Exception) -> tuple[str, dict]:
-    """A round step that raised: one logged line, and (what was raised, the stage cost that counts the skip); the
-    round goes on."""
-    text = f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
-    log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key, text)
-    cost = Cost()
-    cost.skip("environment_error")
-    return text, cost.as_dict()
-
-
-def _deadline_skip(environment: str, stage: str, deadline_s: float) -> tuple[str, dict]:
-    """A unit not started because the round's deadline passed: (why, the stage cost that counts the skip)."""
-    text = f"not started: the round's {deadline_s:g} s had passed (data_engine.round_deadline_s)"
-    log.warning("%s: %s skipped: %s", environment, stage, text)
-    cost = Cost()
-    cost.skip("round_deadline")
-    return text, cost.as_dict()
-
-
 def _cut_observations(triplets: list[dict], limit: int | None, cost: Cost) -> list[dict]:
     """The triplets with each observation cut at `limit` characters (`observation_cut` marks a cut one)."""
     if limit is None:
@@ -178,53 +133,8 @@ def _target_key(target: ExplorationTarget) -> str:
     return target.signal_id or f"unguided/{target.task_id}"
 
 
-@dataclass(frozen=True)
-class Shards:
-    """The processes that run a round together (a multi-process training run's, `training.loop`): each explores its
-    share of the targets, abstracts its share of the groups and validates its share of the specs, appending its
-    records to a file of its own (`<stage>.p<index>.jsonl`); then every process waits (`barrier`) and reads every
-    file, so each stage ends with the whole stage's records everywhere. The main process commits the pool. One
-    process (the default): the stage files of a single-process round, no waiting."""
-
-    index: int = 0
-    """This process (0: the main one)."""
-    count: int = 1
-    """Processes that run the round."""
-    gather: Callable[[object], list] = field(default=lambda mine: [mine], compare=False)
-    """Every process's object, in process order, once every process has given its own (accelerate's
-    `gather_object`, a collective: it also waits for everyone)."""
-
-    @property
-    def is_main(self) -> bool:
-        return self.index == 0
-
-    def settle(self, written: Iterable[Path] = ()) -> None:
-        """Go on together once every process's `written` files read back here as their writers wrote them: the
-        digests go over the process group, the files over the shared filesystem, which may show another node's
-        files late (`core.shared_files`; a RunError after `SETTLE_TIMEOUT_S`). One process: nothing to wait for."""
-        if self.count == 1:
-            return
-        mine = {str(path): digest for path in written if (digest := file_digest(path)) is not None}
-        wait_for_files({path: digest for share in self.gather(mine) for path, digest in share.items()})
-
-    def share(self, items: list, split: bool = True) -> list:
-        """This process's units: every `count`-th item from its index (stable, so a resumed round gives each
-        process the same units); with `split=False` the main process takes them all."""
-        if not split:
-            return list(items) if self.is_main else []
-        return list(items)[self.index::self.count]
-
-    def file(self, round_dir: Path, stage: str) -> Path:
-        return round_dir / (f"{stage}.jsonl" if self.count == 1 else f"{stage}.p{self.index}.jsonl")
-
-    def records(self, round_dir: Path, stage: str) -> list[dict]:
-        """Every process's records of `stage` (the single-process file first, then each process's)."""
-        paths = [round_dir / f"{stage}.jsonl", *sorted(round_dir.glob(f"{stage}.p*.jsonl"))]
-        return [record for path in paths for record in read_jsonl(path)]
-
-
-SINGLE = Shards()
-"""One process runs the round."""
+def _group_key(group: tuple[str, str]) -> str:
+    return f"{group[0]}|{group[1]}"
 
 
 def _stage(shards: Shards, round_dir: Path, stage: str, units: list[tuple[str, object]], key_field: str,
@@ -277,6 +187,216 @@ def round_timings(round_dir: str | Path) -> dict:
     return read_json(path) if path.exists() else {}
 
 
+_STAGES = {"explore": ("explorations", "exploration"), "abstract": ("abstractions", "abstraction"),
+           "validate": ("verdicts", "validation")}
+"""A stage's verb (its LLM scope, fault line and bar) -> (the file of its records, its noun in a deadline line)."""
+
+
+class _Round:
+    """One round as its stages share it: what it runs on, its deadline, and what the stages before made."""
+
+    def __init__(self, round_index: int, round_dir: Path, targets: list[ExplorationTarget], pool: TaskPool,
+                 config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None, progress: bool, shards: Shards):
+        self.index, self.dir, self.targets, self.pool = round_index, round_dir, targets, pool
+        self.config, self.steps, self.model, self.progress, self.shards = config, steps, model, progress, shards
+        self.start = time.perf_counter()
+        self.until = self.start + config.deadline_s if config.deadline_s is not None else float("inf")
+        self.costs = {"explore": Cost(), "abstract": Cost(), "validate": Cost()}
+        self.wall_seconds: dict[str, float] = {}
+        self.explorations: list[dict] = []  # explore's, in target order
+        self.sources: dict[tuple[str, str], dict] = {}  # (task id, signal id) -> its exploration
+        self.drafted: list[dict] = []  # abstract's specs, every draft; `specs` holds each once
+        self.specs: list[dict] = []
+        self.verdicts: dict[str, dict] = {}  # spec id -> validate's verdict
+
+    def guarded(self, stage: str, units: list[tuple[str, object]], call: Callable[[object], object],
+                done: Callable[[object, object], dict], skipped: Callable[[object, str, str, dict], dict],
+                key_field: str = "key", split: bool = True) -> dict[str, dict]:
+        """`_stage` under the round's one fault guard: a unit's `call(unit)` runs with its LLM calls scoped and cut at
+        the deadline, and `done(unit, result)` is its record. A unit whose call raised (a kit error, `KIT_ERRORS`,
+        still stops the run) or that the deadline reached first is logged and recorded as `skipped(unit, reason,
+        text, cost)`, the cost counting the skip under `reason`, so a resumed round does not retry it."""
+        file, noun = _STAGES[stage]
+        environment = self.config.environment
+
+        def skip(unit: object, reason: str, text: str) -> dict:
+            cost = Cost()
+            cost.skip(reason)
+            return skipped(unit, reason, text, cost.as_dict())
+
+        def work(item: tuple[str, object]) -> dict:
+            key, unit = item
+            try:
+                with llm_scope(self.model, f"round {self.index}/{stage}/{key}"), calls_cut_at(self.model, self.until):
+                    result = call(unit)
+            except KIT_ERRORS:
+                raise
+            except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this unit is
+                # skipped and counted, the round goes on)
+                text = f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
+                log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key,
+                            text)
+                return skip(unit, "environment_error", text)
+            return done(unit, result)
+
+        def late(item: tuple[str, object]) -> dict:
+            text = f"not started: the round's {self.config.deadline_s:g} s had passed (data_engine.round_deadline_s)"
+            log.warning("%s: %s of %s skipped: %s", environment, noun, item[0], text)
+            return skip(item[1], "round_deadline", text)
+
+        return _stage(self.shards, self.dir, file, [(key, (key, unit)) for key, unit in units], key_field, work, late,
+                      self.until, f"round {self.index}: {stage}", self.progress, split)
+
+    def explore(self) -> None:
+        """Stage 2: exploration, one line per target (context + triplets + cost together)."""
+        stage_start = time.perf_counter()
+
+        def done(target: ExplorationTarget, result: tuple) -> dict:
+            context, triplets, cost = result
+            stage_cost = Cost.from_record(cost)
+            triplets = _cut_observations(triplets, self.config.max_observation_chars, stage_cost)
+            return {"key": _target_key(target), "source": target.source(context), "signal": target.signal,
+                    "context": context, "triplets": triplets, "cost": stage_cost.as_dict()}
+
+        def skipped(target: ExplorationTarget, reason: str, text: str, cost: dict) -> dict:
+            return {"key": _target_key(target), "source": target.source(None), "signal": target.signal,
+                    "context": None, "triplets": [], "cost": cost, "error": text}
+
+        explorations = self.guarded("explore", [(_target_key(t), t) for t in self.targets],
+                                    lambda target: self.steps.explore(target, self.config.explore, self.model),
+                                    done, skipped)
+        self.explorations = [explorations[_target_key(t)] for t in self.targets]
+        for exploration in self.explorations:
+            self.costs["explore"].merge(Cost.from_record(exploration["cost"]))
+        self.wall_seconds["explore"] = time.perf_counter() - stage_start
+
+    def abstract(self) -> None:
+        """Stage 3a: abstraction, one line per (task, signal) group; each spec drafted is kept once."""
+        stage_start = time.perf_counter()
+        self.sources = {(e["source"]["task_id"], e["source"]["signal_id"]): e for e in self.explorations}
+        groups = group_triplets([t for e in self.explorations for t in e["triplets"]])
+
+        def draft(item: tuple) -> tuple[list[dict], dict]:
+            group_key, triplets = item
+            return self.steps.abstract(group_key, triplets, self.sources[group_key]["source"], self.config.synthesis,
+                                       self.model)
+
+        def record(item: tuple, specs: list[dict], cost: dict, **error: str) -> dict:
+            return {"key": _group_key(item[0]), "group": list(item[0]), "specs": specs, "cost": cost, **error}
+
+        abstractions = self.guarded("abstract", [(_group_key(k), (k, t)) for k, t in groups.items()], draft,
+                                    lambda item, result: record(item, *result),
+                                    lambda item, reason, text, cost: record(item, [], cost, error=text))
+        self.drafted = [spec for key in groups for spec in abstractions[_group_key(key)]["specs"]]
+        # A spec drafted again (the same task from another group) is validated once: its repeats are duplicates, and
+        # never stand in for its verdict (keyed by spec id, a later "duplicate" verdict replaced the acceptance).
+        first_drafts: dict[str, dict] = {}
+        for spec in self.drafted:
+            first_drafts.setdefault(spec["spec_id"], spec)
+        self.specs = list(first_drafts.values())
+        for a in abstractions.values():
+            self.costs["abstract"].merge(Cost.from_record(a["cost"]))
+        self.wall_seconds["abstract"] = time.perf_counter() - stage_start
+
+    def validate(self) -> None:
+        """Stage 3b: validation by execution, one line per spec; duplicates of the pool or of this round are rejected.
+        An environment that prepares its specs in one batch (AppWorld writes them into its data root) validates on
+        the main process only."""
+        stage_start = time.perf_counter()
+        config, steps, shards = self.config, self.steps, self.shards
+        split = steps.prepare_validation is None
+        # one validator: later specs see the earlier ones' verdicts (else: `deduplicated`)
+        one_validator = shards.count == 1 or not split
+        recorded = shards.records(self.dir, "verdicts")
+        known = set(self.pool.ids) | ({v["task_id"] for v in recorded if v["accepted"]} if one_validator else set())
+        validated = {v["spec_id"] for v in recorded}
+        pending = [spec for spec in shards.share(self.specs, split) if spec["spec_id"] not in validated]
+        if pending and config.synthesis.validate and steps.prepare_validation is not None:
+            steps.prepare_validation(pending)
+
+        def judge(spec: dict) -> dict:
+            return (steps.validate(spec, config.synthesis, self.model, known_task_ids=known)
+                    if config.synthesis.validate else accept_unvalidated(spec, config.synthesis, known))
+
+        def done(spec: dict, judged: dict) -> dict:
+            judged = screen_heldout(spec, screen_shape(spec, judged, config.synthesis.min_calls), config.excluded)
+            judged = _cut_verdict_observations(judged, config.max_observation_chars)
+            if judged["accepted"] and one_validator:
+                known.add(judged["task_id"])
+            return judged
+
+        def skipped(spec: dict, reason: str, text: str, cost: dict) -> dict:  # not validated: rejected for `reason`
+            # a fault's verdict counts by its reason alone; a late one's cost counts the skip too
+            return verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], [reason], "", detail=text,
+                                  cost=Cost.from_record(cost) if reason == "round_deadline" else None)
+
+        verdicts = self.guarded("validate", [(spec["spec_id"], spec) for spec in self.specs], judge, done, skipped,
+                                key_field="spec_id", split=split)
+        self.verdicts = deduplicated(self.specs, verdicts)
+        for verdict in self.verdicts.values():
+            self.costs["validate"].merge(Cost.from_record(verdict.get("cost", {})))
+        self.wall_seconds["validate"] = time.perf_counter() - stage_start
+
+    def commit(self, max_new_tasks: int | None) -> None:
+        """Stage 3c: append the accepted tasks (in a deterministic order) to the pool."""
+        accepted = []
+        for spec in self.specs:
+            verdict = self.verdicts[spec["spec_id"]]
+            if not verdict["accepted"]:
+                continue
+            exploration = self.sources[(spec["source"]["task_id"], spec["source"]["signal_id"])]
+            accepted.append(to_pool_task(spec, verdict, self.index, provenance_extra={
+                "signal": exploration["signal"], "context": exploration["context"]}))
+        if max_new_tasks is not None:  # keep the cap diverse: every source's first task, then every second, ...
+            rank = Counter()
+            ranked = []
+            for order, task in enumerate(accepted):
+                origin = task["provenance"]["origin_task"]
+                ranked.append((rank[origin], order, task))
+                rank[origin] += 1
+            accepted = [task for _, _, task in sorted(ranked, key=lambda item: item[:2])][:max_new_tasks]
+        if self.shards.is_main:
+            self.pool.add_round(accepted, self.index)  # idempotent: a resumed round adds nothing twice
+
+    def report(self, report_extra: dict | None) -> dict:
+        """The round's report, written by the main process (last: it marks the round done) and read by the others."""
+        verdicts, drafted, pool, shards = self.verdicts.values(), self.drafted, self.pool, self.shards
+        rejections = Counter(v["reason"] for v in verdicts if not v["accepted"])
+        rejections["duplicate"] += len(drafted) - len(self.specs)  # the specs drafted again
+        rejections = +rejections  # no zero counts
+        if rejections["heldout_leak"]:  # refused, but worth a line: an explorer that ignores its seed finds test tasks
+            log.warning("%s: round %d validated %d task(s) that are held-out tasks; refused (heldout_leak). An "
+                        "explorer that ignores its seed re-draws the held-out sets' tasks", self.config.environment,
+                        self.index, rejections["heldout_leak"])
+        accepted = sum(v["accepted"] for v in verdicts)
+        report = {
+            "round": self.index,
+            "targets": len(self.targets),
+            "signal_types": dict(Counter(t.signal_type or "unguided" for t in self.targets)),
+            "triplets": sum(len(e["triplets"]) for e in self.explorations),
+            "valid_triplets": sum(t["valid"] for e in self.explorations for t in e["triplets"]),
+            "specs": len(drafted),
+            "accepted": accepted,
+            "acceptance_rate": round(accepted / len(drafted), 4) if drafted else None,
+            "accept_reasons": dict(Counter(v["reason"] for v in verdicts if v["accepted"])),
+            "rejection_reasons": dict(rejections),
+            "heldout_leaks": rejections.get("heldout_leak", 0),  # always reported: 0 is a measurement too
+            "added_to_pool": sum(t["pool_version"] == self.index for t in pool.tasks),
+            "pool_size": len(pool),
+            "pool_version": pool.version,
+            "cost": {stage: c.as_dict() for stage, c in self.costs.items()},
+            **(report_extra or {}),
+        }
+        if shards.is_main:
+            write_round(self.dir, report, time.perf_counter() - self.start, self.wall_seconds)
+        if shards.count > 1:  # the others take the committed pool and the report the main process wrote
+            shards.settle([pool.path, self.dir / "report.json"] if shards.is_main else [])
+            if not shards.is_main:
+                pool.__init__(pool.path)
+                report = read_json(self.dir / "report.json")
+        return report
+
+
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
                    config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None = None,
                    max_new_tasks: int | None = None, progress: bool = True, report_extra: dict | None = None,
@@ -286,184 +406,14 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
     `steps`: the environment's explore / abstract / validate (`Environment.round_steps`); `report_extra` joins the
     report. `shards`: the processes that run it together (every one calls this with the same arguments)."""
     round_dir = Path(round_dir)
-    report_path = round_dir / "report.json"
-    if report_path.exists():
-        return read_json(report_path)
-    start = time.perf_counter()
-    until = start + config.deadline_s if config.deadline_s is not None else float("inf")
-    costs = {"explore": Cost(), "abstract": Cost(), "validate": Cost()}
-    wall_seconds = {}
-
-    # Stage 2: exploration, one line per target (context + triplets + cost together).
-    stage_start = time.perf_counter()
-
-    def explore_skipped(target: ExplorationTarget, text: str, cost: dict) -> dict:  # it raised, or came too late
-        return {"key": _target_key(target), "source": target.source(None), "signal": target.signal, "context": None,
-                "triplets": [], "cost": cost, "error": text}
-
-    def explore(target: ExplorationTarget) -> dict:
-        key = _target_key(target)
-        try:
-            with llm_scope(model, f"round {round_index}/explore/{key}"), calls_cut_at(model, until):
-                context, triplets, cost = steps.explore(target, config.explore, model)
-        except KIT_ERRORS:
-            raise
-        except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this target's runs
-            # are skipped and counted, the round goes on)
-            return explore_skipped(target, *_fault(config.environment, "explore", key, error))
-        stage_cost = Cost.from_record(cost)
-        triplets = _cut_observations(triplets, config.max_observation_chars, stage_cost)
-        return {"key": key, "source": target.source(context), "signal": target.signal,
-                "context": context, "triplets": triplets, "cost": stage_cost.as_dict()}
-
-    def explore_late(target: ExplorationTarget) -> dict:
-        return explore_skipped(target, *_deadline_skip(config.environment, f"exploration of {_target_key(target)}",
-                                                       config.deadline_s))
-
-    explorations = _stage(shards, round_dir, "explorations", [(_target_key(t), t) for t in targets], "key", explore,
-                          explore_late, until, f"round {round_index}: explore", progress)
-    wanted = [explorations[_target_key(t)] for t in targets]
-    for exploration in wanted:
-        costs["explore"].merge(Cost.from_record(exploration["cost"]))
-    wall_seconds["explore"] = time.perf_counter() - stage_start
-    stage_start = time.perf_counter()
-
-    # Stage 3a: abstraction, one line per (task, signal) group.
-    sources = {(e["source"]["task_id"], e["source"]["signal_id"]): e for e in wanted}
-    groups = group_triplets([t for e in wanted for t in e["triplets"]])
-
-    def abstract_skipped(group_key: tuple, text: str, cost: dict) -> dict:  # it raised, or came too late
-        return {"key": f"{group_key[0]}|{group_key[1]}", "group": list(group_key), "specs": [], "cost": cost,
-                "error": text}
-
-    def abstract(item: tuple) -> dict:
-        group_key, triplets = item
-        key = f"{group_key[0]}|{group_key[1]}"
-        try:
-            with llm_scope(model, f"round {round_index}/abstract/{key}"), calls_cut_at(model, until):
-                specs, cost = steps.abstract(group_key, triplets, sources[group_key]["source"], config.synthesis,
-                                             model)
-        except KIT_ERRORS:
-            raise
-        except Exception as error:  # noqa: BLE001 (as in explore: the group is skipped and counted)
-            return abstract_skipped(group_key, *_fault(config.environment, "abstract", key, error))
-        return {"key": key, "group": list(group_key), "specs": specs, "cost": cost}
-
-    def abstract_late(item: tuple) -> dict:
-        return abstract_skipped(item[0], *_deadline_skip(config.environment, f"abstraction of {item[0][0]}|"
-                                                         f"{item[0][1]}", config.deadline_s))
-
-    abstractions = _stage(shards, round_dir, "abstractions", [(f"{k[0]}|{k[1]}", (k, t)) for k, t in groups.items()],
-                          "key", abstract, abstract_late, until, f"round {round_index}: abstract", progress)
-    drafted = [spec for key in groups for spec in abstractions[f"{key[0]}|{key[1]}"]["specs"]]  # the groups' order
-    # A spec drafted again (the same task from another group) is validated once: its repeats are duplicates, and
-    # never stand in for its verdict (keyed by spec id, a later "duplicate" verdict replaced the acceptance).
-    first_drafts: dict[str, dict] = {}
-    for spec in drafted:
-        first_drafts.setdefault(spec["spec_id"], spec)
-    specs = list(first_drafts.values())
-    redrafted = len(drafted) - len(specs)
-    for a in abstractions.values():
-        costs["abstract"].merge(Cost.from_record(a["cost"]))
-    wall_seconds["abstract"] = time.perf_counter() - stage_start
-    stage_start = time.perf_counter()
-
-    # Stage 3b: validation by execution, one line per spec; duplicates of the pool or of this round are rejected. An
-    # environment that prepares its specs in one batch (AppWorld writes them into its data root) validates on the
-    # main process only.
-    split = steps.prepare_validation is None
-    one_validator = shards.count == 1 or not split  # later specs see the earlier ones' verdicts (else: `deduplicated`)
-    recorded = shards.records(round_dir, "verdicts")
-    known = set(pool.ids) | ({v["task_id"] for v in recorded if v["accepted"]} if one_validator else set())
-    pending = [spec for spec in shards.share(specs, split) if spec["spec_id"] not in {v["spec_id"] for v in recorded}]
-    if pending and config.synthesis.validate and steps.prepare_validation is not None:
-        steps.prepare_validation(pending)
-
-    def spec_rejected(spec: dict, reason: str, text: str, cost: dict | None = None) -> dict:  # not validated
-        return verdict_record(spec, spec["spec_id"], spec.get("action_sequence") or [], [reason], "", detail=text,
-                              cost=Cost.from_record(cost) if cost else None)
-
-    def validate(spec: dict) -> dict:
-        try:
-            with llm_scope(model, f"round {round_index}/validate/{spec['spec_id']}"), calls_cut_at(model, until):
-                judged = (steps.validate(spec, config.synthesis, model, known_task_ids=known)
-                          if config.synthesis.validate else accept_unvalidated(spec, config.synthesis, known))
-        except KIT_ERRORS:
-            raise
-        except Exception as error:  # noqa: BLE001 (as in explore: the spec is rejected, counted by its reason)
-            text, _ = _fault(config.environment, "validate", spec["spec_id"], error)  # a verdict counts by its reason
-            judged = spec_rejected(spec, "environment_error", text)
-        judged = screen_heldout(spec, screen_shape(spec, judged, config.synthesis.min_calls), config.excluded)
-        judged = _cut_verdict_observations(judged, config.max_observation_chars)
-        if judged["accepted"] and one_validator:
-            known.add(judged["task_id"])
-        return judged
-
-    def validate_late(spec: dict) -> dict:
-        return spec_rejected(spec, "round_deadline", *_deadline_skip(config.environment,
-                                                                     f"validation of {spec['spec_id']}",
-                                                                     config.deadline_s))
-
-    verdicts = _stage(shards, round_dir, "verdicts", [(spec["spec_id"], spec) for spec in specs], "spec_id",
-                      validate, validate_late, until, f"round {round_index}: validate", progress, split=split)
-    verdicts = deduplicated(specs, verdicts)
-    for verdict in verdicts.values():
-        costs["validate"].merge(Cost.from_record(verdict.get("cost", {})))
-    wall_seconds["validate"] = time.perf_counter() - stage_start
-
-    # Stage 3c: append the accepted tasks (in a deterministic order) to the pool.
-    accepted = []
-    for spec in specs:
-        verdict = verdicts[spec["spec_id"]]
-        if not verdict["accepted"]:
-            continue
-        exploration = sources[(spec["source"]["task_id"], spec["source"]["signal_id"])]
-        accepted.append(to_pool_task(spec, verdict, round_index, provenance_extra={
-            "signal": exploration["signal"], "context": exploration["context"]}))
-    if max_new_tasks is not None:  # keep the cap diverse: every source's first task, then every second, ...
-        rank = Counter()
-        ranked = []
-        for order, task in enumerate(accepted):
-            origin = task["provenance"]["origin_task"]
-            ranked.append((rank[origin], order, task))
-            rank[origin] += 1
-        accepted = [task for _, _, task in sorted(ranked, key=lambda item: item[:2])][:max_new_tasks]
-    if shards.is_main:
-        pool.add_round(accepted, round_index)  # idempotent: a resumed round adds nothing twice
-
-    rejections = Counter(v["reason"] for v in verdicts.values() if not v["accepted"])
-    rejections["duplicate"] += redrafted
-    rejections = +rejections  # no zero counts
-    if rejections["heldout_leak"]:  # refused, but worth a line: an explorer that ignores its seed finds test tasks
-        log.warning("%s: round %d validated %d task(s) that are held-out tasks; refused (heldout_leak). An explorer "
-                    "that ignores its seed re-draws the held-out sets' tasks", config.environment, round_index,
-                    rejections["heldout_leak"])
-    report = {
-        "round": round_index,
-        "targets": len(targets),
-        "signal_types": dict(Counter(t.signal_type or "unguided" for t in targets)),
-        "triplets": sum(len(e["triplets"]) for e in wanted),
-        "valid_triplets": sum(t["valid"] for e in wanted for t in e["triplets"]),
-        "specs": len(drafted),
-        "accepted": sum(v["accepted"] for v in verdicts.values()),
-        "acceptance_rate": round(sum(v["accepted"] for v in verdicts.values()) / len(drafted), 4) if drafted else None,
-        "accept_reasons": dict(Counter(v["reason"] for v in verdicts.values() if v["accepted"])),
-        "rejection_reasons": dict(rejections),
-        "heldout_leaks": rejections.get("heldout_leak", 0),  # always reported: 0 is a measurement too
-        "added_to_pool": sum(t["pool_version"] == round_index for t in pool.tasks),
-        "pool_size": len(pool),
-        "pool_version": pool.version,
-        "cost": {stage: c.as_dict() for stage, c in costs.items()},
-        **(report_extra or {}),
-    }
-    if shards.is_main:
-        write_round(round_dir, report, time.perf_counter() - start, wall_seconds)
-    if shards.count > 1:  # the others take the committed pool and the report the main process wrote
-        shards.settle([pool.path, report_path] if shards.is_main else [])
-        if not shards.is_main:
-            pool.__init__(pool.path)
-            report = read_json(report_path)
-    return report
+    if (round_dir / "report.json").exists():
+        return read_json(round_dir / "report.json")
+    run = _Round(round_index, round_dir, targets, pool, config, steps, model, progress, shards)
+    run.explore()
+    run.abstract()
+    run.validate()
+    run.commit(max_new_tasks)
+    return run.report(report_extra)
 
 
 def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: FeedbackConfig,

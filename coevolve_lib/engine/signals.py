@@ -83,9 +83,8 @@ class Signal(ABC):
 
     @abstractmethod
     def observe(self, step: int, rollouts: list[dict]) -> list[dict]:
-        """Records fired by the rollouts of training step `step`; updates the running state.
-
-        The rollouts are well formed: SignalExtractor has dropped the others (see `required_fields`)."""
+        """Records fired by the rollouts of training step `step`; updates the running state. The rollouts are well
+        formed: SignalExtractor has dropped the others (see `required_fields`)."""
 
     def required_fields(self) -> tuple[str, ...]:
         """Rollout fields this type reads beyond task_id, score and steps. Rollouts without them are skipped."""
@@ -218,10 +217,9 @@ class Forgetting(Signal):
 
 @register
 class Boundary(Signal):
-    """All K samples of a group (one draw of a task in one step) with both solved and unsolved outcomes.
-
-    These are the groups with non-zero GRPO advantage variance when rewards are binary. Groups are keyed by
-    `group_key`, not by task: a task drawn twice in a step is two groups."""
+    """All K samples of a group (one draw of a task in one step) with both solved and unsolved outcomes: the groups
+    with non-zero GRPO advantage variance when rewards are binary. Groups are keyed by `group_key`, not by task: a task
+    drawn twice in a step is two groups."""
 
     type = "boundary"
 
@@ -326,10 +324,9 @@ class Rare(Signal):
 class Compositional(Signal):
     """A failure on a multi-class task while the agent recently solves single-class tasks of each class involved.
 
-    It can do each part alone but not the composition: the "compositional blind spot" that the paper's
-    limitations name. It is an example of a user-defined type, off by default. Single-class outcomes of the
-    last `compositional_window` steps count, this step included, since its samples come from the current
-    policy."""
+    It can do each part alone but not the composition: the "compositional blind spot" that the paper's limitations name.
+    It is an example of a user-defined type, off by default. Single-class outcomes of the last `compositional_window`
+    steps count, this step included, since its samples come from the current policy."""
 
     type = "compositional"
 
@@ -441,8 +438,7 @@ class SignalExtractor:
         return fired
 
     def state_dict(self) -> dict:
-        return {"signals": {name: signal.state_dict() for name, signal in self.signals.items()},
-                "skipped": self.skipped}
+        return {"signals": {name: each.state_dict() for name, each in self.signals.items()}, "skipped": self.skipped}
 
     def load_state_dict(self, state: dict) -> None:
         saved = state["signals"]

@@ -7,7 +7,7 @@
     explorers    Table 12     synthesis only (GRPO on D_0) and CoEvolve with each explorer model, beside the profile's
     own
     baselines    Table 10     the adaptive data-generation baselines (Reflexion, Curriculum Learning, ReST) beside
-                              GRPO and CoEvolve, from the same start (coevolve_lib/engine/pool_updates.py)
+                              GRPO and CoEvolve, from the same start (coevolve_lib/engine/pool_updates/)
 
 The variants differ from the profile only by their overrides, so the CoEvolve run of one study is the reference of
 the others when they run at the same scale (the same study overrides and seeds).

@@ -401,7 +401,7 @@ def paired_differences(results: list[dict], pairs: list[tuple[str, str]], rank_b
 
 def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
     """Signals fired and tasks added per feedback round, for every run that has rounds (`summaries`: variant -> the
-    runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/engine/pool_updates.py`) as
+    runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/engine/pool_updates/`) as
     columns."""
     rows = [{"variant": variant, "seed": run["seed"], "round": r["round"], "at step": r["step"],
              **{f"signals: {k}": v for k, v in r["signals"].items()}, "targets": r["targets"],

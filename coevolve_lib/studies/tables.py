@@ -370,7 +370,7 @@ def table10(baselines: dict | None) -> KitTable:
                      "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"),
                      "WebShop": OFFLINE.format("WebShop")})
     return KitTable(("table10",), pd.DataFrame(rows).set_index("method"),
-                    ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/engine/pool_updates.py, "
+                    ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/engine/pool_updates/, "
                      "docs/deviations.md"])
 
 

@@ -45,8 +45,9 @@ from coevolve_lib.core.records import append_jsonl, read_json, read_jsonl, write
 from coevolve_lib.core.run_lock import output_lock
 from coevolve_lib.core.runtime import announce
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.engine.feedback import KIT_ERRORS, SINGLE, Shards
+from coevolve_lib.engine.feedback import KIT_ERRORS
 from coevolve_lib.engine.pool_updates import RoundInputs, pool_update
+from coevolve_lib.engine.shards import SINGLE, Shards
 from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.profiles import FSDP_LOCAL_ROLLOUTS
 from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR
@@ -202,7 +203,7 @@ class CoEvolveLoop:
 
     def _feedback_round(self, step: int) -> dict:
         """The pool update's round after `step`. A sharded update (`PoolUpdate.sharded`) runs on every process, each
-        doing its share of the round (`engine.feedback.Shards`); another runs on the main process while the others
+        doing its share of the round (`engine.shards.Shards`); another runs on the main process while the others
         wait. Every process then samples the grown pool, once it reads the pool the main process wrote."""
         round_index = step // self.cfg.feedback_every
         start = time.perf_counter()
