@@ -37,7 +37,8 @@ import statistics
 import tempfile
 import time
 
-from coevolve_lib.core.models import GenerationConfig, generation_attention, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig, generation_attention
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts

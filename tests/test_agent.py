@@ -7,7 +7,9 @@ import pytest
 from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
-from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.envs.bfcl.benchmark import load_tasks
 from coevolve_lib.envs.bfcl.episode import Episode

@@ -11,7 +11,8 @@ from helpers import BFCL
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.config import ExploreConfig
 from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
-from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.engine.contexts import (
     CONTEXT_LIST_FIELDS,
     CONTEXT_TEXT_FIELDS,

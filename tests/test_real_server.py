@@ -20,7 +20,7 @@ from helpers import BFCL, children_alive_after_kill
 from coevolve_lib.cli.local_servers import free_port, transformers_serve
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
 from coevolve_lib.core.llm_calls import RecordedChatModel
-from coevolve_lib.core.models import OpenAIChatModel
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.paths import LIBRARY_DATA, REPO_ROOT
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round

@@ -4,7 +4,8 @@ seeded sampling) do what they say."""
 
 import pytest
 
-from coevolve_lib.core.models import GenerationConfig, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig
 from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.rollout.agent import RolloutConfig, make_engine, resolve_engine, run_rollouts

@@ -9,7 +9,8 @@ from helpers import checker_accepts
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.explore import group_triplets
 from coevolve_lib.engine.judge import judge, parse_judge

@@ -13,7 +13,7 @@ import coevolve_lib.cli.train as train_cli
 import coevolve_lib.training.loop as train_lib
 from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core.config import BUDGET_REASONS
-from coevolve_lib.core.models import MODELS_DIR
+from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.pool import TaskPool

@@ -23,7 +23,8 @@ import torch
 from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 from trl.generation import vllm_generation as trl_vllm
 
-from coevolve_lib.core.models import GenerationConfig, HFChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig, HFChatModel
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.rollout.engines import Request

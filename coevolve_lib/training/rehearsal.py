@@ -43,7 +43,7 @@ import yaml
 
 from coevolve_lib import profiles
 from coevolve_lib.core.config import ConfigError, RunConfig, RunError
-from coevolve_lib.core.models import BUILT_MODELS
+from coevolve_lib.core.model_specs import BUILT_MODELS
 from coevolve_lib.core.paper_models import paper_model
 from coevolve_lib.core.paths import MODELS_DIR, REPO_ROOT, shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic
