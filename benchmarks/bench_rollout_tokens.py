@@ -50,7 +50,7 @@ def load_pool_tasks(pool: str | None, count: int) -> list:
     turns each, so a model that makes no tool calls still has multi-turn episodes), or of a D_0 pool built in a
     temporary folder."""
     if pool == "bfcl":
-        from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+        from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
         return split_tasks(load_tasks("v3", "multi_turn_base"), "train")[:count]
     if pool:

@@ -21,8 +21,9 @@ from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.records import append_jsonl, read_jsonl
 from coevolve_lib.core.safe_calls import Call, parse_call_list
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.episode import Episode
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 

@@ -21,9 +21,10 @@ from coevolve_lib.engine.contexts import (
     heuristic_context,
 )
 from coevolve_lib.engine.signals import SIGNALS, Signal, register
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.explore import explore
 from coevolve_lib.envs.bfcl.explore_llm import parse_action
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 from coevolve_lib.prompts import load_prompt, prompt_fields
 

@@ -15,7 +15,8 @@ from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, select_targets, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks, split_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
+from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
 
 @pytest.fixture(scope="module")

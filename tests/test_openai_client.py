@@ -144,8 +144,8 @@ def test_every_tool_message_answers_a_real_call_id_of_a_strict_endpoint(tiny, re
     """Issue 28: OpenAI's API answers 400 to a tool message whose tool_call_id is no call of the assistant turn;
     the kit's messages carry each structured call's own id, and the error for a call it refused in text (never a
     call) goes as a user message, so a whole BFCL episode runs against a strict endpoint without a model error."""
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks
     from coevolve_lib.envs.bfcl.episode import Episode
+    from coevolve_lib.envs.bfcl.tasks import load_tasks
     from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
     task = load_tasks("v3", "base")[0]

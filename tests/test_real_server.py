@@ -25,7 +25,7 @@ from coevolve_lib.core.paths import LIBRARY_DATA, REPO_ROOT
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.envs.bfcl.benchmark import load_tasks
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 
 POLICY = LIBRARY_DATA / "warm_start" / "tiny"
 TASKS = 20

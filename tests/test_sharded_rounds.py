@@ -21,7 +21,7 @@ from coevolve_lib.engine.feedback import (
     synthesize_initial,
 )
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
 
 def _rounds(run_dir: Path, shards: Shards) -> None:

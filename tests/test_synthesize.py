@@ -18,8 +18,9 @@ from coevolve_lib.engine.tasks import accept_unvalidated, content_id, to_pool_ta
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.abstraction import abstract, parse_task_blocks
 from coevolve_lib.envs.bfcl.abstraction_deterministic import _description
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.prompts import prompt_fields

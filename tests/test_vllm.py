@@ -143,8 +143,8 @@ def test_trl_vllm_serve_generates_the_kits_rollouts_and_training_against_it_on_c
 
     from coevolve_lib.core.model_specs import load_chat_model
     from coevolve_lib.core.models import GenerationConfig
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
     from coevolve_lib.envs.bfcl.episode import Episode
+    from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
     from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
     with trl_vllm_serve(shown_path(POLICY), tmp_path / "server.log") as (base_url, log, _):

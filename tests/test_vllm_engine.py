@@ -118,8 +118,8 @@ def tiny():
 def pool_tasks(tmp_path_factory):
     from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
     from coevolve_lib.engine.pool import TaskPool
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
     from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+    from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
     folder = tmp_path_factory.mktemp("pool")
     pool = TaskPool(folder / "pool.jsonl")
