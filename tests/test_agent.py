@@ -11,9 +11,10 @@ from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.safe_calls import parse_call
+from coevolve_lib.core.user_yaml import parse_overrides
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.envs.bfcl.tasks import load_tasks
-from coevolve_lib.profiles import parse_overrides, run_config
+from coevolve_lib.profiles import run_config
 from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
 
 
