@@ -14,8 +14,8 @@ import statistics
 import time
 
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.benchmark import load_tasks
 from coevolve_lib.envs.bfcl.replay import kit_verdict, official_verdict
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 
 
 def tasks_per_second(grade, tasks) -> float:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from coevolve_lib.cli.local_servers import transformers_serve
 from coevolve_lib.core.llm_calls import RecordedChatModel
-from coevolve_lib.core.models import GenerationConfig, HFChatModel, OpenAIChatModel
+from coevolve_lib.core.models import GenerationConfig, HFChatModel
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.paths import LIBRARY_DATA
 
 POLICY = LIBRARY_DATA / "warm_start" / "tiny"

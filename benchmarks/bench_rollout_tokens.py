@@ -37,7 +37,8 @@ import statistics
 import tempfile
 import time
 
-from coevolve_lib.core.models import GenerationConfig, generation_attention, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig, generation_attention
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
@@ -49,7 +50,7 @@ def load_pool_tasks(pool: str | None, count: int) -> list:
     turns each, so a model that makes no tool calls still has multi-turn episodes), or of a D_0 pool built in a
     temporary folder."""
     if pool == "bfcl":
-        from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+        from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
         return split_tasks(load_tasks("v3", "multi_turn_base"), "train")[:count]
     if pool:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from coevolve_lib import profiles
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
-from coevolve_lib.core.models import load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.runtime import configure_process
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.pool_updates.guided import random_round

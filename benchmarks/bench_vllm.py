@@ -67,7 +67,8 @@ def one(args) -> dict:
 
     import torch
 
-    from coevolve_lib.core.models import GenerationConfig, load_chat_model, local_model
+    from coevolve_lib.core.model_specs import load_chat_model, local_model
+    from coevolve_lib.core.models import GenerationConfig
 
     torch.set_num_threads(args.threads)
     model_path = local_model(args.model)

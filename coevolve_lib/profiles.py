@@ -5,7 +5,8 @@
   or `_paper`, or a path relative to the inheriting file): it then states only what differs, merged mapping by mapping
   over the base. Files of configs/ whose name starts with `_` are bases, not profiles.
 - Overrides come as `section.field=value` strings (the CLI's `--set`, a notebook's `overrides`) or as a nested mapping;
-  a value is read as YAML (`[a, b]` is a list) and then validated by the field's type (`2e-4` is a float).
+  a value is read as YAML (`[a, b]` is a list; `core.user_yaml`) and then validated by the field's type (`2e-4` is a
+  float).
 - `$COEVOLVE_SCALE` (e.g. `smoke`, set by `make test`) merges `configs/scales/<scale>.yaml` on top (`at_scale`).
 - Every user error is a `ConfigError`: one line that names the field, what is wrong and what is valid. The CLI
   (`coevolve_lib.__main__`) prints it and exits with status 2; option errors do the same (`ArgumentParser`).
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +35,7 @@ from coevolve_lib.core.config import (
 )
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.paths import REPO_ROOT, is_profile_path, shown_path
+from coevolve_lib.core.user_yaml import load_yaml_file, parse_overrides
 from coevolve_lib.engine.pool_updates import pool_update
 from coevolve_lib.engine.signals import signal_class
 
@@ -156,81 +157,6 @@ def at_scale(raw: dict) -> dict:
         choices = sorted(p.stem for p in (CONFIGS_DIR / "scales").glob("*.yaml"))
         raise ConfigError(f"unknown COEVOLVE_SCALE {scale!r}; choose from {choices} or leave it unset")
     return capped(raw, yaml.safe_load(path.read_text()) or {})
-
-
-MAX_YAML_DEPTH = 64
-"""Deepest nesting of collections a YAML text may have (the kit's profiles nest 4 deep): deeper is refused in one
-line before Python's recursion limit makes it a traceback (`"[" * 2000 + "]" * 2000` did)."""
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing nesting deeper than `MAX_YAML_DEPTH`."""
-
-    def compose_node(self, parent, index):
-        self.depth = getattr(self, "depth", 0) + 1
-        try:
-            if self.depth > MAX_YAML_DEPTH:
-                raise ConfigError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep")
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-
-
-class _NoAliasLoader(_BoundedLoader):
-    """The bounded loader without aliases: `*a` repeats the node anchored `&a`, so a few lines of nested aliases
-    expand to gigabytes (a value typed on a command line never needs one; profile files may use them)."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            raise ConfigError(f"YAML alias *{self.peek_event().anchor} (write the value out: aliases are refused "
-                              "in a value, since a few of them expand to gigabytes)")
-        return super().compose_node(parent, index)
-
-
-def load_yaml_file(path: Path) -> dict | list | None:
-    """A YAML file of the user's (a profile, a sweep), read with `_BoundedLoader`: a ConfigError when it nests too
-    deep (naming the file), a yaml.YAMLError when it is no YAML."""
-    try:
-        return yaml.load(path.read_text(), Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
-    except ConfigError as exc:
-        raise ConfigError(f"{shown_path(path)}: {exc}") from None
-
-
-def read_value(text: str, what: str):
-    """A value a user typed (a `--set` value, a notebook parameter), read as YAML without aliases; a ConfigError in
-    one line, quoting at most a short prefix of `text`, if it is no valid value."""
-    try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
-    except ConfigError as exc:
-        raise ConfigError(f"{what}: {exc}") from None
-    except yaml.YAMLError as exc:
-        problem = " ".join(str(getattr(exc, "problem", None) or "not valid YAML").split())
-        if text.lstrip().startswith(("*", "&", "!", "%", "@", "`")):  # YAML syntax, not the text a user meant
-            problem = f"YAML reads a leading {text.lstrip()[0]!r} as syntax: quote the value, e.g. " \
-                      f"--set \"key='{text.strip()[:20]}'\""
-        raise ConfigError(f"{what}: {quoted(text)} is not a valid value ({problem})") from None
-    except ValueError:  # the only one PyYAML lets through: an integer past Python's digit limit
-        raise ConfigError(f"{what}: {quoted(text)} is not a valid value (an integer of more than "
-                          f"{sys.get_int_max_str_digits()} digits)") from None
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """`["training.max_steps=20", "data_engine.explore.runs=2"]` -> a nested mapping (values read as YAML by
-    `read_value`)."""
-    out: dict = {}
-    for item in items:
-        key, sep, text = str(item).partition("=")
-        if not sep or not key or "" in key.split("."):
-            raise ConfigError(f"override {quoted(item)} is not of the form section.field=value")
-        value = read_value(text, f"override {quoted(key)}")
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {quoted(item)} sets a field inside {part!r}, which is a value")
-        node[leaf] = value
-    return out
 
 
 def _valid_fields(cls, path: tuple) -> list[str]:

@@ -4,12 +4,13 @@ import json
 
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.paths import RUNS_DIR
+from coevolve_lib.core.user_yaml import parse_overrides
 from coevolve_lib.engine.pool_updates import PoolUpdate
 from coevolve_lib.engine.signals import Signal, register
 from coevolve_lib.envs.bfcl.benchmark import grade
 from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
-from coevolve_lib.profiles import data_engine_config, deep_merge, parse_overrides, run_config
+from coevolve_lib.profiles import data_engine_config, deep_merge, run_config
 
 BFCL = BFCLEnvironment(data_engine_config("tiny"), RUNS_DIR / "tests")
 """BFCL behind the seam, for tests that make targets and run rounds without a data engine (it writes nothing)."""

@@ -7,11 +7,14 @@ import pytest
 from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
-from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.safe_calls import parse_call
-from coevolve_lib.envs.bfcl.benchmark import load_tasks
+from coevolve_lib.core.user_yaml import parse_overrides
 from coevolve_lib.envs.bfcl.episode import Episode
-from coevolve_lib.profiles import parse_overrides, run_config
+from coevolve_lib.envs.bfcl.tasks import load_tasks
+from coevolve_lib.profiles import run_config
 from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
 
 
@@ -167,8 +170,8 @@ class ScriptedTokenModel:
 def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_path):
     from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
     from coevolve_lib.engine.pool import TaskPool
-    from coevolve_lib.envs.bfcl.benchmark import split_tasks
     from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+    from coevolve_lib.envs.bfcl.tasks import split_tasks
 
     pool = TaskPool(tmp_path / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, tmp_path / "d0", FeedbackConfig(),

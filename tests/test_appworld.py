@@ -21,7 +21,8 @@ import pytest
 from helpers import CodeModel
 
 from coevolve_lib.core.config import EpisodeBudget
-from coevolve_lib.core.models import GenerationConfig, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig
 from coevolve_lib.core.records import config_hash, read_jsonl
 from coevolve_lib.envs.appworld.benchmark import (
     NO_CODE_OBSERVATION,

@@ -12,13 +12,12 @@ from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target, split_runs
 from coevolve_lib.engine.tasks import content_id
+from coevolve_lib.envs.appworld.abstraction import COMPLETION_CRITERION, abstract_appworld
 from coevolve_lib.envs.appworld.calls import api_tool_docs, is_failed_output, parse_appworld_call
 from coevolve_lib.envs.appworld.explore import (
-    COMPLETION_CRITERION,
     EXCLUDED_CALLS,
     AppWorldExplorer,
     AppWorldLLMExplorer,
-    abstract_appworld,
     explorable_apis,
     make_appworld_explorer,
 )

@@ -258,7 +258,7 @@ def test_a_dead_explorer_endpoint_stops_at_d0_in_one_line(capsys, monkeypatch, t
     """An LLM explorer whose endpoint never answers used to build an empty D_0 (after every call's retries) and then
     fail in TRL's trainer with a traceback ("No completions were generated")."""
     import coevolve_lib.cli.warm_start as warm_start_cli
-    from coevolve_lib.core.models import OpenAIChatModel
+    from coevolve_lib.core.openai_model import OpenAIChatModel
     from coevolve_lib.engine import data_engine
 
     # The real client against a closed port, without the default retries and their backoff.

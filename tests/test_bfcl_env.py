@@ -9,15 +9,9 @@ import pytest
 from coevolve_lib.core.config import EpisodeBudget
 from coevolve_lib.core.safe_calls import Call, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.benchmark import (
-    EMPTY_TURN,
-    BFCLEnv,
-    BFCLTask,
-    load_tasks,
-    restrict_classes,
-    split_tasks,
-)
+from coevolve_lib.envs.bfcl.benchmark import EMPTY_TURN, BFCLEnv
 from coevolve_lib.envs.bfcl.replay import official_verdict
+from coevolve_lib.envs.bfcl.tasks import BFCLTask, load_tasks, restrict_classes, split_tasks
 from coevolve_lib.rollout.toolcalls import DOC_TYPES, tools_to_openai
 
 
@@ -330,8 +324,9 @@ STATE_SIZES = """
 import json, sys
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.envs.bfcl.backend import CATEGORIES
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.state_size import state_size
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 largest = {}
 for category in CATEGORIES:
     for task in load_tasks(sys.argv[1], category):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from coevolve_lib import profiles
-from coevolve_lib.core.models import load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.core.results import metric_row, validate_result

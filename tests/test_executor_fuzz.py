@@ -15,14 +15,15 @@ import time
 import mpmath
 import pytest
 
-from coevolve_lib.core import models
+from coevolve_lib.core import openai_model
 from coevolve_lib.core.config import BUDGET_REASONS
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.records import append_jsonl, read_jsonl
 from coevolve_lib.core.safe_calls import Call, parse_call_list
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.episode import Episode
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
@@ -191,7 +192,7 @@ def _prompt_calls(case, rng):
 
 def _native_replies(case, rng):
     """Native replies (text, structured calls) of each hostile class; structured `arguments` are JSON text, as an
-    OpenAI endpoint returns them, and pass through models._parse_arguments first."""
+    OpenAI endpoint returns them, and pass through openai_model._parse_arguments first."""
     def block(payload_text):
         return f"<tool_call>{payload_text}</tool_call>"
     if case == "int_literal_over_4300_digits":
@@ -266,7 +267,7 @@ def test_hostile_class_is_an_error_not_an_exception_or_a_stall(case, env, math_t
     native_replies, prompt_replies = _native_replies(case, rng), _prompt_replies(case, rng)
     for text, structured in native_replies:
         if structured:
-            structured = [{**c, "arguments": timed(case, models._parse_arguments, c["arguments"])}
+            structured = [{**c, "arguments": timed(case, openai_model._parse_arguments, c["arguments"])}
                           if isinstance(c["arguments"], str) else c for c in structured]
         reply = timed(case, toolcalls.parse_native, text, structured, env.method_names)
         assert reply.errors or case == "lone_surrogate_argument", (case, text[:100])  # surrogates are valid text

@@ -11,7 +11,8 @@ from helpers import BFCL
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.config import ExploreConfig
 from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
-from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.engine.contexts import (
     CONTEXT_LIST_FIELDS,
     CONTEXT_TEXT_FIELDS,
@@ -20,9 +21,10 @@ from coevolve_lib.engine.contexts import (
     heuristic_context,
 )
 from coevolve_lib.engine.signals import SIGNALS, Signal, register
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.explore import explore
 from coevolve_lib.envs.bfcl.explore_llm import parse_action
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 from coevolve_lib.prompts import load_prompt, prompt_fields
 

@@ -10,12 +10,14 @@ from helpers import BFCL, checker_accepts
 import coevolve_lib.engine.feedback as feedback
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
-from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.engine.pool_updates.guided import select_targets
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks, split_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
+from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from coevolve_lib.engine import heldout
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.feedback import screen_heldout
 from coevolve_lib.engine.pool import content_keys
-from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 from coevolve_lib.profiles import data_engine_config
 
 

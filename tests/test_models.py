@@ -2,8 +2,10 @@
 
 import pytest
 
-from coevolve_lib.core import models
-from coevolve_lib.core.models import GenerationConfig, HFChatModel, OpenAIChatModel, load_chat_model
+from coevolve_lib.core import model_specs
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig, HFChatModel
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 
@@ -105,7 +107,7 @@ def test_smollm2_answers_paris():
 
 
 def test_unbuilt_model_names_the_fix(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(model_specs, "MODELS_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="make setup"):
         load_chat_model("tiny")
 

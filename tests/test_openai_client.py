@@ -7,7 +7,9 @@ import sys
 import pytest
 
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig, parse_tool_calls
-from coevolve_lib.core.models import GenerationConfig, OpenAIChatModel, _parse_arguments, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig
+from coevolve_lib.core.openai_model import OpenAIChatModel, _parse_arguments
 from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 
@@ -142,8 +144,8 @@ def test_every_tool_message_answers_a_real_call_id_of_a_strict_endpoint(tiny, re
     """Issue 28: OpenAI's API answers 400 to a tool message whose tool_call_id is no call of the assistant turn;
     the kit's messages carry each structured call's own id, and the error for a call it refused in text (never a
     call) goes as a user message, so a whole BFCL episode runs against a strict endpoint without a model error."""
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks
     from coevolve_lib.envs.bfcl.episode import Episode
+    from coevolve_lib.envs.bfcl.tasks import load_tasks
     from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
     task = load_tasks("v3", "base")[0]
@@ -177,9 +179,9 @@ def test_a_server_that_never_answers_costs_a_bounded_wait_and_says_so(caplog, mo
     import socket
     import time
 
-    from coevolve_lib.core import models
+    from coevolve_lib.core import openai_model
 
-    monkeypatch.setattr(models, "WAIT_NOTICE_S", 0.3)
+    monkeypatch.setattr(openai_model, "WAIT_NOTICE_S", 0.3)
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)  # accepts (the kernel's backlog) and never reads or answers
@@ -187,7 +189,7 @@ def test_a_server_that_never_answers_costs_a_bounded_wait_and_says_so(caplog, mo
         model = OpenAIChatModel("silent", base_url=url, timeout=120, backoff_s=0.01, max_workers=2,
                                 deadline_s=60, batch_deadline_s=1.5)
         start = time.monotonic()
-        with caplog.at_level("WARNING", logger="coevolve_lib.core.models"):
+        with caplog.at_level("WARNING", logger="coevolve_lib.core.openai_model"):
             generations = model.generate([HI] * 5, config=SHORT)
         seconds = time.monotonic() - start
     assert seconds < 4, seconds  # two items in flight until the batch's 1.5 s, the other three not sent
@@ -344,7 +346,7 @@ def test_every_tool_message_id_sent_is_unique_and_answers_its_turn():
     """Issue 47: an endpoint that repeats one id for every call got it back on every tool message (strict endpoints
     answer 400), and a giant id was kept whole. Ids are kept only when short, plain and new in their reply; the
     request makes every id unique in the conversation and points each tool message at its own turn's call."""
-    from coevolve_lib.core.models import _openai_messages, kept_call_ids
+    from coevolve_lib.core.openai_model import _openai_messages, kept_call_ids
 
     assert kept_call_ids(["call_1", "call_1", "x" * 65, None, 7, "ok"]) == ["call_1", None, None, None, None, "ok"]
     turn = {"role": "assistant", "content": "", "tool_calls": [

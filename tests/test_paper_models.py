@@ -9,7 +9,8 @@ import pytest
 import torch
 import transformers
 
-from coevolve_lib.core.models import Generation, HFChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import Generation, HFChatModel
 from coevolve_lib.core.paper_models import PAPER_MODELS, parameter_count
 from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.envs.bfcl.standins import SETUP_STANDINS, build_standin

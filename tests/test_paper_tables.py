@@ -10,6 +10,8 @@ import pytest
 
 from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.results import write_result
+from coevolve_lib.profiles import run_config
+from coevolve_lib.studies import results_folder
 from coevolve_lib.studies import tables as paper_tables
 from coevolve_lib.studies.catalog import COMPARISON
 from coevolve_lib.studies.run import results_file, run_hash, settings_hash, variant_run
@@ -47,12 +49,12 @@ OUTCOMES = {"zero_shot": [0, 0, 1, 0], "static": [1, 0, 1, 0], "random": [1, 0, 
 
 
 def test_a_missing_results_file_names_the_notebook_to_run(tmp_path):
-    with pytest.raises(paper_tables.MissingResults, match="comparison results .* run notebooks/07"):
-        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0]))
+    with pytest.raises(results_folder.MissingResults, match="comparison results .* run notebooks/07"):
+        paper_tables.assemble(results_folder.Results(tmp_path, "tiny", [0]))
 
 
 def test_allowed_missing_files_give_not_run_cells_never_zeros(tmp_path):
-    results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
+    results = results_folder.Results(tmp_path, "tiny", [0], allow_missing=True)
     tables = paper_tables.assemble(results)
     assert len(results.missing) == 9
     for table in tables:  # every cell the kit would have measured says it did not run, with the reason
@@ -67,7 +69,7 @@ def test_allowed_missing_files_give_not_run_cells_never_zeros(tmp_path):
 
 def test_measured_rows_sit_beside_the_paper_with_their_scale(tmp_path):
     comparison_doc(tmp_path, OUTCOMES)
-    results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
+    results = results_folder.Results(tmp_path, "tiny", [0], allow_missing=True)
     tables = {t.table_ids[0]: t for t in paper_tables.assemble(results)}
     table3 = tables["table3"].kit
     assert list(table3.index) == ["zero_shot", "static", "random", "coevolve"]
@@ -88,7 +90,7 @@ def test_a_kit_row_that_ended_with_an_earlier_rows_weights_says_so(tmp_path):
     weights = {"zero_shot": "w0", "static": "w1", "random": "w2", "coevolve": "w1"}
     comparison_doc(tmp_path, OUTCOMES, weights=weights)
     tables = {t.table_ids[0]: t for t in paper_tables.assemble(
-        paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))}
+        results_folder.Results(tmp_path, "tiny", [0], allow_missing=True))}
     table6 = tables["table6"].kit["scale"]  # its rows: the zero-shot policy and CoEvolve, each a _kit_cells row
     assert table6["BFCL (Ours)"].endswith("; THE SAME POLICY AS static: equal final weights on every seed")
     assert "THE SAME POLICY" not in table6["Zero-shot baseline"]
@@ -103,7 +105,7 @@ def appworld_doc(results_dir: Path, eval_set: str, before: float, after: float,
                for step, value in ((0, before), (2, after)) for metric in ("tgc", "sgc")]
     write_result(results_dir / "appworld" / "coevolve_tiny-appworld.json", experiment="appworld_coevolve",
                  profile="tiny-appworld", model="tiny", metrics=metrics,
-                 config_hash=config_hash or run_hash(paper_tables.run_config("tiny-appworld")),
+                 config_hash=config_hash or run_hash(run_config("tiny-appworld")),
                  provenance="profile=tiny-appworld, model=tiny, steps=2")
 
 
@@ -111,7 +113,7 @@ def appworld_doc(results_dir: Path, eval_set: str, before: float, after: float,
 def test_appworld_cells_show_notebook_14s_run_and_never_pass_the_synthetic_world_off_as_the_papers(tmp_path,
                                                                                                    eval_set):
     appworld_doc(tmp_path, eval_set, 0.0, 50.0)
-    tables = {t.table_ids[0]: t for t in paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0],
+    tables = {t.table_ids[0]: t for t in paper_tables.assemble(results_folder.Results(tmp_path, "tiny", [0],
                                                                                     allow_missing=True))}
     start, trained = tables["table1"].kit["AppWorld (TGC/SGC)"]
     assert "TGC 0.0% of 2" in start and "step 0" in start and "TGC 50.0% of 2" in trained and "step 2" in trained
@@ -122,8 +124,8 @@ def test_appworld_cells_show_notebook_14s_run_and_never_pass_the_synthetic_world
 
 def test_an_appworld_result_of_another_configuration_is_refused(tmp_path):
     appworld_doc(tmp_path, "appworld-synthetic/dev", 0.0, 0.0, config_hash="0" * 12)
-    with pytest.raises(paper_tables.StaleResults, match="AppWorld training result ran another configuration"):
-        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+    with pytest.raises(results_folder.StaleResults, match="AppWorld training result ran another configuration"):
+        paper_tables.assemble(results_folder.Results(tmp_path, "tiny", [0], allow_missing=True))
 
 
 def test_results_of_another_configuration_are_refused(tmp_path):
@@ -131,8 +133,8 @@ def test_results_of_another_configuration_are_refused(tmp_path):
     doc = json.loads(path.read_text())
     doc["metrics"][2]["config_hash"] = "0" * 12  # a run of another configuration
     path.write_text(json.dumps(doc))
-    with pytest.raises(paper_tables.StaleResults, match="another configuration"):
-        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+    with pytest.raises(results_folder.StaleResults, match="another configuration"):
+        paper_tables.assemble(results_folder.Results(tmp_path, "tiny", [0], allow_missing=True))
 
 
 def test_a_changed_study_is_refused(tmp_path, monkeypatch):
@@ -141,16 +143,16 @@ def test_a_changed_study_is_refused(tmp_path, monkeypatch):
                                    COMPARISON.zero_shot, COMPARISON.pass_k)
     monkeypatch.setattr(paper_tables, "COMPARISON", changed)
     monkeypatch.setitem(paper_tables.STUDIES, "comparison", changed)
-    with pytest.raises(paper_tables.StaleResults, match="other settings than the current study"):
-        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+    with pytest.raises(results_folder.StaleResults, match="other settings than the current study"):
+        paper_tables.assemble(results_folder.Results(tmp_path, "tiny", [0], allow_missing=True))
 
 
 def test_two_files_for_the_same_seeds_are_ambiguous(tmp_path):
     comparison_doc(tmp_path, OUTCOMES)
     path = results_file(tmp_path, "comparison", "tiny", [0], 2)
     path.with_name(path.name.replace("steps2", "steps10")).write_text(path.read_text())
-    with pytest.raises(paper_tables.StaleResults, match="several current comparison results"):
-        paper_tables.assemble(paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True))
+    with pytest.raises(results_folder.StaleResults, match="several current comparison results"):
+        paper_tables.assemble(results_folder.Results(tmp_path, "tiny", [0], allow_missing=True))
 
 
 def test_a_file_of_an_older_configuration_beside_the_current_one_is_passed_over(tmp_path):
@@ -160,10 +162,10 @@ def test_a_file_of_an_older_configuration_beside_the_current_one_is_passed_over(
     for row in old["metrics"]:
         row["config_hash"], row["value"] = "0" * 12, 99.0
     path.with_name(path.name.replace("steps2", "steps10")).write_text(json.dumps(old))
-    results = paper_tables.Results(tmp_path, "tiny", [0], allow_missing=True)
+    results = results_folder.Results(tmp_path, "tiny", [0], allow_missing=True)
     assert results.study(COMPARISON, "07") == json.loads(path.read_text())
     path.unlink()  # only the old one left: refused, saying why
-    with pytest.raises(paper_tables.StaleResults, match="another configuration"):
+    with pytest.raises(results_folder.StaleResults, match="another configuration"):
         results.study(COMPARISON, "07")
 
 

@@ -20,12 +20,12 @@ from helpers import BFCL, children_alive_after_kill
 from coevolve_lib.cli.local_servers import free_port, transformers_serve
 from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
 from coevolve_lib.core.llm_calls import RecordedChatModel
-from coevolve_lib.core.models import OpenAIChatModel
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.paths import LIBRARY_DATA, REPO_ROOT
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.feedback import FeedbackConfig, feedback_round
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.envs.bfcl.benchmark import load_tasks
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 
 POLICY = LIBRARY_DATA / "warm_start" / "tiny"
 TASKS = 20

@@ -146,8 +146,8 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
     from coevolve_lib.core.models import Generation
     from coevolve_lib.core.records import append_jsonl
     from coevolve_lib.core.safe_calls import CallParseError, parse_call
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks
     from coevolve_lib.envs.bfcl.episode import Episode
+    from coevolve_lib.envs.bfcl.tasks import load_tasks
     from coevolve_lib.rollout.agent import RolloutConfig
 
     rng = random.Random(22)
@@ -194,9 +194,9 @@ def fuzz_explorer(timer: Timer) -> int:
     from coevolve_lib.core.config import ExploreConfig
     from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
     from coevolve_lib.core.paths import RUNS_DIR
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks
     from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
     from coevolve_lib.envs.bfcl.explore import explore
+    from coevolve_lib.envs.bfcl.tasks import load_tasks
     from coevolve_lib.profiles import data_engine_config
 
     replies = ["<action>" * 20_000, "<action>" + "ls() " * 20_000 + "</action>", "{" * 100_000,

@@ -15,7 +15,7 @@ from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.feedback import FeedbackConfig, deduplicated, feedback_round, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.engine.shards import SINGLE, Shards
-from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
 
 def _rounds(run_dir: Path, shards: Shards) -> None:

@@ -19,7 +19,8 @@ from coevolve_lib.engine.signals import (
     register,
     rollout_id,
 )
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.studies.report import rollout_steps
 
 

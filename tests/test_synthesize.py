@@ -9,7 +9,8 @@ from helpers import checker_accepts
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.models import OpenAIChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.explore import group_triplets
 from coevolve_lib.engine.judge import judge, parse_judge
@@ -17,8 +18,9 @@ from coevolve_lib.engine.tasks import accept_unvalidated, content_id, to_pool_ta
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
 from coevolve_lib.envs.bfcl.abstraction import abstract, parse_task_blocks
 from coevolve_lib.envs.bfcl.abstraction_deterministic import _description
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
 from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.prompts import prompt_fields

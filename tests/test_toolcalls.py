@@ -1,7 +1,7 @@
 """Parsing model replies in the two tool-call formats: data in, `Call`s out, nothing evaluated."""
 
-from coevolve_lib.envs.bfcl.benchmark import load_tasks
 from coevolve_lib.envs.bfcl.episode import prompt_style_system_prompt
+from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.rollout import toolcalls
 
 

@@ -13,13 +13,14 @@ import coevolve_lib.cli.train as train_cli
 import coevolve_lib.training.loop as train_lib
 from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core.config import BUDGET_REASONS
-from coevolve_lib.core.models import MODELS_DIR
+from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.core.records import read_jsonl
+from coevolve_lib.core.user_yaml import parse_overrides
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.pool import TaskPool
 from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
 from coevolve_lib.envs.bfcl.validation import validate
-from coevolve_lib.profiles import ConfigError, parse_overrides, run_config
+from coevolve_lib.profiles import ConfigError, run_config
 from coevolve_lib.training import checkpoints, rollout_func, trl_patches
 
 SMALL = {

@@ -68,7 +68,7 @@ def test_evaluate_bad_input_writes_nothing(capsys, tmp_path, argv, expected):
 
 
 def test_evaluate_against_a_dead_endpoint_fails_and_writes_no_result(capsys, monkeypatch, tmp_path):
-    from coevolve_lib.core.models import OpenAIChatModel
+    from coevolve_lib.core.openai_model import OpenAIChatModel
 
     # The real client against a closed port, without the default retries and their backoff (~12 s).
     monkeypatch.setattr(evaluation_lib, "load_chat_model",

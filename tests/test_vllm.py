@@ -82,8 +82,8 @@ def test_vllm_serve_and_the_in_process_evaluation_agree_until_a_refused_call_on_
     """The real Qwen vocabulary and chat template: the server renders the tools and the conversation itself. The two
     paths give the same replies up to the first call the kit refuses (a malformed `<tool_call>`: the stand-in writes
     one on every task). There they part by design: in process the refusal goes back as a `tool` message, to an
-    endpoint as a `user` message (`core.models._openai_messages`: a strict endpoint answers 400 to a tool message that
-    answers no call of the assistant's, and a call parsed from text has no id), which Qwen's template renders
+    endpoint as a `user` message (`core.openai_model._openai_messages`: a strict endpoint answers 400 to a tool message
+    that answers no call of the assistant's, and a call parsed from text has no id), which Qwen's template renders
     without the `<tool_response>` framing. (The tiny policy's own template renders both alike.)"""
     with vllm_serve(shown_path(STANDIN), tmp_path / "server.log") as (base_url, _, _):
         table = served_against_in_process("standin-qwen3-4b", shown_path(STANDIN), base_url, tmp_path, limit=8)
@@ -141,9 +141,10 @@ def test_trl_vllm_serve_generates_the_kits_rollouts_and_training_against_it_on_c
     stops in one line that says so."""
     from trl.generation import vllm_generation as trl_vllm
 
-    from coevolve_lib.core.models import GenerationConfig, load_chat_model
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
+    from coevolve_lib.core.model_specs import load_chat_model
+    from coevolve_lib.core.models import GenerationConfig
     from coevolve_lib.envs.bfcl.episode import Episode
+    from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
     from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 
     with trl_vllm_serve(shown_path(POLICY), tmp_path / "server.log") as (base_url, log, _):

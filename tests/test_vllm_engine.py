@@ -23,7 +23,8 @@ import torch
 from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 from trl.generation import vllm_generation as trl_vllm
 
-from coevolve_lib.core.models import GenerationConfig, HFChatModel, load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
+from coevolve_lib.core.models import GenerationConfig, HFChatModel
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 from coevolve_lib.rollout.engines import Request
@@ -117,8 +118,8 @@ def tiny():
 def pool_tasks(tmp_path_factory):
     from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
     from coevolve_lib.engine.pool import TaskPool
-    from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
     from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
+    from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 
     folder = tmp_path_factory.mktemp("pool")
     pool = TaskPool(folder / "pool.jsonl")

@@ -16,8 +16,8 @@ from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.envs.bfcl import warm_start as warmstart
-from coevolve_lib.envs.bfcl.benchmark import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.envs.bfcl.settings import WarmStartConfig
+from coevolve_lib.envs.bfcl.tasks import load_tasks, restrict_classes, split_tasks
 from coevolve_lib.envs.bfcl.warm_start import (
     learning_rate_at,
     length_grouped_batches,

@@ -24,6 +24,7 @@ from coevolve_lib.core.environment import (
 )
 from coevolve_lib.core.paths import RUNS_DIR, checked_output
 from coevolve_lib.core.run_lock import output_lock
+from coevolve_lib.core.user_yaml import parse_overrides
 from coevolve_lib.rollout.agent import rollout_config
 from coevolve_lib.rollout.evaluation import load_evaluated_model
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     rollout = {k: given[k] for k in ("max_new_tokens", "tool_format", "tool_docs", "batch_size") if k in given}
     if args.all_tasks:
         evaluation["limit"] = None
-    run = profiles.run_config(args.profile, profiles.deep_merge(profiles.parse_overrides(args.set),
+    run = profiles.run_config(args.profile, profiles.deep_merge(parse_overrides(args.set),
                                                                 {"evaluation": evaluation, "rollout": rollout}))
     cfg, out = run.evaluation, checked_output(args.out)
     if out.is_dir():  # found now, not after the whole evaluation ran

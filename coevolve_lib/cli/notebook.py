@@ -2,7 +2,7 @@
 
 papermill only warns about a parameter the notebook's `parameters` cell does not define (a misspelt `-p profil x`
 runs the notebook on its defaults). Here an unknown name is an error before anything runs: one line, exit status 2.
-Values are read as YAML (`-p seeds "[0, 1]"` is a list, `-p limit 5` an int; no aliases: `profiles.read_value`);
+Values are read as YAML (`-p seeds "[0, 1]"` is a list, `-p limit 5` an int; no aliases: `core.user_yaml.read_value`);
 the notebook validates them. A notebook that stops on an error is one line too: exit status 2 for a bad parameter
 value (`ConfigError`), 1 otherwise.
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 from papermill.exceptions import PapermillExecutionError
 
 from coevolve_lib.core.config import quoted
-from coevolve_lib.profiles import ArgumentParser, read_value
+from coevolve_lib.core.user_yaml import read_value
+from coevolve_lib.profiles import ArgumentParser
 from coevolve_lib.studies.notebook_runner import run_notebook
 
 

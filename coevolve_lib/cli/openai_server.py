@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None):
     from coevolve_lib.core.runtime import configure_process
 
     configure_process()  # the offline hub and torch's threads: before the model stack loads
-    from coevolve_lib.core.models import load_chat_model
+    from coevolve_lib.core.model_specs import load_chat_model
     from coevolve_lib.profiles import ArgumentParser
 
     parser = ArgumentParser("python -m coevolve_lib.cli.openai_server", __doc__)

@@ -34,7 +34,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from coevolve_lib.core.config import RunError
-from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig, OpenAIChatModel
+from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
+from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.paths import REPO_ROOT, shown_path
 from coevolve_lib.core.records import append_jsonl, read_jsonl, read_jsonl_numbered
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from coevolve_lib.core.config import DataEngineConfig, RunError
 from coevolve_lib.core.environment import ContractError, Environment, RoundSteps, make_environment
 from coevolve_lib.core.llm_calls import explorer_model, record_path
-from coevolve_lib.core.models import ChatModel, load_chat_model, local_model
+from coevolve_lib.core.model_specs import load_chat_model, local_model
+from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.paths import shown_path
 from coevolve_lib.core.records import read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget

@@ -3,7 +3,8 @@
 An episode (`Conversation` plus the environment's `feed` and `record`; BFCL's is `envs.bfcl.episode.Episode`) takes
 each reply, runs its calls in its own environment and appends the observations, until the episode ends. Up to
 `batch_size` episodes are live at once; their model calls go to a rollout engine (`rollout.engines`: KV caches
-kept across turns on CPU, continuous batching on CUDA, vLLM in paper training runs; `make_engine` picks one).
+kept across turns on CPU, continuous batching on CUDA, vLLM in paper training runs; `rollout.engine_choice.make_engine`
+picks one).
 
 A trajectory record (schema `rollout/v1`) holds the task, the full message list, every step's parsed calls,
 observations and rejected calls, per-turn verdicts and the final score, token counts and seconds.
@@ -30,15 +31,8 @@ from coevolve_lib.core.environment import ContractError
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.results import type_names
 from coevolve_lib.rollout import toolcalls
-from coevolve_lib.rollout.engines import (
-    ENGINES,
-    ContinuousBatchingEngine,
-    GenerateEngine,
-    KVCacheEngine,
-    MessagesEngine,
-    Request,
-)
-from coevolve_lib.rollout.vllm import VLLMEngine
+from coevolve_lib.rollout.engine_choice import make_engine
+from coevolve_lib.rollout.engines import Request
 
 ROLLOUT_SCHEMA = "rollout/v1"
 ENVIRONMENT_ERROR = "environment_error"
@@ -320,37 +314,6 @@ def structured_chars(calls: list | None) -> int:
         total += len(str(call.get("name"))[:10_000]) + (len(call_id) if isinstance(call_id, str) else 0) \
             + len(arguments)
     return total
-
-
-def resolve_engine(name: str, model, token_level: bool) -> str:
-    """The engine `auto` picks: `messages` for message-level rollouts, `generate` for a model without a local
-    transformers model behind it, `continuous_batching` on CUDA, else `kv_cache`."""
-    if not token_level:
-        return "messages"
-    if name != "auto":
-        return name
-    backend = getattr(model, "model", None)
-    if backend is None or not hasattr(backend, "forward"):
-        return "generate"
-    return "continuous_batching" if backend.device.type == "cuda" else "kv_cache"
-
-
-def make_engine(name: str, model, generation: GenerationConfig, token_level: bool, trainer=None):
-    """The engine for one rollout phase (see the module docstring); `trainer`: the GRPO trainer (`vllm` only)."""
-    name = resolve_engine(name, model, token_level)
-    if name == "messages":
-        return MessagesEngine(model, generation)
-    if name == "generate":
-        return GenerateEngine(model, generation)
-    if name == "kv_cache":
-        return KVCacheEngine(model, generation)
-    if name == "continuous_batching":
-        return ContinuousBatchingEngine(model, generation)
-    if name == "vllm":
-        if trainer is None:
-            raise ValueError("the vllm engine generates through the GRPO trainer's vLLM; it runs in training only")
-        return VLLMEngine(model, generation, trainer)
-    raise ValueError(f"unknown rollout engine {name!r}; choose one of {', '.join(ENGINES)}")
 
 
 def _episode_source(new_episode) -> str:

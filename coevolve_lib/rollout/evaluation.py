@@ -9,7 +9,7 @@ from pathlib import Path
 
 from coevolve_lib.core.config import ConfigError, EvalConfig, RunError
 from coevolve_lib.core.environment import Environment
-from coevolve_lib.core.models import load_chat_model
+from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.records import append_jsonl, read_jsonl
 from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
 

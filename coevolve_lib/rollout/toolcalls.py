@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coevolve_lib.core.models import kept_call_ids
+from coevolve_lib.core.openai_model import kept_call_ids
 from coevolve_lib.core.safe_calls import MAX_SOURCE_CHARS, Call, CallParseError, call_from_json, parse_call_list
 
 TOOL_FORMATS = ("native", "prompt")

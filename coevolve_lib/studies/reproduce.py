@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from coevolve_lib import profiles
-from coevolve_lib.core.models import BUILT_MODELS
+from coevolve_lib.core.model_specs import BUILT_MODELS
 from coevolve_lib.core.paths import FIGURES_DIR, REPO_ROOT, RESULTS_DIR, RUNS_DIR, shown_path
 from coevolve_lib.core.records import write_json_atomic
 from coevolve_lib.studies.catalog import STUDIES, baselines, explorers, sensitivity

@@ -14,6 +14,7 @@ import yaml
 from coevolve_lib import profiles
 from coevolve_lib.core.config import Seeds
 from coevolve_lib.core.results import HELDOUT_TITLES
+from coevolve_lib.core.user_yaml import load_yaml_file
 from coevolve_lib.studies.run import Study, Variant
 
 SWEEPS_DIR = profiles.CONFIGS_DIR / "sweeps"
@@ -28,7 +29,7 @@ def load_sweep(name_or_path: str) -> dict:
         choices = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
         raise profiles.ConfigError(f"no sweep {name_or_path!r}: give a file or one of {choices}")
     try:
-        sweep = profiles.load_yaml_file(path) or {}
+        sweep = load_yaml_file(path) or {}
     except yaml.YAMLError as error:
         raise profiles.ConfigError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
     if not isinstance(sweep, dict):  # a YAML list or string

@@ -43,7 +43,7 @@ import yaml
 
 from coevolve_lib import profiles
 from coevolve_lib.core.config import ConfigError, RunConfig, RunError
-from coevolve_lib.core.models import BUILT_MODELS
+from coevolve_lib.core.model_specs import BUILT_MODELS
 from coevolve_lib.core.paper_models import paper_model
 from coevolve_lib.core.paths import MODELS_DIR, REPO_ROOT, shown_path
 from coevolve_lib.core.records import read_jsonl, write_json_atomic
@@ -247,6 +247,40 @@ def _files(run_dir: Path) -> dict[str, int]:
             for p in sorted((run_dir / folder).glob("step_*.jsonl"))}
 
 
+def _kill_and_resume(train: list[str], out: Path, run_dir: Path, last: int,
+                     last_round: int | None) -> tuple[dict[str, float], list[str]]:
+    """The kill and resume phases (see the module docstring) after the first launch of `train`, whose last step is
+    `last` (and its round `last_round`): their seconds, and the resume checks that did not hold."""
+    metrics, files = (run_dir / "metrics.jsonl").read_text().splitlines(), _files(run_dir)
+    final_weights = _weights_digest(run_dir / "final")
+    step_episodes, pool = _episodes(run_dir, last), (run_dir / "pool.jsonl").read_text()
+    round_report = _round_report(run_dir, last_round)
+    # What a kill during the last step leaves: its checkpoint, the model, the summary and its round never written
+    shutil.rmtree(run_dir / "trainer" / f"checkpoint-{last}")
+    shutil.rmtree(run_dir / "final")
+    (run_dir / "summary.json").unlink()
+    if last_round is not None:
+        shutil.rmtree(run_dir / f"round_{last_round:03d}")
+        TaskPool(run_dir / "pool.jsonl").drop_rounds_from(last_round)
+    # ... and then a real kill: the same command, its process group killed once the last step is under way
+    killed_s, killed_mid_step = launch_and_kill(train, out / "killed.log", f"step {last}: ",
+                                                run_dir / "rollouts" / f"step_{last:05d}.jsonl")
+    seconds = {"killed_s": killed_s, "resume_s": launch(train, out / "resume.log")}
+    after = _files(run_dir)
+    resume_checks = {  # each must hold; the record names those that did not
+        "killed_mid_step": killed_mid_step,
+        "earlier_metrics_kept": (run_dir / "metrics.jsonl").read_text().splitlines()[:-1] == metrics[:-1],
+        "one_row_per_step": [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, last + 1)),
+        "only_the_last_step_rewritten": all((after.get(name) == mtime) == (f"step_{last:05d}" not in name)
+                                            for name, mtime in files.items()),
+        "last_step_replayed_exactly": _episodes(run_dir, last) == step_episodes,
+        "round_redone_exactly": _round_report(run_dir, last_round) == round_report,
+        "pool_as_before": (run_dir / "pool.jsonl").read_text() == pool,  # the redone round added the same tasks
+        "final_weights_as_before": _weights_digest(run_dir / "final") == final_weights,
+        "checkpoint_rewritten": (run_dir / "trainer" / f"checkpoint-{last}").is_dir()}
+    return seconds, [name for name, held in resume_checks.items() if not held]
+
+
 def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehearsal:
     """Rehearse `profile` into `out` (see the module docstring); returns the record it writes to `rehearsal.json`
     (with `failed_checks`)."""
@@ -276,34 +310,8 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehear
     phases["train_s"] = launch(train, out / "train.log")
     last = max(int(p.name.split("-")[1]) for p in (run_dir / "trainer").glob("checkpoint-*"))
     last_round = last // run.training.feedback_every if last % run.training.feedback_every == 0 else None
-    metrics, files = (run_dir / "metrics.jsonl").read_text().splitlines(), _files(run_dir)
-    final_weights = _weights_digest(run_dir / "final")
-    step_episodes, pool = _episodes(run_dir, last), (run_dir / "pool.jsonl").read_text()
-    round_report = _round_report(run_dir, last_round)
-    # What a kill during the last step leaves: its checkpoint, the model, the summary and its round never written
-    shutil.rmtree(run_dir / "trainer" / f"checkpoint-{last}")
-    shutil.rmtree(run_dir / "final")
-    (run_dir / "summary.json").unlink()
-    if last_round is not None:
-        shutil.rmtree(run_dir / f"round_{last_round:03d}")
-        TaskPool(run_dir / "pool.jsonl").drop_rounds_from(last_round)
-    # ... and then a real kill: the same command, its process group killed once the last step is under way
-    phases["killed_s"], killed_mid_step = launch_and_kill(train, out / "killed.log", f"step {last}: ",
-                                                         run_dir / "rollouts" / f"step_{last:05d}.jsonl")
-    phases["resume_s"] = launch(train, out / "resume.log")
-    after = _files(run_dir)
-    resume_checks = {  # each must hold; the record names those that did not
-        "killed_mid_step": killed_mid_step,
-        "earlier_metrics_kept": (run_dir / "metrics.jsonl").read_text().splitlines()[:-1] == metrics[:-1],
-        "one_row_per_step": [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, last + 1)),
-        "only_the_last_step_rewritten": all((after.get(name) == mtime) == (f"step_{last:05d}" not in name)
-                                            for name, mtime in files.items()),
-        "last_step_replayed_exactly": _episodes(run_dir, last) == step_episodes,
-        "round_redone_exactly": _round_report(run_dir, last_round) == round_report,
-        "pool_as_before": (run_dir / "pool.jsonl").read_text() == pool,  # the redone round added the same tasks
-        "final_weights_as_before": _weights_digest(run_dir / "final") == final_weights,
-        "checkpoint_rewritten": (run_dir / "trainer" / f"checkpoint-{last}").is_dir()}
-    resume_failures = [name for name, held in resume_checks.items() if not held]
+    seconds, resume_failures = _kill_and_resume(train, out, run_dir, last, last_round)
+    phases.update(seconds)
 
     results = out / "evaluation.json"
     evaluate = ["python", "-m", "coevolve_lib", "evaluate", "--profile", profile, "--model",

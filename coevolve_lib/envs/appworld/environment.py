@@ -30,12 +30,13 @@ from coevolve_lib.core.environment import Environment, RoundSteps
 from coevolve_lib.core.sandbox import SandboxConfig
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target
+from coevolve_lib.envs.appworld.abstraction import abstract_appworld
 from coevolve_lib.envs.appworld.benchmark import AppWorldTask, load_task, load_tasks
 from coevolve_lib.envs.appworld.calls import DATA_VERSION, api_tool_docs, is_failed_output
 from coevolve_lib.envs.appworld.client import AppWorldServerError
 from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
 from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
-from coevolve_lib.envs.appworld.explore import abstract_appworld, make_appworld_explorer
+from coevolve_lib.envs.appworld.explore import make_appworld_explorer
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
 from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
 from coevolve_lib.envs.appworld.validation import overlay_root, validate_appworld, write_tasks

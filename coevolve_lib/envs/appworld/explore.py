@@ -1,10 +1,10 @@
-"""Exploration and deterministic abstraction for AppWorld (paper sections 3.2-3.3), the offline (no LLM) path.
+"""Exploration for AppWorld (paper section 3.2): the offline (no LLM) explorer and the LLM one.
 
 `AppWorldExplorer` re-explores an AppWorld task's start state on AppWorld's own server: each run logs into the
 target's apps, then makes up to S calls drawn from their API docs, with argument values the run has already seen
 (a `note_id` from a search result), and records each as a triplet/v1 whose action is an `envs.appworld.calls` call
-string. `abstract_appworld` turns a run's successful calls into task specs (taskspec/v1) whose answer, if any, is read
-off the last call's result (`answer_from`), the form `calls.solution_code` renders.
+string. `AppWorldLLMExplorer` asks the explorer model for each call instead. The runs' triplets become task specs in
+`envs.appworld.abstraction`.
 
 The kit never runs the calls itself: it sends `calls.call_code` to the server, which executes it.
 """
@@ -16,11 +16,9 @@ import json
 import random
 import re
 from abc import abstractmethod
-from collections import Counter
 from collections.abc import Callable
 
-from coevolve_lib.core.config import ExploreConfig, SynthesisConfig
-from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.config import ExploreConfig
 from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.safe_calls import CallParseError
 from coevolve_lib.engine.contexts import ExplorationTarget
@@ -32,16 +30,10 @@ from coevolve_lib.engine.explore import (
     guidance,
     render_history,
     run_ids,
-    split_runs,
     stable_seed,
     triplet_record,
 )
-from coevolve_lib.engine.tasks import task_spec
 from coevolve_lib.envs.appworld.calls import (
-    ANSWER_COUNT,
-    ANSWER_FIELD,
-    DATA_VERSION,
-    NO_LOGIN_APPS,
     TOKEN_PARAMETER,
     AppWorldCall,
     call_code,
@@ -67,19 +59,17 @@ OPTIONAL_ARGUMENT_P = 0.3
 """Chance that an optional parameter is passed (otherwise AppWorld uses its default)."""
 MAX_DRAWS = 20
 """Draws per step before a run gives up finding a call it may make and has not made."""
-COMPLETION_CRITERION = "the database changes and the answer equal those of the reference solution"
-ANSWER_KEYS = ("content", "title", "name", "amount", "balance", "description", "message")
-"""Fields of a result object a task prefers to ask for (its first scalar field otherwise)."""
 
 
 def explorable_apis(api_docs: dict, apps: list[str]) -> list[str]:
     """`app.api` names the explorer may call: the apps' APIs and the supervisor's reads, none excluded."""
     names = [f"{app}.{api}" for app in dict.fromkeys(apps) for api in api_docs.get(app, {})]
     names += [f"{SUPERVISOR}.{api}" for api, doc in api_docs.get(SUPERVISOR, {}).items() if doc["method"] == "GET"]
-    return [name for name in dict.fromkeys(names) if _allowed(name)]
+    return [name for name in dict.fromkeys(names) if allowed_api(name)]
 
 
-def _allowed(name: str) -> bool:
+def allowed_api(name: str) -> bool:
+    """Whether an `app.api` name may be called and held by a task (`EXCLUDED_CALLS`, `EXCLUDED_APIS`)."""
     return name not in EXCLUDED_CALLS and not EXCLUDED_APIS.fullmatch(name.split(".", 1)[1])
 
 
@@ -389,129 +379,3 @@ def make_appworld_explorer(config: ExploreConfig, model: ChatModel | None,
             raise ValueError("explorer='llm' needs a model (data_engine.explorer_model)")
         return AppWorldLLMExplorer(model, server, api_docs)
     return AppWorldExplorer(server, api_docs)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Deterministic abstraction
-
-
-def abstract_appworld(group_key: tuple, triplets: list[dict], source: dict, config: SynthesisConfig,
-                      api_docs: dict) -> tuple[list[dict], dict]:
-    """Task specs (taskspec/v1 plus `answer_from`) from one group of AppWorld triplets, and the stage's cost.
-
-    Per run: its successful calls in order (exact repeats dropped), then for each length min_calls..max_calls the
-    earliest window of that many consecutive calls that makes a task. `source` is `ExplorationTarget.source()`;
-    `group_key` is unused, as in `envs.bfcl.abstraction.abstract`."""
-    cost = Cost()
-    specs, seen = [], set()
-    for run_id, run in split_runs(triplets).items():
-        steps = _successful_calls(run, api_docs, cost.skipped)
-        if len(steps) < config.min_calls:
-            cost.skip("too_few_calls")
-            continue
-        for draft in _drafts(steps, api_docs, config, run_id, cost.skipped):
-            apps = list(dict.fromkeys(parse_appworld_call(a).app for a in draft["action_sequence"]))
-            spec = {**task_spec(draft, {**source, "involved_classes": apps, "data_version": DATA_VERSION},
-                            "deterministic"), "answer_from": draft["answer_from"]}
-            if spec["spec_id"] in seen:
-                cost.skip("duplicate")
-                continue
-            seen.add(spec["spec_id"])
-            specs.append(spec)
-    return specs, cost.as_dict()
-
-
-def _successful_calls(run: list[dict], api_docs: dict, skipped: Counter) -> list[tuple[AppWorldCall, str]]:
-    """(call, observation) of the run's valid calls, first occurrences only; excluded or unparsable ones counted."""
-    steps, made = [], set()
-    for triplet in run:
-        if not triplet.get("valid"):
-            continue
-        try:
-            call = parse_appworld_call(triplet["action"], api_docs)
-        except CallParseError:
-            skipped["unparsable_action"] += 1
-            continue
-        if not _allowed(call.name):
-            skipped["excluded_api"] += 1
-            continue
-        if call.to_source() not in made:
-            made.add(call.to_source())
-            steps.append((call, triplet["observation"]))
-    return steps
-
-
-def _drafts(steps, api_docs, config: SynthesisConfig, run_id: str, skipped: Counter) -> list[dict]:
-    drafts = []
-    for length in range(config.min_calls, min(config.max_calls, len(steps)) + 1):
-        for first in range(len(steps) - length + 1):
-            window = steps[first:first + length]
-            changes_state = any(_doc(call, api_docs)["method"] != "GET" for call, _ in window)
-            answer_from = None if changes_state else _answer_from(window[-1][1])
-            if changes_state or answer_from:
-                calls = [call for call, _ in window]
-                drafts.append({"intent": _intent(calls), "query": _query(calls, api_docs, answer_from, config),
-                               "action_sequence": [call.to_source() for call in calls],
-                               "completion_criterion": COMPLETION_CRITERION, "run_ids": [run_id],
-                               "answer_from": answer_from})
-                break
-        else:
-            skipped["no_answerable_window"] += 1
-    return drafts
-
-
-def _doc(call: AppWorldCall, api_docs: dict) -> dict:
-    return api_docs[call.app][call.api]
-
-
-def _answer_from(observation: str) -> str | None:
-    """What a read-only task asks for, from its last call's output: the count of a list, a field of an object, or
-    None when the output is neither (plain text, or cut short by the explorer)."""
-    try:
-        value = json.loads(observation)
-    except ValueError:
-        return None
-    if isinstance(value, list):
-        return ANSWER_COUNT
-    if isinstance(value, dict):
-        scalars = [k for k, v in value.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
-        key = next((k for k in ANSWER_KEYS if k in scalars), scalars[0] if scalars else None)
-        return None if key is None else ANSWER_FIELD + key
-    return None
-
-
-def _app_title(app: str) -> str:
-    return app.replace("_", " ").title()
-
-
-def _step_text(call: AppWorldCall, api_docs: dict, words: int | None) -> str:
-    """The API's own description (first sentence, or its first `words` words) and the call's literal arguments."""
-    description = _doc(call, api_docs)["description"].strip() or call.name
-    text = re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0].rstrip(".")
-    if words is not None:
-        text = " ".join(text.split()[:words])
-    if call.kwargs:
-        text += " (" + ", ".join(f"{key}: {value!r}" for key, value in call.kwargs) + ")"
-    return text + "."
-
-
-def _query(calls: list[AppWorldCall], api_docs: dict, answer_from: str | None, config: SynthesisConfig) -> str:
-    """An instruction that names every step and argument value (the agent must reproduce the calls), and what to
-    report at the end."""
-    apps = [_app_title(app) for app in dict.fromkeys(call.app for call in calls) if app not in NO_LOGIN_APPS]
-    where = (f"In my {' and '.join(apps)} account{'s' if len(apps) > 1 else ''}" if apps
-             else "Using my supervisor app")
-    steps = " ".join(f"{n}. {_step_text(call, api_docs, config.description_words)}"
-                     for n, call in enumerate(calls, 1))
-    if answer_from is None:
-        end = "Then mark the task complete."
-    elif answer_from == ANSWER_COUNT:
-        end = "Then tell me the number of items the last step returned."
-    else:
-        end = f"Then tell me the '{answer_from[len(ANSWER_FIELD):]}' of what the last step returned."
-    return f"{where}, do these steps in order: {steps} {end}"
-
-
-def _intent(calls: list[AppWorldCall]) -> str:
-    names = list(dict.fromkeys(call.name for call in calls))
-    return f"{' + '.join(names)} ({', '.join(dict.fromkeys(call.app for call in calls))})"

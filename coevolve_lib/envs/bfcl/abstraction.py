@@ -22,7 +22,8 @@ from coevolve_lib.engine.explore import split_runs
 from coevolve_lib.engine.judge import generation_config
 from coevolve_lib.engine.tasks import task_spec
 from coevolve_lib.envs.bfcl.abstraction_deterministic import abstract_deterministic
-from coevolve_lib.envs.bfcl.benchmark import docs_by_name, is_error_observation
+from coevolve_lib.envs.bfcl.benchmark import is_error_observation
+from coevolve_lib.envs.bfcl.tasks import docs_by_name
 from coevolve_lib.prompts import OBSERVATION_CHARS, clip, load_prompt
 
 OUTPUT_FORMAT = """<task>

@@ -12,7 +12,8 @@ from collections import Counter
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.safe_calls import CallParseError, parse_call
 from coevolve_lib.engine.explore import split_runs
-from coevolve_lib.envs.bfcl.benchmark import docs_by_name, is_error_observation
+from coevolve_lib.envs.bfcl.benchmark import is_error_observation
+from coevolve_lib.envs.bfcl.tasks import docs_by_name
 from coevolve_lib.envs.bfcl.validation import COMPLETION_CRITERION, replay
 
 

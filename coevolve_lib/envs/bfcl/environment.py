@@ -23,18 +23,13 @@ from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.envs.bfcl.abstraction import abstract
 from coevolve_lib.envs.bfcl.backend import CLASSES, normalize_category
-from coevolve_lib.envs.bfcl.benchmark import (
-    docs_by_name,
-    is_error_observation,
-    load_tasks,
-    restrict_classes,
-    split_tasks,
-)
+from coevolve_lib.envs.bfcl.benchmark import is_error_observation
 from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
 from coevolve_lib.envs.bfcl.evaluate import evaluate
 from coevolve_lib.envs.bfcl.explore import explore
 from coevolve_lib.envs.bfcl.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.bfcl.settings import BFCLSettings
+from coevolve_lib.envs.bfcl.tasks import docs_by_name, load_tasks, restrict_classes, split_tasks
 from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
 from coevolve_lib.envs.bfcl.validation import validate
 from coevolve_lib.envs.bfcl.warm_start import (
@@ -49,7 +44,7 @@ from coevolve_lib.envs.bfcl.warm_start import (
 log = logging.getLogger(__name__)
 
 BFCL_SPLITS = ("val", "train", "all")
-"""The splits `evaluation.split` may name (`benchmark.split_tasks`)."""
+"""The splits `evaluation.split` may name (`tasks.split_tasks`)."""
 
 
 class BFCLEnvironment(Environment):

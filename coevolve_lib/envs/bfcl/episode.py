@@ -13,7 +13,8 @@ import logging
 import time
 
 from coevolve_lib.core.models import Generation
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
+from coevolve_lib.envs.bfcl.tasks import BFCLTask
 from coevolve_lib.rollout import toolcalls
 from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig
 

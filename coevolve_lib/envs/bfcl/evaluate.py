@@ -20,9 +20,9 @@ from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import append_jsonl, config_hash, read_jsonl
 from coevolve_lib.core.results import write_result
 from coevolve_lib.envs.bfcl.backend import normalize_category
-from coevolve_lib.envs.bfcl.benchmark import load_tasks, split_tasks
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.envs.bfcl.settings import BFCLSettings
+from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
 from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
 from coevolve_lib.rollout.evaluation import EvaluationError, load_evaluated_model
 

@@ -35,7 +35,8 @@ from tqdm import tqdm
 
 from coevolve_lib.core.safe_calls import Call, CallParseError, parse_call
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask, grade, load_tasks
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, grade
+from coevolve_lib.envs.bfcl.tasks import BFCLTask, load_tasks
 
 EXTRA_CALLS = {
     "GorillaFileSystem": "mkdir(dir_name='coevolve_extra_dir')",

@@ -110,7 +110,7 @@ class BFCLSettings:
     `multi_turn_`). D_0, the rounds and the held-out sets explore base environments."""
     classes: list[str] | None = None
     """BFCL classes of the profile's world (None: all eight). The training pool, the held-out sets and the warm
-    start are built from benchmark environments restricted to these classes (`benchmark.restrict_classes`); the
+    start are built from benchmark environments restricted to these classes (`tasks.restrict_classes`); the
     BFCL val split is always evaluated as it is."""
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     """Supervised fine-tuning before RL (a kit addition; the tiny profile's policy starts from it)."""

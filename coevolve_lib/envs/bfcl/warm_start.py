@@ -40,9 +40,10 @@ from coevolve_lib.core.records import file_sha256
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.envs.bfcl.benchmark import BFCLEnv, BFCLTask
+from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
 from coevolve_lib.envs.bfcl.settings import WarmStartConfig
+from coevolve_lib.envs.bfcl.tasks import BFCLTask
 from coevolve_lib.envs.bfcl.worlds import world_tasks
 from coevolve_lib.rollout import toolcalls
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.benchmark import BFCLTask
+from coevolve_lib.envs.bfcl.tasks import BFCLTask
 
 WORLD_SPLITS = {"train": range(1_000_000), "val": range(1_000_000, 2_000_000)}
 """Seed ranges of the world splits: a world's seed says which split it belongs to."""
