@@ -14,7 +14,7 @@ from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core import paper
 from coevolve_lib.core.results import validate_result
 from coevolve_lib.engine.data_engine import EmptyPool
-from coevolve_lib.studies import report
+from coevolve_lib.studies import plots, report
 from coevolve_lib.studies.catalog import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
 SMALL = ["data_engine.d0_size=6", "environment.warm_start.enabled=false", "data_engine.max_targets=2",
@@ -156,8 +156,17 @@ def test_ablation_variants_change_only_what_they_name():
 def test_learning_curves_plot(compared, tmp_path):
     folder, _ = compared
     summaries = {v: [json.loads((d / "summary.json").read_text())] for v, d in folders(STUDY, folder).items()}
-    report.plot_learning_curves(summaries, tmp_path / "curves.png")
+    fig = plots.plot_learning_curves(summaries, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 5000
+    assert all(", n=" in ax.get_title() for ax in fig.axes[:-1])  # each panel says how many tasks it holds
+
+
+def test_the_pool_panel_steps_up_where_the_rounds_ran_not_at_the_evaluations():
+    """Issue 49: the pool panel was drawn from the evaluation points only, so a pool that grew at steps 4 and 8 of an
+    evaluation every 12 steps showed flat until 12. It is drawn from the rounds."""
+    run = {"pool_size_start": 91, "steps": 12, "eval_curve": [{"step": 0}, {"step": 12}],
+           "rounds": [{"step": 4, "pool_size_after": 150}, {"step": 8, "pool_size_after": 200}]}
+    assert list(plots.pool_curve(run).items()) == [(0, 91), (4, 150), (8, 200), (12, 200)]
 
 
 def test_bootstrap_interval_brackets_the_mean_and_keeps_pairs():

@@ -27,7 +27,8 @@ import pandas as pd
 
 from coevolve_lib import profiles
 from coevolve_lib.core.paths import FIGURES_DIR, RESULTS_DIR
-from coevolve_lib.studies.report import plot_learning_curves, study_table
+from coevolve_lib.studies.plots import plot_learning_curves
+from coevolve_lib.studies.report import study_table
 from coevolve_lib.studies.run import run_study, run_summaries
 from coevolve_lib.studies.sweep import load_sweep, sweep_study, sweep_table
 

