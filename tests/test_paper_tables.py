@@ -246,3 +246,20 @@ def test_table12_renders_when_no_variant_trained():
     assert all("no variant trained" in scale for scale in table.kit["scale"])
     assert (table.kit.loc["openai:policy (replayed: coevolve_lib/data/llm_calls/x.jsonl)",
                           "kit CoEvolve held-out (a) new tasks, pool envs %"] == "not trained (D_0 empty)")
+
+
+def test_each_study_table_says_what_this_scale_resolves_and_the_header_every_studys_seeds():
+    """Issue 49: tables.md had no verdict per table, and its header said seeds [0] where the comparison used three."""
+    import pandas as pd
+
+    KitTable, header = paper_tables.KitTable, paper_tables.header
+    column = "held-out (a): vs coevolve (points)"
+    table = KitTable(("table5",), pd.DataFrame({column: ["-", "+0.3 [-0.3, +1.0] includes 0"]},
+                                               index=pd.Index(["coevolve", "no_rare"], name="variant")))
+    assert table.verdict() == ("verdict at this scale: no row differs from coevolve beyond noise (every paired 95% "
+                               "CI includes 0)")
+    table.kit.loc["no_rare", column] = "+2.8 [+0.8, +4.7] excludes 0"
+    assert "no_rare on held-out (a) (+2.8 [+0.8, +4.7])" in table.verdict()
+    assert "verdict at this scale" in table.markdown()
+    assert KitTable(("table7",), pd.DataFrame({"kit": [1]})).verdict() is None
+    assert "(profile tiny, seeds [0]; comparison: seeds [0, 1, 2])" in header("tiny", [0], {"comparison": [0, 1, 2]}, 0)

@@ -25,7 +25,14 @@ from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, PAPER_D0_SIZES, P
 from coevolve_lib.studies.catalog import baselines as baselines_study
 from coevolve_lib.studies.catalog import explorers as explorers_study
 from coevolve_lib.studies.catalog import sensitivity as sensitivity_grid
-from coevolve_lib.studies.report import bootstrap_ci, same_policy_note, study_table
+from coevolve_lib.studies.report import (
+    bootstrap_ci,
+    paired_differences,
+    ranked_sets,
+    same_policy_note,
+    set_title,
+    study_table,
+)
 from coevolve_lib.studies.results_folder import Results, StaleResults
 from coevolve_lib.studies.run import ZERO_SHOT, Study, default_runs_dir, run_folder, variant_run
 
@@ -60,8 +67,24 @@ class KitTable:
             parts += [f"## {paper.title(table_id)}. {source['caption']}", "", "**Paper:**", "",
                       markdown_table(pd.DataFrame(source["rows"], columns=source["columns"]), index=False), ""]
         parts += ["**Kit (measured):**", "", markdown_table(self.kit), ""]
-        parts += [f"- {note}" for note in self.notes]
+        verdict = self.verdict()
+        parts += [f"- {note}" for note in ([verdict] if verdict else []) + self.notes]
         return "\n".join(parts) + "\n"
+
+    def verdict(self) -> str | None:
+        """One line of what this scale resolves, read from the table's paired-difference columns (`<set>: vs
+        <baseline> (points)`): the rows whose 95% CI excludes 0, or that none does; None for a table without them."""
+        columns = [c for c in self.kit.columns if ": vs " in str(c)]
+        if not columns:
+            return None
+        baseline = columns[0].split(": vs ")[1].removesuffix(" (points)")
+        told = [f"{variant} on {column.split(': vs ')[0]} ({cell.removesuffix(' excludes 0')})" for column in columns
+                for variant, cell in self.kit[column].items() if str(cell).endswith("excludes 0")]
+        if not told:
+            return (f"verdict at this scale: no row differs from {baseline} beyond noise (every paired 95% CI "
+                    "includes 0)")
+        return (f"verdict at this scale: differs from {baseline} beyond noise (paired 95% CI excludes 0): "
+                f"{'; '.join(told)}; every other difference is within noise")
 
 
 # ------------------------------------------------------------------------------------------------- the tables
@@ -176,6 +199,19 @@ def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study, notes
     return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN,
                                            rank_by=doc["config"].get("rank_by", "new_tasks")),
                     ["AppWorld column: " + APPWORLD, *notes])
+
+
+def coevolve_against_trained(comparison: dict | None) -> tuple[str, ...]:
+    """The paper's claim in Table 3 is CoEvolve above the other trained rows: that difference, paired by seed and task
+    on the ranked held-out set, as a note (the table's own difference columns are against zero-shot)."""
+    if comparison is None:
+        return ()
+    rank_by = comparison["config"].get("rank_by", "new_tasks")
+    ranked = set_title(ranked_sets(comparison["metrics"], rank_by)[0])
+    differences = paired_differences(comparison["metrics"], [("coevolve", "static"), ("coevolve", "random")], rank_by)
+    cells = [f"{pair} {row['points']} ({row['reading']})" for (pair, where), row in differences.iterrows()
+             if where == ranked]
+    return (f"CoEvolve against the other trained rows on {ranked} (points, paired 95% CI): {'; '.join(cells)}",)
 
 
 def table6(comparison: dict | None) -> KitTable:
@@ -366,7 +402,7 @@ def assemble(results: Results) -> list[KitTable]:
                                f"comparison's CoEvolve seed-0 run ({coevolve['config_hash']}): run notebook 06 again")
     return [
         table1(comparison, appworld), table2(comparison, appworld),
-        from_study(("table3",), comparison, COMPARISON),
+        from_study(("table3",), comparison, COMPARISON, coevolve_against_trained(comparison)),
         from_study(("table4", "table14"), sensitivity, sensitivity_study),
         from_study(("table5",), signals, STUDIES["signals"]),
         table6(comparison), table7(training, comparison), table8(comparison),
@@ -375,6 +411,15 @@ def assemble(results: Results) -> list[KitTable]:
         table12(explorer_runs),
         table13(similarity), table15(similarity),
     ]
+
+
+def header(profile: str, seeds: list[int], study_seeds: dict[str, list[int]], missing: int) -> str:
+    """tables.md's opening: the profile, the seeds of every study (those with seeds of their own named), what is
+    missing."""
+    own = "".join(f"; {study}: seeds {list(study_seeds[study])}" for study in sorted(study_seeds))
+    return (f"# The paper's tables beside the kit's (profile {profile}, seeds {list(seeds)}{own})\n\n"
+            "Written by notebooks/20_paper_tables.ipynb from the results files in this folder; every kit row names "
+            f"its scale. Missing: {missing}.")
 
 
 def write_markdown(tables: list[KitTable], path: str | Path, header: str) -> Path:
