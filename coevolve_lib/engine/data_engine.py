@@ -33,7 +33,7 @@ from coevolve_lib.engine.heldout import heldout_tasks
 from coevolve_lib.engine.pool import TaskPool, content_keys
 from coevolve_lib.engine.shards import SINGLE, Shards
 from coevolve_lib.engine.signals import SignalExtractor
-from coevolve_lib.rollout.agent import rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import rollout_phase, run_rollouts
 
 
 def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], drawn_before: list[str] = ()) -> list[dict]:
@@ -210,7 +210,7 @@ class DataEngine:
             for step in missing:
                 rng = random.Random(cfg.seed * 1000 + step)
                 chosen = rng.sample(sorted(pool_tasks), min(cfg.tasks_per_step, len(pool_tasks)))
-                rollout_cfg = rollout_config(self.config.rollout, seed=cfg.seed * 1000 + step)
+                rollout_cfg = rollout_phase(self.config.rollout, seed=cfg.seed * 1000 + step)
                 records = run_rollouts(model, self.rollout_tasks([pool_tasks[i] for i in chosen]), rollout_cfg,
                                        self.environment.new_episode, samples_per_task=cfg.samples_per_task,
                                        progress=progress)

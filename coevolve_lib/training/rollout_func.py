@@ -14,7 +14,7 @@ from coevolve_lib.core.config import RunConfig
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.runtime import announce
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
-from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutPhase, rollout_phase, run_rollouts
 
 
 def environment_reward(completions, reward, **kwargs) -> list[float]:
@@ -22,13 +22,13 @@ def environment_reward(completions, reward, **kwargs) -> list[float]:
     return [float(r) for r in reward]
 
 
-def training_rollouts(run: RunConfig) -> RolloutConfig:
+def training_rollouts(run: RunConfig) -> RolloutPhase:
     """Token-level rollouts at the rollout temperature, capped at the training's completion budget; through TRL's
     vLLM (engine `vllm`) with `training.use_vllm`."""
-    config = rollout_config(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
+    phase = rollout_phase(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
     if run.training.use_vllm:
-        config.engine = "vllm"
-    return config
+        phase.engine = "vllm"
+    return phase
 
 
 def rewards_vary(rewards: list[float]) -> bool:

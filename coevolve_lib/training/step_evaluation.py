@@ -21,7 +21,7 @@ from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.rollout.agent import rollout_config
+from coevolve_lib.rollout.agent import rollout_phase
 from coevolve_lib.rollout.evaluation import task_outcomes
 
 
@@ -64,7 +64,7 @@ class StepEvaluation:
         return result, time.perf_counter() - start
 
     def _measure(self, step: int, policy: HFChatModel, val: bool) -> dict:
-        greedy = rollout_config(self.run.rollout, temperature=0.0, token_level=True,
+        greedy = rollout_phase(self.run.rollout, temperature=0.0, token_level=True,
                                 max_completion_tokens=self.cfg.max_completion_tokens)
         result = {"step": step}
         if self.heldout:  # every set in one batch of episodes (the sets' environments differ: no id is in two)

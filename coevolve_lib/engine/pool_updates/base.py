@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.core.config import BaselinesConfig
 from coevolve_lib.core.extensions import check_class, find
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.engine.data_engine import DataEngine
@@ -55,7 +55,7 @@ class RoundInputs:
     """The period's GRPO rollouts."""
     history: Callable[[], list[dict]]
     """Every GRPO rollout recorded so far (read on demand: only the curriculum needs it)."""
-    settings: BaselineSettings
+    settings: BaselinesConfig
     reflector: Callable[[], ChatModel | None]
     """Who writes reflections (made on demand: only Reflexion needs one)."""
     seed: int
@@ -77,7 +77,7 @@ class PoolUpdate(ABC):
     abstraction and validation (`engine.shards.Shards`, the data engine's `shards`); False: the main process runs the
     round alone while the others wait."""
 
-    def start(self, engine: DataEngine, settings: BaselineSettings, max_steps: int, tasks_per_step: int) -> None:
+    def start(self, engine: DataEngine, settings: BaselinesConfig, max_steps: int, tasks_per_step: int) -> None:
         """Before the first GRPO step (D_0 built)."""
 
     @abstractmethod

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.core.config import BaselinesConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls
 from coevolve_lib.engine.data_engine import DataEngine
@@ -67,7 +67,7 @@ def trajectory_triplets(target: ExplorationTarget, explore_config=None, model=No
     return None, triplets, Cost().as_dict()
 
 
-def rest_round(engine: DataEngine, round_index: int, rollouts: list[dict], settings: BaselineSettings,
+def rest_round(engine: DataEngine, round_index: int, rollouts: list[dict], settings: BaselinesConfig,
                progress: bool = True) -> dict:
     """One ReST round over the window's rollouts: filter, abstract, validate, grow the pool (version round_index).
     The kept rollout ids are frozen in `targets.json` before anything else, so a resumed round finishes them."""

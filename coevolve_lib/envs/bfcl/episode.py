@@ -16,7 +16,7 @@ from coevolve_lib.core.models import Generation
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.tasks import BFCLTask
 from coevolve_lib.rollout import toolcalls
-from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig
+from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutPhase
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def added_functions_message(tool_format: str, new_docs: list[dict]) -> str:
 class Episode(Conversation):
     """One rollout of one BFCL task: the conversation, the environment, and the record being built."""
 
-    def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutConfig):
+    def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutPhase):
         super().__init__(config)
         self.task, self.sample_index, self.tool_format = task, sample_index, tool_format
         self.env = BFCLEnv(task, max_state_chars=config.budget.max_state_chars)
