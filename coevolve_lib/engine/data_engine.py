@@ -149,7 +149,7 @@ class DataEngine:
                               max_targets=self.config.max_targets, seed=self.config.explore.seed,
                               excluded=self._excluded,
                               max_observation_chars=self.config.rollout.budget.max_observation_chars,
-                              environment=f"environment {self.environment.name}",
+                              environment_name=f"environment {self.environment.name}",
                               deadline_s=self.config.round_deadline_s)
 
     def initial_pool(self, progress: bool = True) -> dict:
@@ -191,7 +191,7 @@ class DataEngine:
         return heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
                              getattr(cfg.heldout, name), env.target, env.round_steps(), progress=progress,
                              max_observation_chars=cfg.rollout.budget.max_observation_chars,
-                             environment=f"environment {env.name}")
+                             environment_name=f"environment {env.name}")
 
     def heldout_sets(self) -> dict[str, tuple[str, list[dict]]]:
         """Every held-out set the profile has (size > 0): name -> (key, tasks)."""

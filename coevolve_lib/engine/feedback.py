@@ -62,7 +62,7 @@ class FeedbackConfig:
     max_observation_chars: int | None = None
     """Longest observation a triplet keeps (the episodes' `rollout.budget.max_observation_chars`); a longer one is cut
     and counted (`skipped["observation_cap"]` in the stage's cost). None: kept whole."""
-    environment: str = "the environment"
+    environment_name: str = "the environment"
     """Who runs the round steps, for the line a fault of theirs logs (`environment <name>`)."""
     deadline_s: float | None = None
     """Most seconds this process spends on a round (`data_engine.round_deadline_s`): a unit of work (a target, a
@@ -217,7 +217,7 @@ class _Round:
         still stops the run) or that the deadline reached first is logged and recorded as `skipped(unit, reason,
         text, cost)`, the cost counting the skip under `reason`, so a resumed round does not retry it."""
         file, noun = _STAGES[stage]
-        environment = self.config.environment
+        environment_name = self.config.environment_name
 
         def skip(unit: object, reason: str, text: str) -> dict:
             cost = Cost()
@@ -234,14 +234,14 @@ class _Round:
             except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this unit is
                 # skipped and counted, the round goes on)
                 text = f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
-                log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key,
-                            text)
+                log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment_name, stage,
+                            key, text)
                 return skip(unit, "environment_error", text)
             return done(unit, result)
 
         def late(item: tuple[str, object]) -> dict:
             text = f"not started: the round's {self.config.deadline_s:g} s had passed (data_engine.round_deadline_s)"
-            log.warning("%s: %s of %s skipped: %s", environment, noun, item[0], text)
+            log.warning("%s: %s of %s skipped: %s", environment_name, noun, item[0], text)
             return skip(item[1], "round_deadline", text)
 
         return _stage(self.shards, self.dir, file, [(key, (key, unit)) for key, unit in units], key_field, work, late,
@@ -366,8 +366,8 @@ class _Round:
         rejections = +rejections  # no zero counts
         if rejections["heldout_leak"]:  # refused, but worth a line: an explorer that ignores its seed finds test tasks
             log.warning("%s: round %d validated %d task(s) that are held-out tasks; refused (heldout_leak). An "
-                        "explorer that ignores its seed re-draws the held-out sets' tasks", self.config.environment,
-                        self.index, rejections["heldout_leak"])
+                        "explorer that ignores its seed re-draws the held-out sets' tasks",
+                        self.config.environment_name, self.index, rejections["heldout_leak"])
         accepted = sum(v["accepted"] for v in verdicts)
         report = {
             "round": self.index,
