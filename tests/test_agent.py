@@ -177,7 +177,7 @@ def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_pa
 
     pool = TaskPool(tmp_path / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, tmp_path / "d0", FeedbackConfig(),
-                       BFCL.target, BFCL.round_steps(),
+                       BFCL.target, BFCL.round_stages(),
                        size=3, progress=False)
     tasks = [pool_task_to_bfcl(t) for t in pool.tasks]
     model = ScriptedTokenModel(tasks)

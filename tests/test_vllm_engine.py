@@ -125,7 +125,7 @@ def pool_tasks(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pool")
     pool = TaskPool(folder / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, folder / "d0", FeedbackConfig(),
-                       BFCL.target, BFCL.round_steps(),
+                       BFCL.target, BFCL.round_stages(),
                        size=3, progress=False)
     return [pool_task_to_bfcl(t) for t in pool.tasks]
 

@@ -1,6 +1,6 @@
 """The data engine of one run folder, stage by stage, each stage cached on disk so that notebooks (and a killed
 run) pick up where the last one stopped. It knows its benchmark only through the `Environment` seam
-(`core.environment`): the environment gives the sources, the round steps, the episodes and the metric.
+(`core.environment`): the environment gives the sources, the round stages, the episodes and the metric.
 
     D_0 (unguided exploration of the environment's `pool` sources, benchmark *train* environments)  ->  pool version 0
     policy (the profile's model; the tiny profile starts from a supervised warm start, a kit addition)
@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from coevolve_lib.core.config import DataEngineConfig, RunError
-from coevolve_lib.core.environment import ContractError, Environment, RoundSteps, make_environment
+from coevolve_lib.core.environment import ContractError, Environment, RoundStages, make_environment
 from coevolve_lib.core.llm_calls import explorer_model, record_path
 from coevolve_lib.core.model_specs import load_chat_model, local_model
 from coevolve_lib.core.models import ChatModel
@@ -128,9 +128,9 @@ class DataEngine:
                                 "(each source needs an id of its own)")
         return sources
 
-    def round_steps(self) -> RoundSteps:
+    def round_stages(self) -> RoundStages:
         """How this engine's rounds explore, abstract and validate (the environment's)."""
-        return self.environment.round_steps()
+        return self.environment.round_stages()
 
     def rollout_tasks(self, tasks: list[dict]) -> list:
         """Pool tasks as `run_rollouts` takes them, with `self.environment.new_episode`."""
@@ -157,7 +157,7 @@ class DataEngine:
         nothing after it could run (an LLM explorer whose endpoint never answered, or that wrote no valid call)."""
         round_dir = self.run_dir / "round_000"
         report = synthesize_initial(self.sources("pool"), self.pool, round_dir, self.feedback_config(),
-                                    self.environment.target, self.round_steps(), size=self.config.d0_size,
+                                    self.environment.target, self.round_stages(), size=self.config.d0_size,
                                     model=self.explorer_model, progress=progress, shards=self.shards)
         if not self.pool.tasks:
             skipped = report["cost"]["explore"]["skipped"]
@@ -189,7 +189,7 @@ class DataEngine:
         env, cfg = self.environment, self.config
         sources = self.sources("pool" if name == "new_tasks" else "unseen")
         return heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
-                             getattr(cfg.heldout, name), env.target, env.round_steps(), progress=progress,
+                             getattr(cfg.heldout, name), env.target, env.round_stages(), progress=progress,
                              max_observation_chars=cfg.rollout.budget.max_observation_chars,
                              environment_name=f"environment {env.name}")
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 
 from coevolve_lib.core.config import ExploreConfig, HeldoutSetConfig, RunError, SynthesisConfig
-from coevolve_lib.core.environment import RoundSteps
+from coevolve_lib.core.environment import RoundStages
 from coevolve_lib.core.paths import CACHE_DIR, LIBRARY_DATA
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
@@ -62,11 +62,11 @@ def ids_digest(task_ids: list[str]) -> str:
 
 
 def heldout_tasks(name: str, sources: list, environment_identity: dict, explore: ExploreConfig,
-                  synthesis: SynthesisConfig, heldout: HeldoutSetConfig, target: Callable, steps: RoundSteps,
+                  synthesis: SynthesisConfig, heldout: HeldoutSetConfig, target: Callable, stages: RoundStages,
                   progress: bool = False, max_observation_chars: int | None = None,
                   environment_name: str = "the environment") -> tuple[str, list[dict]]:
     """(key, tasks) of the held-out set `name`, explored from the `sources` environments (each with an `id`) through
-    the environment's `target` and round `steps`: built once (seconds) and cached; checked against the committed
+    the environment's `target` and round `stages`: built once (seconds) and cached; checked against the committed
     ids. `environment_identity`: the environment's part of the key (`Environment.heldout_identity`);
     `max_observation_chars`: the triplets' observation budget (`FeedbackConfig`); `environment_name`: who the log
     lines name. A build whose environment faulted (a step that raised) is used by this command but never cached as the
@@ -83,7 +83,7 @@ def heldout_tasks(name: str, sources: list, environment_identity: dict, explore:
                                   synthesis=synthesis, max_observation_chars=max_observation_chars,
                                   environment_name=environment_name)
         report = synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided,
-                                    target, steps, size=heldout.size, progress=progress)
+                                    target, stages, size=heldout.size, progress=progress)
         faults = sum(report["cost"][stage]["skipped"].get("environment_error", 0) for stage in report["cost"]) \
             + report["rejection_reasons"].get("environment_error", 0)
         if faults:  # a set that would differ once the environment works: not the set, not cached

@@ -4,7 +4,7 @@ the round folder and report every round writes.
 So that the tables compare like with like, every variant keeps the same D_0, policy, GRPO steps, tasks per step, K
 rollouts per task and reward; it has a round every F steps where CoEvolve has its feedback round, reading only what
 the loop already recorded (the steps' rollouts), never extra rollouts; at most `data_engine.max_targets` source
-trajectories per round; new tasks only through the environment's validation by execution (`RoundSteps.validate`, the
+trajectories per round; new tasks only through the environment's validation by execution (`RoundStages.validate`, the
 same duplicate check) into the append-only pool as version t, used from the step after the round. Each round writes
 `round_NNN/report.json` (plus its own files) and its counts reach metrics.jsonl (`feedback/*`) and summary.json
 (`rounds`).
@@ -45,7 +45,7 @@ class RoundInputs:
     """What a pool update reads at the end of a feedback period (only what the loop already recorded)."""
 
     engine: DataEngine
-    """The run's data engine (its pool, environment, round steps)."""
+    """The run's data engine (its pool, environment, round stages)."""
     round_index: int
     step: int
     max_steps: int

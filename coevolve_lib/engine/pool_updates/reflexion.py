@@ -148,7 +148,7 @@ def reflexion_round(engine: DataEngine, round_index: int, rollouts: list[dict], 
                                           "reflection": clean_reflection(generation.text, settings.reflexion_chars),
                                           "error": generation.error}
             append_jsonl(round_dir / "reflections.jsonl", done[record["rollout_id"]])
-    validate = engine.round_steps().validate
+    validate = engine.round_stages().validate
     known = set(engine.pool.ids)
     excluded = engine.feedback_config().excluded
     verdicts, accepted, rejections = [], [], Counter()

@@ -56,7 +56,7 @@ def rest_marker(record: dict) -> dict:
 
 
 def trajectory_triplets(target: ExplorationTarget, explore_config=None, model=None) -> tuple[None, list[dict], dict]:
-    """ReST's stand-in for exploration (`RoundSteps.explore`): the policy's own executed calls and
+    """ReST's stand-in for exploration (`RoundStages.explore`): the policy's own executed calls and
     observations, as the triplets of one run."""
     record, marker = target.trajectory, target.signal
     triplets = [{"schema": TRIPLET_SCHEMA, "run_id": marker["signal_id"], "step": index, "action": call,
@@ -83,7 +83,7 @@ def rest_round(engine: DataEngine, round_index: int, rollouts: list[dict], setti
               "filtered_tasks": len({r["task_id"] for r in passed}), "trajectories_used": len(records),
               "threshold": settings.rest_threshold}
     return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(),
-                          replace(engine.round_steps(), explore=trajectory_triplets), engine.explorer_model,
+                          replace(engine.round_stages(), explore=trajectory_triplets), engine.explorer_model,
                           progress=progress, report_extra={"baseline": "rest", "counts": counts},
                           shards=engine.shards)
 

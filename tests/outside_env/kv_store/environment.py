@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.environment import Environment, RoundSteps
+from coevolve_lib.core.environment import Environment, RoundStages
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.core.results import write_result
 from coevolve_lib.core.safe_calls import CallParseError, parse_call
@@ -177,8 +177,8 @@ class KeyValueStore(Environment):
     def target(self, source):
         return ExplorationTarget(source.id, self, "kv", {"store": source.store}, ["KV"], "A key-value store.")
 
-    def round_steps(self):
-        return RoundSteps(explore=lambda target, config, model: explore_target(target, config, model, RandomCalls()),
+    def round_stages(self):
+        return RoundStages(explore=lambda target, config, model: explore_target(target, config, model, RandomCalls()),
                           abstract=abstract, validate=validate)
 
     def tool_docs(self, target):
