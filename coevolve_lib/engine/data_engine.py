@@ -198,24 +198,25 @@ class DataEngine:
         return {name: self.heldout(name) for name in self.config.heldout.sets()}
 
     def probe_rollouts(self, progress: bool = True) -> list[dict]:
-        """K rollouts per sampled pool task for each probe step; each finished step is one file, written atomically."""
+        """K rollouts per sampled pool task for each probe batch; each finished batch is one file (`probe/batch_NNN`),
+        written atomically. A batch's records carry its index as their `step` (what the signals read)."""
         cfg = self.config.probe
-        def step_path(step: int) -> Path:
-            return self.run_dir / "probe" / f"step_{step:03d}.json"
+        def batch_path(batch: int) -> Path:
+            return self.run_dir / "probe" / f"batch_{batch:03d}.json"
 
-        missing = [step for step in range(cfg.batches) if not step_path(step).exists()]
+        missing = [batch for batch in range(cfg.batches) if not batch_path(batch).exists()]
         if missing:
             model = load_chat_model(self.policy())
             pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-            for step in missing:
-                rng = random.Random(cfg.seed * 1000 + step)
+            for batch in missing:
+                rng = random.Random(cfg.seed * 1000 + batch)
                 chosen = rng.sample(sorted(pool_tasks), min(cfg.tasks_per_step, len(pool_tasks)))
-                rollout_cfg = rollout_phase(self.config.rollout, seed=cfg.seed * 1000 + step)
-                records = run_rollouts(model, self.rollout_tasks([pool_tasks[i] for i in chosen]), rollout_cfg,
+                phase = rollout_phase(self.config.rollout, seed=cfg.seed * 1000 + batch)
+                records = run_rollouts(model, self.rollout_tasks([pool_tasks[i] for i in chosen]), phase,
                                        self.environment.new_episode, samples_per_task=cfg.samples_per_task,
                                        progress=progress)
-                write_json_atomic(step_path(step), stamp_rollouts(records, step, [pool_tasks[i] for i in chosen]))
-        return [r for step in range(cfg.batches) for r in read_json(step_path(step))]
+                write_json_atomic(batch_path(batch), stamp_rollouts(records, batch, [pool_tasks[i] for i in chosen]))
+        return [r for batch in range(cfg.batches) for r in read_json(batch_path(batch))]
 
     def signals(self, rollouts: list[dict]) -> list[dict]:
         """Signal records of the rollouts, step by step (the extractor's windows run across steps)."""
