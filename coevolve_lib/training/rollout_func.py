@@ -50,8 +50,9 @@ class PoolRollouts:
     """TRL's `rollout_func`: draws the step's tasks from the pool, runs K episodes of each with the policy, and hands
     TRL the groups it trains on (all of them, or with `training.draw_factor` > 1 the `select_groups` share)."""
 
-    def __init__(self, engine: DataEngine, run: RunConfig, process_index: int = 0, progress: bool = False):
-        self.engine, self.pool, self.cfg, self.process_index = engine, engine.pool, run.training, process_index
+    def __init__(self, data_engine: DataEngine, run: RunConfig, process_index: int = 0, progress: bool = False):
+        self.data_engine, self.pool, self.cfg = data_engine, data_engine.pool, run.training
+        self.process_index = process_index
         self.progress = progress
         self.rollout = training_rollouts(run)
         self.allowed_version = 0
@@ -91,14 +92,14 @@ class PoolRollouts:
                                          gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
                                          ) as model:
             policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
-            records = run_rollouts(policy, self.engine.rollout_tasks(tasks), self.rollout,
-                                   self.engine.environment.new_episode, samples_per_task=self.cfg.group_size,
+            records = run_rollouts(policy, self.data_engine.rollout_tasks(tasks), self.rollout,
+                                   self.data_engine.environment.new_episode, samples_per_task=self.cfg.group_size,
                                    progress=False, trainer=trainer)
         self.seconds += time.perf_counter() - start
         k = self.cfg.group_size
         # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read): the
         # environment's reward the profile names (`Environment.rewards`).
-        reward = self.engine.environment.rewards[self.cfg.reward]
+        reward = self.data_engine.environment.rewards[self.cfg.reward]
         for record, task in zip(records, (t for t in tasks for _ in range(k))):
             record["reward"] = float(reward(record, task))
             record["model_tokens"] = sum(record["completion_mask"])

@@ -15,6 +15,7 @@ during validation, and never evaluated or executed as Python.
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ def _report(round_index: int, pool, **fields) -> dict:
 class RoundInputs:
     """What a pool update reads at the end of a feedback period (only what the loop already recorded)."""
 
-    engine: DataEngine
+    data_engine: DataEngine
     """The run's data engine (its pool, environment, round stages)."""
     round_index: int
     step: int
@@ -62,6 +63,14 @@ class RoundInputs:
     """The training seed."""
     tasks_per_step: int
     progress: bool = True
+
+    @property
+    def engine(self) -> DataEngine:
+        """`data_engine`, by its name before the rename, for pool updates written then (deprecated alias: removed in
+        the next release)."""
+        warnings.warn("RoundInputs.engine is deprecated: read RoundInputs.data_engine", DeprecationWarning,
+                      stacklevel=2)
+        return self.data_engine
 
 
 class PoolUpdate(ABC):

@@ -106,7 +106,7 @@ class Curriculum(PoolUpdate):
         curriculum_round(engine, 0, 0, [], max_steps, settings, tasks_per_step)  # by reference length
 
     def round(self, inputs: RoundInputs) -> dict:  # the success rates of every step so far, not only the window's
-        return curriculum_round(inputs.engine, inputs.round_index, inputs.step, inputs.history(), inputs.max_steps,
+        return curriculum_round(inputs.data_engine, inputs.round_index, inputs.step, inputs.history(), inputs.max_steps,
                                 inputs.settings, minimum=inputs.tasks_per_step)
 
     def admitted(self, run_dir, round_index):

@@ -88,7 +88,7 @@ class SignalGuided(PoolUpdate):
     sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
-        return signal_round(inputs.engine, inputs.round_index, inputs.signals, inputs.rollouts,
+        return signal_round(inputs.data_engine, inputs.round_index, inputs.signals, inputs.rollouts,
                             progress=inputs.progress)
 
 
@@ -100,4 +100,4 @@ class RandomExploration(PoolUpdate):
     sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
-        return random_round(inputs.engine, inputs.round_index, progress=inputs.progress, seed=inputs.seed)
+        return random_round(inputs.data_engine, inputs.round_index, progress=inputs.progress, seed=inputs.seed)

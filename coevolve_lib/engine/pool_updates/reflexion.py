@@ -190,5 +190,5 @@ class Reflexion(PoolUpdate):
     name = "reflexion"
 
     def round(self, inputs: RoundInputs) -> dict:
-        return reflexion_round(inputs.engine, inputs.round_index, inputs.rollouts, inputs.settings,
+        return reflexion_round(inputs.data_engine, inputs.round_index, inputs.rollouts, inputs.settings,
                                inputs.reflector(), progress=inputs.progress)

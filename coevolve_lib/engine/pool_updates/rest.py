@@ -96,4 +96,5 @@ class ReST(PoolUpdate):
     sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
-        return rest_round(inputs.engine, inputs.round_index, inputs.rollouts, inputs.settings, progress=inputs.progress)
+        return rest_round(inputs.data_engine, inputs.round_index, inputs.rollouts, inputs.settings,
+                          progress=inputs.progress)
