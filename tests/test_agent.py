@@ -242,3 +242,15 @@ def test_an_episode_budget_ends_the_episode_as_a_failure_that_names_it(budget, r
     assert sum(map(len, observations)) <= config.budget.max_episode_observation_chars
     kept = 2 * (sum(len(s["raw"]) for s in record["steps"]) + sum(map(len, observations)))  # messages and steps
     assert kept <= config.budget.max_record_chars
+
+
+def test_a_phase_holds_the_rollout_section_and_reads_it_through():
+    """A `RolloutPhase` holds the profile's section (no copies); an episode written when the phase copied its fields
+    (`config.max_steps_per_episode`) still reads them."""
+    section = RolloutConfig(batch_size=3, tool_docs="none", engine="kv_cache")
+    phase = RolloutPhase(section, token_level=True)
+    assert phase.settings is section and phase.engine == "kv_cache"
+    assert (phase.batch_size, phase.tool_docs, phase.budget) == (3, "none", section.budget)
+    assert RolloutPhase(section, engine="vllm").engine == "vllm" and section.engine == "kv_cache"
+    with pytest.raises(AttributeError):
+        phase.temperature  # the section's sampling goes through `generation`, not the phase

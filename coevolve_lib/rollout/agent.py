@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 
 from tqdm.auto import tqdm
 
-from coevolve_lib.core.config import EpisodeBudget, RolloutConfig
+from coevolve_lib.core.config import RolloutConfig
 from coevolve_lib.core.environment import ContractError
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.results import type_names
@@ -74,11 +74,16 @@ def rollout_problem(record, token_level: bool) -> str | None:
     return None
 
 
+SECTION_FIELDS = ("tool_format", "tool_docs", "max_steps_per_turn", "max_steps_per_episode", "batch_size", "budget")
+"""The rollout section's fields that episodes read (`config.settings.<field>`); a `RolloutPhase` reads them through
+for episodes written when it held copies of them."""
+
+
 @dataclass
 class RolloutPhase:
     """One rollout phase (training, an evaluation, a probe, a held-out check): the profile's rollout section it runs
-    with, and what the phase sets itself (sampling, token-level mode, completion cap, rollout engine). The section's
-    values are read through it (`tool_format`, `tool_docs`, the step caps, `batch_size`, `budget`), never copied."""
+    with (`settings`), and what the phase sets itself (sampling, token-level mode, completion cap, rollout engine):
+    the section's values are read from it (`phase.settings.budget`), never copied."""
 
     settings: RolloutConfig = field(default_factory=RolloutConfig)
     """The profile's rollout section (`core.config.RolloutConfig`): tool format and docs, step caps, batch size,
@@ -99,51 +104,32 @@ class RolloutPhase:
         if self.engine is None:
             self.engine = self.settings.engine
 
-    @property
-    def tool_format(self) -> str:
-        """The section's `tool_format`."""
-        return self.settings.tool_format
-
-    @property
-    def tool_docs(self) -> str:
-        """The section's `tool_docs`."""
-        return self.settings.tool_docs
-
-    @property
-    def max_steps_per_turn(self) -> int:
-        """The section's `max_steps_per_turn`."""
-        return self.settings.max_steps_per_turn
-
-    @property
-    def max_steps_per_episode(self) -> int:
-        """The section's `max_steps_per_episode`."""
-        return self.settings.max_steps_per_episode
-
-    @property
-    def batch_size(self) -> int:
-        """The section's `batch_size`: live episodes whose model calls are batched together."""
-        return self.settings.batch_size
-
-    @property
-    def budget(self) -> EpisodeBudget:
-        """The section's `budget` (`core.config.EpisodeBudget`); `Conversation` enforces it."""
-        return self.settings.budget
+    def __getattr__(self, name: str):
+        """The section's `SECTION_FIELDS` read through the phase (`phase.budget` is `phase.settings.budget`), for
+        episodes written when the phase held copies of them (an outside environment's `config.max_steps_per_episode`);
+        the kit reads `phase.settings`."""
+        if name in SECTION_FIELDS:
+            return getattr(self.settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def recorded(self) -> dict:
         """The phase as results record and hash it (an evaluation's `rollout_config` and `config_hash`, a training
         plan's `rollout`): one flat mapping, in the layout these hashes were first taken of."""
-        return {"tool_format": self.tool_format, "tool_docs": self.tool_docs,
-                "max_steps_per_turn": self.max_steps_per_turn, "max_steps_per_episode": self.max_steps_per_episode,
-                "batch_size": self.batch_size, "generation": asdict(self.generation), "token_level": self.token_level,
+        section = self.settings
+        return {"tool_format": section.tool_format, "tool_docs": section.tool_docs,
+                "max_steps_per_turn": section.max_steps_per_turn,
+                "max_steps_per_episode": section.max_steps_per_episode, "batch_size": section.batch_size,
+                "generation": asdict(self.generation), "token_level": self.token_level,
                 "max_completion_tokens": self.max_completion_tokens, "engine": self.engine,
-                "budget": asdict(self.budget)}
+                "budget": asdict(section.budget)}
 
     def resolved_tool_format(self, model: ChatModel) -> str:
-        if self.tool_format == "auto":
+        tool_format = self.settings.tool_format
+        if tool_format == "auto":
             return "native" if model.native_tools else "prompt"
-        if self.tool_format not in toolcalls.TOOL_FORMATS:
-            raise ValueError(f"tool_format must be auto or one of {toolcalls.TOOL_FORMATS}, not {self.tool_format!r}")
-        return self.tool_format
+        if tool_format not in toolcalls.TOOL_FORMATS:
+            raise ValueError(f"tool_format must be auto or one of {toolcalls.TOOL_FORMATS}, not {tool_format!r}")
+        return tool_format
 
 
 def rollout_phase(settings: RolloutConfig, temperature: float | None = None, seed: int = 0,
@@ -222,13 +208,14 @@ class Conversation:
         An endpoint's `structured` tool calls count with the text (`structured_chars`): they are part of the reply,
         and the record keeps them too."""
         extra = structured_chars(structured)
-        [text] = self._fit([text], self.config.budget.max_reply_chars - extra, "reply_cap")  # room < 0 ends it too
+        room = self.config.settings.budget.max_reply_chars - extra
+        [text] = self._fit([text], room, "reply_cap")  # room < 0 ends it too
         return self._recorded([text], extra)[0]
 
     def admit_calls(self, count: int) -> bool:
         """Whether the `count` calls (rejected attempts included) of one reply may run; if not, the episode ends
         (`step_call_cap` or `episode_call_cap`) and none of them runs."""
-        budget = self.config.budget
+        budget = self.config.settings.budget
         if count > budget.max_calls_per_step:
             self._end("step_call_cap")
         elif self.calls + count > budget.max_calls_per_episode:
@@ -242,7 +229,7 @@ class Conversation:
         """The observations as the episode keeps them: each cut at `max_observation_chars` (`observation_cap`), all
         of them at what the episode's `max_episode_observation_chars` (`episode_observation_cap`) and its record
         have left; a cut one ends the episode after this reply."""
-        budget = self.config.budget
+        budget = self.config.settings.budget
         kept = [self._fit([text], budget.max_observation_chars, "observation_cap")[0] for text in observations]
         kept = self._fit(kept, budget.max_episode_observation_chars - self.observation_chars,
                          "episode_observation_cap")
@@ -255,7 +242,7 @@ class Conversation:
         left; if not, the episode ends (`record_cap`) and none of them runs. Counted in JSON characters: escaping
         can make a call's source several times longer than the reply that asked for it."""
         size = RECORDED_CALL_COPIES * sum(json_chars(source) for source in sources)
-        if self.record_chars + size > self.config.budget.max_record_chars:
+        if self.record_chars + size > self.config.settings.budget.max_record_chars:
             self._end("record_cap")
             return False
         self.record_chars += size
@@ -265,7 +252,7 @@ class Conversation:
         """`texts` (and `extra` characters kept beside them: structured calls) cut to what `max_record_chars` has
         left, and counted as the record's JSON writes them (`json_chars`): it keeps each text twice (in its messages
         and its steps)."""
-        room = (self.config.budget.max_record_chars - self.record_chars) // 2 - extra
+        room = (self.config.settings.budget.max_record_chars - self.record_chars) // 2 - extra
         kept, size = [], extra
         for text in texts:
             fitting = json_prefix(text, max(room, 0))
@@ -408,7 +395,7 @@ def run_rollouts(
     """Roll out every task `samples_per_task` times; returns the records in input order (task by task, sample by
     sample).
 
-    At most `phase.batch_size` episodes are live at once; each waits for its reply from the rollout engine
+    At most `phase.settings.batch_size` episodes are live at once; each waits for its reply from the rollout engine
     (`phase.engine`, see `rollout.engines`), runs it, and asks again, so an episode never waits for another's
     tool calls. `on_record` sees each record as soon as its episode ends (e.g. to append it to a JSONL file), so an
     interrupted run keeps every finished episode. `trainer`: the GRPO trainer, for the `vllm` engine.
@@ -437,7 +424,7 @@ def run_rollouts(
     try:
         with tqdm(total=len(queue), desc=f"rollouts {model.name}", unit="episode", disable=not progress) as bar:
             while queue or live:
-                while queue and len(live) < phase.batch_size:
+                while queue and len(live) < phase.settings.batch_size:
                     position, (task, index) = queue.popleft()
                     live[position] = (_new_episode(new_episode, source, task, index, tool_format, phase), task,
                                       index)

@@ -107,11 +107,11 @@ class AppWorldEpisode(Conversation):
         super().__init__(config)
         self.task, self.sample_index, self.split = task, sample_index, split
         self.server, self._release, self.retries = server, release, retries
-        execution_timeout_s = min(env_config.execution_timeout_s, config.budget.max_execution_seconds)
-        self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.max_steps_per_episode,
-                                                     max_output_chars=config.budget.max_observation_chars,
+        execution_timeout_s = min(env_config.execution_timeout_s, config.settings.budget.max_execution_seconds)
+        self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.settings.max_steps_per_episode,
+                                                     max_output_chars=config.settings.budget.max_observation_chars,
                                                      execution_timeout_s=execution_timeout_s))
-        self.prompt = [{"role": "system", "content": system_prompt(config.max_steps_per_episode, apis)},
+        self.prompt = [{"role": "system", "content": system_prompt(config.settings.max_steps_per_episode, apis)},
                        {"role": "user", "content": user_prompt(task)}]
         self.messages = list(self.prompt)
         self.steps: list[dict] = []
@@ -390,10 +390,11 @@ class AppWorldEpisodes:
     def __call__(self, task: AppWorldTask, sample_index: int, tool_format: str | None = None,
                  config: RolloutPhase | None = None) -> AppWorldEpisode:
         """A new episode (`run_rollouts`' `new_episode`); `tool_format` is ignored: actions are code blocks. The
-        system prompt lists every app's API names (read once from a server) unless `config.tool_docs` is `none`."""
+        system prompt lists every app's API names (read once from a server) unless `config.settings.tool_docs` is
+        `none`."""
         config = config or RolloutPhase()
         server = self._acquire()
-        listed = config.tool_docs != "none"
+        listed = config.settings.tool_docs != "none"
         if listed and self.apis is None:
             try:
                 if server.process is None:

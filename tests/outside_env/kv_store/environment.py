@@ -136,7 +136,7 @@ class StoreEpisode(Conversation):
             return
         reply = toolcalls.parse_reply(self.tool_format, generation.text, generation.tool_calls)
         self.messages.append(toolcalls.assistant_message(self.tool_format, generation.text, reply))
-        if reply.is_answer or len(self.steps) >= self.config.max_steps_per_episode:
+        if reply.is_answer or len(self.steps) >= self.config.settings.max_steps_per_episode:
             self.terminated = "completed" if reply.is_answer else "episode_step_cap"
             return
         observations = self.kept_observations([execute(self.store, call.to_source())[0] for call in reply.calls])
