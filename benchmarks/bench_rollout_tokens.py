@@ -37,11 +37,12 @@ import statistics
 import tempfile
 import time
 
+from coevolve_lib.core.config import RolloutConfig
 from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.models import GenerationConfig, generation_attention
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.rollout.engines import ENGINES, sample_tokens
 
 
@@ -73,8 +74,9 @@ def generation_config(args) -> GenerationConfig:
 
 
 def run_engine(model, tasks, args, engine: str) -> tuple[list[dict], float]:
-    config = RolloutConfig(token_level=True, tool_docs=args.tool_docs, batch_size=args.batch, engine=engine,
-                           generation=generation_config(args), max_completion_tokens=args.max_completion_tokens)
+    config = RolloutPhase(RolloutConfig(tool_docs=args.tool_docs, batch_size=args.batch), token_level=True,
+                          engine=engine, generation=generation_config(args),
+                          max_completion_tokens=args.max_completion_tokens)
     start = time.perf_counter()
     records = run_rollouts(model, tasks, config, samples_per_task=args.samples, progress=False, new_episode=Episode)
     return records, time.perf_counter() - start

@@ -93,18 +93,19 @@ def one(args) -> dict:
                                             do_sample=False, pad_token_id=policy.tokenizer.pad_token_id)
             tokens = (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
     else:
+        from coevolve_lib.core.config import RolloutConfig
         from coevolve_lib.engine.data_engine import DataEngine
         from coevolve_lib.envs.bfcl.episode import Episode, pool_task_to_bfcl
         from coevolve_lib.profiles import data_engine_config
-        from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+        from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
         engine = DataEngine(data_engine_config("tiny"), args.scratch, "bfcl")
         engine.initial_pool(progress=False)
         tasks = [pool_task_to_bfcl(t) for t in engine.pool.tasks[:args.tasks]]
         engine.close()
-        config = RolloutConfig(token_level=True, tool_docs="compact", engine="vllm" if llm is not None else "kv_cache",
-                               batch_size=len(tasks) * args.samples,
-                               generation=GenerationConfig(max_new_tokens=args.new_tokens, temperature=0.9, seed=0))
+        config = RolloutPhase(RolloutConfig(tool_docs="compact", batch_size=len(tasks) * args.samples),
+                              token_level=True, engine="vllm" if llm is not None else "kv_cache",
+                              generation=GenerationConfig(max_new_tokens=args.new_tokens, temperature=0.9, seed=0))
         trainer = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1),
                                   vllm_generation=LLMGeneration(llm, args.new_tokens)) if llm is not None else None
         start = time.perf_counter()

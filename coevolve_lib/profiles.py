@@ -28,7 +28,7 @@ from coevolve_lib.core.config import (
     ConfigError,
     DataEngineConfig,
     EvalConfig,
-    RolloutSettings,
+    RolloutConfig,
     RunConfig,
     TrainConfig,
     quoted,
@@ -256,7 +256,7 @@ def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
 def run_config(profile: str = "tiny", overrides: dict | list[str] | None = None) -> RunConfig:
     """The full, validated config of a profile with overrides (a nested mapping or `a.b=c` strings)."""
     raw = _sections(profile, overrides)
-    rollout = _build("rollout", RolloutSettings, raw.get("rollout") or {})
+    rollout = _build("rollout", RolloutConfig, raw.get("rollout") or {})
     environment = raw.get("environment") or {}  # validated by the benchmark's own Settings (check_registered)
     common = {"model": raw["model"], "profile": profile, "rollout": rollout, "environment": environment}
     sections = {"evaluation": _build("evaluation", EvalConfig, {**common, **(raw.get("evaluation") or {})}),

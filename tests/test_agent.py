@@ -7,6 +7,7 @@ import pytest
 from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
+from coevolve_lib.core.config import RolloutConfig
 from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.openai_model import OpenAIChatModel
@@ -15,7 +16,7 @@ from coevolve_lib.core.user_yaml import parse_overrides
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.profiles import run_config
-from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, rollout_phase, run_rollouts
 
 
 class ScriptedModel(ChatModel):
@@ -59,8 +60,8 @@ def test_ground_truth_policy_succeeds_and_records_everything(native):
     tasks = _keyword_only_tasks(6)
     model = ScriptedModel(tasks, native_tools=native)
     seen = []
-    records = run_rollouts(model, tasks, RolloutConfig(batch_size=4), on_record=seen.append, progress=False,
-                           new_episode=Episode)
+    records = run_rollouts(model, tasks, RolloutPhase(RolloutConfig(batch_size=4)), on_record=seen.append,
+                           progress=False, new_episode=Episode)
     assert len(records) == len(seen) == 6
     assert all(r["success"] and r["score"] == 1.0 and r["terminated"] == "completed" for r in records), \
         [(r["task_id"], r["error_type"], r["error_message"]) for r in records if not r["success"]]
@@ -73,7 +74,7 @@ def test_ground_truth_policy_succeeds_and_records_everything(native):
 
 def test_a_missed_turn_fails_with_the_official_error_type():
     tasks = [t for t in _keyword_only_tasks(6) if len(t.turns) > 1][:2]
-    records = run_rollouts(ScriptedModel(tasks, wrong_turn=1), tasks, RolloutConfig(), progress=False,
+    records = run_rollouts(ScriptedModel(tasks, wrong_turn=1), tasks, RolloutPhase(), progress=False,
                            new_episode=Episode)
     assert [r["success"] for r in records] == [False, False]
     assert {r["error_type"] for r in records} == {"multi_turn:empty_turn_model_response"}
@@ -81,7 +82,7 @@ def test_a_missed_turn_fails_with_the_official_error_type():
 
 def test_samples_per_task_gives_independent_episodes():
     tasks = _keyword_only_tasks(2)
-    records = run_rollouts(ScriptedModel(tasks), tasks, RolloutConfig(), samples_per_task=3, progress=False,
+    records = run_rollouts(ScriptedModel(tasks), tasks, RolloutPhase(), samples_per_task=3, progress=False,
                            new_episode=Episode)
     assert sorted((r["task_id"], r["sample_index"]) for r in records) == sorted(
         (t.id, i) for t in tasks for i in range(3))
@@ -90,7 +91,7 @@ def test_samples_per_task_gives_independent_episodes():
 
 def test_real_tiny_model_runs_the_loop():
     tasks = load_tasks("v3", "base")[:3]
-    cfg = RolloutConfig(tool_docs="compact", generation=GenerationConfig(max_new_tokens=16))
+    cfg = RolloutPhase(RolloutConfig(tool_docs="compact"), generation=GenerationConfig(max_new_tokens=16))
     records = run_rollouts(load_chat_model("tiny"), tasks, cfg, progress=False, new_episode=Episode)
     assert len(records) == 3
     for record in records:
@@ -105,7 +106,8 @@ def test_endpoint_tool_calls_and_step_cap_through_the_real_server():
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
     with ChatServer(tiny, faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=10, backoff_s=0.01)
-        [record] = run_rollouts(model, [task], RolloutConfig(max_steps_per_turn=3), progress=False, new_episode=Episode)
+        [record] = run_rollouts(model, [task], RolloutPhase(RolloutConfig(max_steps_per_turn=3)), progress=False,
+                                new_episode=Episode)
     assert record["terminated"] == "turn_step_cap" and record["success"] is False
     assert record["error_type"] == "agent:turn_step_cap"
     assert [s["calls"] for s in record["steps"]] == [["ls()"]] * 3
@@ -118,7 +120,7 @@ def test_endpoint_failure_ends_the_episode_as_a_counted_model_error():
     task = load_tasks("v3", "base")[0]
     with ChatServer(tiny, faults=FaultConfig(always="500")) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=5, backoff_s=0.01, max_retries=1)
-        [record] = run_rollouts(model, [task], RolloutConfig(), progress=False, new_episode=Episode)
+        [record] = run_rollouts(model, [task], RolloutPhase(), progress=False, new_episode=Episode)
     assert record["terminated"] == "model_error" and record["error_message"] and not record["success"]
 
 
@@ -136,7 +138,7 @@ class OneReplyModel(ChatModel):
 def test_hallucinated_functions_are_recorded_with_their_error_and_never_run():
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
     [record] = run_rollouts(OneReplyModel("[teleport(to='x'), ls(), cd(folder=__import__('os'))]"), [task],
-                            RolloutConfig(), progress=False, new_episode=Episode)
+                            RolloutPhase(), progress=False, new_episode=Episode)
     [step] = record["steps"]
     assert step["calls"] == ["teleport(to='x')", "ls()"]  # decoded calls, as BFCL's runner records them
     assert (step["observations"][0].startswith("Error during execution")
@@ -175,11 +177,12 @@ def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_pa
 
     pool = TaskPool(tmp_path / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, tmp_path / "d0", FeedbackConfig(),
-                       BFCL.target, BFCL.round_steps(),
+                       BFCL.target, BFCL.round_stages(),
                        size=3, progress=False)
     tasks = [pool_task_to_bfcl(t) for t in pool.tasks]
     model = ScriptedTokenModel(tasks)
-    records = run_rollouts(model, tasks, RolloutConfig(tool_docs="none", token_level=True), samples_per_task=2,
+    records = run_rollouts(model, tasks, RolloutPhase(RolloutConfig(tool_docs="none"), token_level=True),
+                           samples_per_task=2,
                            progress=False, new_episode=Episode)
     assert [r["task_id"] for r in records] == [t.id for t in tasks for _ in range(2)]  # input order
     tokenizer = model.tokenizer
@@ -197,8 +200,8 @@ def test_token_level_episodes_keep_generated_ids_and_mask_the_environment(tmp_pa
 def test_token_level_caps_the_completion_length_and_fails_the_episode():
     tasks = load_tasks("v3", "base")[:1]
     model = load_chat_model("tiny")
-    cfg = RolloutConfig(tool_docs="none", token_level=True, max_completion_tokens=20,
-                        generation=GenerationConfig(max_new_tokens=16, temperature=1.0, seed=0))
+    cfg = RolloutPhase(RolloutConfig(tool_docs="none"), token_level=True, max_completion_tokens=20,
+                       generation=GenerationConfig(max_new_tokens=16, temperature=1.0, seed=0))
     [record] = run_rollouts(model, tasks, cfg, progress=False, new_episode=Episode)
     assert len(record["completion_ids"]) <= 20 and not record["success"]
     assert record["terminated"] in ("completion_cap", "completed")
@@ -226,7 +229,7 @@ def test_an_episode_budget_ends_the_episode_as_a_failure_that_names_it(budget, r
     """Each budget of `rollout.budget`, set by a profile override: the episode ends as a failure with the budget's
     name, without running the reply that passed a call budget, and the text it keeps is within the budget."""
     [(field, value)] = budget.items()
-    config = rollout_config(run_config("tiny", parse_overrides([f"rollout.budget.{field}={value}"])).rollout)
+    config = rollout_phase(run_config("tiny", parse_overrides([f"rollout.budget.{field}={value}"])).rollout)
     assert getattr(config.budget, field) == value
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
     [record] = run_rollouts(RepeatModel(reply), [task], config, progress=False, new_episode=Episode)
@@ -239,3 +242,15 @@ def test_an_episode_budget_ends_the_episode_as_a_failure_that_names_it(budget, r
     assert sum(map(len, observations)) <= config.budget.max_episode_observation_chars
     kept = 2 * (sum(len(s["raw"]) for s in record["steps"]) + sum(map(len, observations)))  # messages and steps
     assert kept <= config.budget.max_record_chars
+
+
+def test_a_phase_holds_the_rollout_section_and_reads_it_through():
+    """A `RolloutPhase` holds the profile's section (no copies); an episode written when the phase copied its fields
+    (`config.max_steps_per_episode`) still reads them."""
+    section = RolloutConfig(batch_size=3, tool_docs="none", engine="kv_cache")
+    phase = RolloutPhase(section, token_level=True)
+    assert phase.settings is section and phase.engine == "kv_cache"
+    assert (phase.batch_size, phase.tool_docs, phase.budget) == (3, "none", section.budget)
+    assert RolloutPhase(section, engine="vllm").engine == "vllm" and section.engine == "kv_cache"
+    with pytest.raises(AttributeError):
+        phase.temperature  # the section's sampling goes through `generation`, not the phase

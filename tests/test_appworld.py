@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import CodeModel
 
-from coevolve_lib.core.config import EpisodeBudget
+from coevolve_lib.core.config import EpisodeBudget, RolloutConfig
 from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.models import GenerationConfig
 from coevolve_lib.core.records import config_hash, read_jsonl
@@ -43,7 +43,7 @@ from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
 from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.server import AppWorldNotInstalledError, appworld_python
 from coevolve_lib.envs.appworld.synthetic import SYNTHETIC_SPLIT
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -305,7 +305,7 @@ def test_a_server_that_never_answers_gives_environment_error_records(tmp_path):
         for n in (1, 2)]
     model = CodeModel(tasks, {task.task_id: [_block("print(1)")] for task in tasks})
     factory = AppWorldEpisodes(tmp_path, split="dev", servers=[DeadServer()])
-    records = run_rollouts(model, tasks, RolloutConfig(batch_size=1, tool_docs="none"), progress=False,
+    records = run_rollouts(model, tasks, RolloutPhase(RolloutConfig(batch_size=1, tool_docs="none")), progress=False,
                            new_episode=factory)
     assert [r["task_id"] for r in records] == ["t_1", "t_2"] and model.calls == 2
     for record in records:
@@ -337,7 +337,7 @@ def _check_record(record, split=SYNTHETIC_SPLIT):
 def test_the_solutions_model_solves_every_synthetic_task(world, episodes, tmp_path):
     tasks = load_tasks(SYNTHETIC_SPLIT, world.root)
     model = CodeModel(tasks, {task_id: [_block(code)] for task_id, code in world.solutions.items()})
-    result = evaluate_appworld(model, SYNTHETIC_SPLIT, world.root, RolloutConfig(batch_size=2),
+    result = evaluate_appworld(model, SYNTHETIC_SPLIT, world.root, RolloutPhase(RolloutConfig(batch_size=2)),
                                out=tmp_path / "appworld.json", episodes=episodes)
     rows = {row["metric"]: row for row in result["metrics"]}
     assert (rows["tgc"]["value"], rows["tgc"]["n"], rows["sgc"]["value"], rows["sgc"]["n"]) == (100.0, 5, 100.0, 2)
@@ -360,7 +360,8 @@ def test_wrong_and_codeless_replies_fail_and_count_format_errors(world, episodes
     replies = {task.task_id: [no_op] for task in tasks}
     replies["synask_1"] = ["I would look up the note now."]  # never a code block
     replies["synask_2"] = [_block('apis.supervisor.complete_task(answer="7")')]
-    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutConfig(max_steps_per_episode=3, batch_size=2),
+    records = run_rollouts(CodeModel(tasks, replies), tasks,
+                           RolloutPhase(RolloutConfig(max_steps_per_episode=3, batch_size=2)),
                            progress=False, new_episode=episodes)
     assert len(records) == 5 and not any(r["success"] or r["environment_error"] for r in records)
     assert tgc(records) == 0.0 < 1 and sgc(records) == 0.0
@@ -386,7 +387,7 @@ def test_code_that_makes_the_episode_raise_is_an_environment_error_left_out_of_t
 
     monkeypatch.setattr(AppWorldEnv, "step", step)
     replies = {task.task_id: [_block(world.solutions[task.task_id])] for task in tasks}
-    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutConfig(batch_size=2), progress=False,
+    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutPhase(RolloutConfig(batch_size=2)), progress=False,
                            new_episode=episodes)
     broken, whole = records
     assert broken["terminated"] == "environment_error" and broken["environment_error"]
@@ -401,7 +402,7 @@ def test_appworld_episodes_keep_to_the_episode_budget(world, episodes):
     replies = {tasks[0].task_id: [_block("print('x')" + " " * 500)], tasks[1].task_id: [_block("print('y' * 5000)")],
                tasks[2].task_id: [_block("print(1)")]}
     budget = EpisodeBudget(max_reply_chars=400, max_observation_chars=1000, max_calls_per_episode=2)
-    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutConfig(batch_size=2, budget=budget),
+    records = run_rollouts(CodeModel(tasks, replies), tasks, RolloutPhase(RolloutConfig(batch_size=2, budget=budget)),
                            progress=False, new_episode=episodes)
     ends = {r["task_id"]: (r["terminated"], len(r["steps"])) for r in records}
     assert ends == {tasks[0].task_id: ("reply_cap", 0), tasks[1].task_id: ("observation_cap", 1),
@@ -421,7 +422,7 @@ def test_code_that_runs_on_ends_the_episode_at_the_execution_budget(world, episo
     budget = EpisodeBudget(max_execution_seconds=1)
     start = time.monotonic()
     records = run_rollouts(CodeModel(tasks, replies), tasks,
-                           RolloutConfig(batch_size=1, max_steps_per_episode=2, budget=budget),
+                           RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=2, budget=budget)),
                            progress=False, new_episode=episodes)
     assert time.monotonic() - start < 20
     ends = {r["task_id"]: (r["terminated"], len(r["steps"])) for r in records}
@@ -445,8 +446,8 @@ def test_a_huge_output_is_read_no_further_than_the_observation_budget(world, ser
 @pytest.mark.parametrize("token_level", [False, True])
 def test_the_tiny_model_runs_appworld_episodes(world, episodes, token_level):
     tasks = load_tasks(SYNTHETIC_SPLIT, world.root)[:2]
-    config = RolloutConfig(max_steps_per_episode=2, batch_size=2, token_level=token_level,
-                           generation=GenerationConfig(max_new_tokens=12))
+    config = RolloutPhase(RolloutConfig(max_steps_per_episode=2, batch_size=2), token_level=token_level,
+                          generation=GenerationConfig(max_new_tokens=12))
     records = run_rollouts(load_chat_model("tiny"), tasks, config, progress=False, new_episode=episodes)
     assert [r["task_id"] for r in records] == [t.task_id for t in tasks]
     for record in records:
@@ -480,7 +481,8 @@ def test_a_server_killed_mid_episode_is_retried_or_an_environment_error(world, s
     model = CodeModel(tasks, replies, before_reply=fail_before_second_reply)
     restarts = server.restarts
     with AppWorldEpisodes(world.root, split=SYNTHETIC_SPLIT, servers=[server]) as episodes:
-        records = run_rollouts(model, tasks, RolloutConfig(batch_size=1), progress=False, new_episode=episodes)
+        records = run_rollouts(model, tasks, RolloutPhase(RolloutConfig(batch_size=1)), progress=False,
+                               new_episode=episodes)
     retried, failed, clean = records
     assert [r["task_id"] for r in records] == ["synnote_1", "synnote_2", "synask_1"]
     assert retried["success"] and retried["attempts"] == 2 and not retried["environment_error"]

@@ -9,6 +9,7 @@ import pytest
 from helpers import CodeModel, EveryFailure  # noqa: F401 (registers the every_failure signal)
 
 from coevolve_lib.__main__ import main as cli
+from coevolve_lib.core.config import RolloutConfig
 from coevolve_lib.core.models import Generation
 from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import read_jsonl
@@ -19,7 +20,7 @@ from coevolve_lib.engine.signals import SignalExtractor
 from coevolve_lib.envs.appworld.calls import solution_code
 from coevolve_lib.envs.appworld.environment import AppWorldEnvironment, appworld_source_root
 from coevolve_lib.profiles import run_config
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.training.loop import train
 
 SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4",
@@ -80,7 +81,7 @@ def test_signals_and_contexts_read_real_appworld_rollouts(engine):
     give_up = "```python\napis.supervisor.complete_task()\n```"
     env_tasks = engine.rollout_tasks(tasks)
     model = HalfSolving(env_tasks, {t["task_id"]: [solve[t["task_id"]], give_up] for t in tasks})
-    records = run_rollouts(model, env_tasks, RolloutConfig(batch_size=2, max_steps_per_episode=3),
+    records = run_rollouts(model, env_tasks, RolloutPhase(RolloutConfig(batch_size=2, max_steps_per_episode=3)),
                            samples_per_task=2, progress=False, new_episode=engine.environment.new_episode)
     assert [r["success"] for r in records] == [True, False, True, False]
     assert records[0]["steps"][0]["calls"][:2] == ["supervisor.show_account_passwords", "supervisor.show_profile"]

@@ -10,13 +10,13 @@ import psutil
 import pytest
 from helpers import CodeModel, children_alive_after_kill
 
-from coevolve_lib.core.config import EpisodeBudget
+from coevolve_lib.core.config import EpisodeBudget, RolloutConfig
 from coevolve_lib.core.sandbox import SandboxConfig, process_footprint
 from coevolve_lib.envs.appworld import benchmark
 from coevolve_lib.envs.appworld.benchmark import load_tasks, measured_records, sgc, tgc
 from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
 from coevolve_lib.envs.appworld.server import AppWorldServerConfig
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
 SPLIT = "synthetic"
 SYS = ("sys = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
@@ -58,8 +58,8 @@ def test_model_code_cannot_reach_the_host_and_its_faults_are_the_policys(world, 
     attacks = _attacks(tmp_path)
     names = dict(zip([task.task_id for task in tasks], attacks))
     replies = {task_id: [_block(attacks[name]), _block("print('after')")] for task_id, name in names.items()}
-    config = RolloutConfig(batch_size=1, max_steps_per_episode=2, tool_docs="none",
-                           budget=EpisodeBudget(max_execution_seconds=2))
+    config = RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=2, tool_docs="none",
+                                        budget=EpisodeBudget(max_execution_seconds=2)))
     records = run_rollouts(CodeModel(tasks, replies), tasks, config, progress=False, new_episode=episodes)
     ends = {names[r["task_id"]]: (r["terminated"], r["error_type"]) for r in records}
     assert ends == {"spawn": ("left_running", "agent:left_running"), "system": ("left_running", "agent:left_running"),
@@ -82,8 +82,8 @@ def test_a_memory_grab_stops_at_the_limit_and_the_next_episode_gets_a_fresh_serv
     tasks = load_tasks(SPLIT, world.root)[:2]
     grab = _block("chunks = []\nwhile True:\n    chunks.append(bytearray(100_000_000))")
     replies = {tasks[0].task_id: [grab, _block("print(len(chunks))")], tasks[1].task_id: [_block("print('next')")]}
-    config = RolloutConfig(batch_size=1, max_steps_per_episode=2, tool_docs="none",
-                           budget=EpisodeBudget(max_execution_seconds=10))
+    config = RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=2, tool_docs="none",
+                                        budget=EpisodeBudget(max_execution_seconds=10)))
     model = CodeModel(tasks, replies)
     grabbed = run_rollouts(model, tasks[:1], config, progress=False, new_episode=episodes)[0]
     limit = SandboxConfig().limits.address_space_mb
@@ -106,7 +106,7 @@ def test_positive_control_the_escape_reaches_the_host_without_the_sandbox(world,
     config = AppWorldServerConfig(root=world.root, sandbox=SandboxConfig(mode="none"))
     with AppWorldEpisodes(world.root, split=SPLIT, server_config=config) as episodes:
         record, = run_rollouts(CodeModel([task], {task.task_id: [escape]}), [task],
-                               RolloutConfig(batch_size=1, max_steps_per_episode=1, tool_docs="none"),
+                               RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=1, tool_docs="none")),
                                progress=False, new_episode=episodes)
     assert record["steps"][0]["output"] == "0\n" and (tmp_path / "pwned").exists()
 
@@ -127,7 +127,7 @@ def test_a_server_that_exits_between_replies_is_the_environments(world, episodes
 
     look = _block("print(len(apis.supervisor.show_account_passwords()))")
     model = CodeModel([task], {task.task_id: [look, _block(world.solutions[task.task_id])]}, before_reply=kill_once)
-    record, = run_rollouts(model, [task], RolloutConfig(batch_size=1, tool_docs="none"), progress=False,
+    record, = run_rollouts(model, [task], RolloutPhase(RolloutConfig(batch_size=1, tool_docs="none")), progress=False,
                            new_episode=episodes)
     assert killed and record["success"] and record["attempts"] == 2 and record["code_fault"] is None
     assert [f["kind"] for f in record["environment_faults"]] == ["down"]

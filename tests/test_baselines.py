@@ -9,7 +9,7 @@ import pytest
 from helpers import BFCL, small_run
 
 import coevolve_lib.training.loop as train_lib
-from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.core.config import BaselinesConfig
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.contexts import ExplorationTarget
@@ -161,7 +161,7 @@ def test_configs_reject_a_policy_reflector_over_processes_and_an_explorer_reflec
         run_config("tiny", ["training.pool_updates=reflexion", "training.baselines.reflexion_reflector=explorer"])
     with pytest.raises(ConfigError, match="rest_threshold"):
         run_config("tiny", ["training.baselines.rest_threshold=0"])
-    assert run_config("tiny", ["training.pool_updates=curriculum"]).training.baselines == BaselineSettings()
+    assert run_config("tiny", ["training.pool_updates=curriculum"]).training.baselines == BaselinesConfig()
 
 
 # ---------------------------------------------------------------------------------------------- real 2-step runs
@@ -247,7 +247,7 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
     records = [executed("1/x/0", list(source["reference_actions"]), 1.0),  # the reference itself: a duplicate
                executed("1/x/1", other, 1.0),  # the policy's own different solution: a new task
                executed("1/x/2", ["pwd()", "mkdir(dir_name='too_low')", "ls()"], 0.0)]  # under the threshold
-    report = rest.rest_round(engine, 1, records, BaselineSettings(), progress=False)
+    report = rest.rest_round(engine, 1, records, BaselinesConfig(), progress=False)
     assert report["targets"] == 2 and report["rejection_reasons"] == {"duplicate": 1} and report["added_to_pool"] == 1
     assert report["counts"] == {"window_rollouts": 3, "filtered_rollouts": 2, "filtered_tasks": 1,
                                 "trajectories_used": 2, "threshold": 1.0}
@@ -255,7 +255,7 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
     assert new["reference_actions"] == other and new["provenance"]["runs"] == ["rest/1/x/1"]
     assert new["provenance"]["origin_task"] == source["task_id"] and new["provenance"]["signal_type"] == "rest"
     assert new["initial_config"] == source["initial_config"] and "rest_made_dir" in new["query"]
-    again = rest.rest_round(engine, 1, [], BaselineSettings(), progress=False)  # a finished round is read back
+    again = rest.rest_round(engine, 1, [], BaselinesConfig(), progress=False)  # a finished round is read back
     assert again == json.loads((out / "round_001" / "report.json").read_text()) and len(engine.pool) == 9
 
 

@@ -3,13 +3,15 @@ of the outside package `tests/outside_env/kv_store` (its command-line path: `tes
 in-process under a name of this file's, runs D_0, a signal-guided round, two GRPO steps and an evaluation through
 `core.environment.Environment` alone. No file of the library names it."""
 
+import inspect
 import json
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import EveryFailure  # noqa: F401 (registers the every_failure signal: a random policy fails everything)
 
-from coevolve_lib.core.environment import ENVIRONMENTS, register
+from coevolve_lib.core.environment import ENVIRONMENTS, Environment, RoundStages, RoundSteps, register
 from coevolve_lib.core.results import validate_result
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.profiles import run_config
@@ -69,3 +71,14 @@ def test_the_recipe_states_every_method_of_the_seam():
     public = {name for name in vars(Environment) if not name.startswith("_")}
     assert public <= named, sorted(public - named)
     assert all(":" in row for row in rows), [row for row in rows if ":" not in row]  # each says what it gets
+
+
+def test_an_environment_written_before_round_stages_keeps_working():
+    """`round_steps` and `RoundSteps` (the names before `round_stages` and `RoundStages`) still work for one release,
+    with a DeprecationWarning."""
+    methods = {name: getattr(KeyValueStore, name) for name in Environment.__abstractmethods__ - {"round_stages"}}
+    stages = RoundSteps(explore=print, abstract=print, validate=print)
+    with pytest.warns(DeprecationWarning, match="round_stages"):
+        old = type("OldStore", (Environment,), {**methods, "name": "old-kv", "round_steps": lambda self: stages})
+    assert RoundSteps is RoundStages and not inspect.isabstract(old)
+    assert old.round_stages(None) is stages

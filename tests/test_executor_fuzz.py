@@ -16,7 +16,7 @@ import mpmath
 import pytest
 
 from coevolve_lib.core import openai_model
-from coevolve_lib.core.config import BUDGET_REASONS
+from coevolve_lib.core.config import BUDGET_REASONS, RolloutConfig
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.records import append_jsonl, read_jsonl
 from coevolve_lib.core.safe_calls import Call, parse_call_list
@@ -25,7 +25,7 @@ from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.envs.bfcl.tasks import load_tasks
 from coevolve_lib.rollout import toolcalls
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
 N_GENERATED = 3000
 SENTINEL = f"/tmp/coevolve_fuzz_pwned_{os.getpid()}"
@@ -278,7 +278,7 @@ def test_hostile_class_is_an_error_not_an_exception_or_a_stall(case, env, math_t
         assert valid_calls_allowed or not reply.calls, (case, text[:100])
 
     # The same replies inside real episodes, then recorded and read back: the episode goes on, the record is written.
-    episodes = {fmt: Episode(math_task, 0, fmt, RolloutConfig()) for fmt in ("native", "prompt")}
+    episodes = {fmt: Episode(math_task, 0, fmt, RolloutPhase()) for fmt in ("native", "prompt")}
     generations = [("native", Generation(text, structured, 1, 1, 0.0, "stop")) for text, structured in native_replies]
     generations += [("prompt", Generation(text, None, 1, 1, 0.0, "stop")) for text in prompt_replies]
     for fmt, generation in generations:
@@ -341,7 +341,7 @@ def test_rollout_batch_survives_any_model_output(native, tmp_path):
         replies = [(text, None) for case in small for text in _prompt_replies(case, rng) + _prompt_calls(case, rng)]
     tasks = [t for t in load_tasks("v3", "base") if "MathAPI" in t.involved_classes][:3]
     path = tmp_path / "rollouts.jsonl"
-    records = run_rollouts(HostileModel(replies, native), tasks, RolloutConfig(batch_size=3),
+    records = run_rollouts(HostileModel(replies, native), tasks, RolloutPhase(RolloutConfig(batch_size=3)),
                            on_record=lambda record: append_jsonl(path, record), progress=False, new_episode=Episode)
     assert len(records) == len(read_jsonl(path)) == 3
     ends = ("completed", "turn_step_cap", "episode_step_cap", *BUDGET_REASONS)

@@ -28,7 +28,7 @@ def train_tasks():
 def test_d0_yields_validated_multistep_tasks_that_the_checker_can_grade(tmp_path, train_tasks):
     pool = TaskPool(tmp_path / "pool.jsonl")
     report = synthesize_initial(train_tasks[:40], pool, tmp_path / "round_000", FeedbackConfig(), BFCL.target,
-                                BFCL.round_steps(), size=30,
+                                BFCL.round_stages(), size=30,
                                 progress=False)
     assert report["added_to_pool"] == len(pool) == 30 and pool.version == 0
     assert report["signal_types"] == {"unguided": 40} and report["specs"] >= 30
@@ -64,13 +64,13 @@ def _signal_round_inputs(pool):
 def test_signal_round_grows_the_pool_with_provenance(tmp_path, train_tasks):
     pool = TaskPool(tmp_path / "pool.jsonl")
     synthesize_initial(train_tasks[:20], pool, tmp_path / "round_000", FeedbackConfig(), BFCL.target,
-                       BFCL.round_steps(), size=10, progress=False)
+                       BFCL.round_stages(), size=10, progress=False)
     signals, rollouts = _signal_round_inputs(pool)
     pairs = select_targets(signals, rollouts, max_targets=6)
     assert sorted(s["type"] for s, _ in pairs) == ["boundary"] * 2 + ["forgetting"] * 2 + ["rare"] * 2
     targets = [ExplorationTarget.from_pool_task(next(t for t in pool.tasks if t["task_id"] == s["task_id"]), BFCL, s, r)
                for s, r in pairs]
-    report = feedback_round(1, tmp_path / "round_001", targets, pool, FeedbackConfig(), BFCL.round_steps(),
+    report = feedback_round(1, tmp_path / "round_001", targets, pool, FeedbackConfig(), BFCL.round_stages(),
                             progress=False)
     new = [t for t in pool.tasks if t["pool_version"] == 1]
     assert report["added_to_pool"] == len(new) > 0 and pool.version == 1
@@ -92,11 +92,11 @@ def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, mo
     targets = [BFCL.target(t) for t in train_tasks[:12]]
     reference_pool = TaskPool(tmp_path / "ref" / "pool.jsonl")
     reference = feedback_round(0, tmp_path / "ref" / "round_000", targets, reference_pool, FeedbackConfig(),
-                               BFCL.round_steps(), progress=False)
+                               BFCL.round_stages(), progress=False)
 
     pool_path = tmp_path / "killed" / "pool.jsonl"
     calls = {"n": 0}
-    real = {"explore": BFCL.round_steps().explore, "validate": BFCL.round_steps().validate}
+    real = {"explore": BFCL.round_stages().explore, "validate": BFCL.round_stages().validate}
 
     def dying(*args, **kwargs):
         calls["n"] += 1
@@ -104,7 +104,7 @@ def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, mo
             raise Killed
         return real[stage](*args, **kwargs)
 
-    steps = BFCL.round_steps()
+    steps = BFCL.round_stages()
     if stage == "commit":  # dies after the pool was written, before the report
         monkeypatch.setattr(feedback, "write_json_atomic", lambda *a, **k: (_ for _ in ()).throw(Killed()))
     else:
@@ -115,7 +115,7 @@ def test_a_killed_round_resumes_without_losing_or_duplicating_tasks(tmp_path, mo
     monkeypatch.undo()
 
     pool = TaskPool(pool_path)
-    report = feedback_round(0, tmp_path / "killed" / "round_000", targets, pool, FeedbackConfig(), BFCL.round_steps(),
+    report = feedback_round(0, tmp_path / "killed" / "round_000", targets, pool, FeedbackConfig(), BFCL.round_stages(),
                             progress=False)
     assert [t["task_id"] for t in pool.tasks] == [t["task_id"] for t in reference_pool.tasks]
     assert len(pool.ids) == len(pool.tasks)  # no duplicates
@@ -142,7 +142,7 @@ def test_llm_mode_round_survives_faults_on_the_real_loopback_server(tmp_path, tr
     with ChatServer(load_chat_model("tiny"), faults=faults) as server:
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=1.0, backoff_s=0.01, max_retries=3)
         target = replace(BFCL.target(task), signal=signal, trajectory=trajectory)
-        report = feedback_round(1, tmp_path / "round_001", [target], pool, config, BFCL.round_steps(), model,
+        report = feedback_round(1, tmp_path / "round_001", [target], pool, config, BFCL.round_stages(), model,
                                 progress=False)
         requests = server.num_requests
     # 4 faults: 3 absorbed by the client's retries (its budget), the 4th exhausts it: a counted, skipped context
@@ -171,13 +171,13 @@ def test_a_round_past_its_deadline_cuts_the_call_in_flight_and_skips_the_rest(tm
         model = OpenAIChatModel("tiny", base_url=server.base_url, timeout=60, backoff_s=0.01, deadline_s=600)
         start = time.perf_counter()
         report = feedback_round(1, tmp_path / "round_001", [BFCL.target(task) for task in tasks], pool, config,
-                                BFCL.round_steps(), model, progress=False)
+                                BFCL.round_stages(), model, progress=False)
         seconds = time.perf_counter() - start
     assert seconds < 8, seconds  # the call in flight cut at 2 s, not its 600 s deadline or the server's 20 s
     assert report["cost"]["explore"]["skipped"]["round_deadline"] == 2 and report["accepted"] == 0
     explorations = [line for line in (tmp_path / "round_001" / "explorations.jsonl").read_text().splitlines()]
     assert sum("data_engine.round_deadline_s" in line for line in explorations) == 2
-    assert feedback_round(1, tmp_path / "round_001", [], pool, config, BFCL.round_steps(), model,
+    assert feedback_round(1, tmp_path / "round_001", [], pool, config, BFCL.round_stages(), model,
                           progress=False) == report
 
 
@@ -185,7 +185,7 @@ def test_a_spec_drafted_twice_is_validated_once_and_added(tmp_path, train_tasks)
     """Issue 47: verdicts were keyed by spec id, so a round that drafted the same spec from two groups replaced the
     first draft's acceptance with the second's `duplicate` and added nothing (specs 2, accepted 0, added 0), and its
     counts did not add up. Each spec is now validated once; its repeat is a duplicate beside the acceptance."""
-    steps = BFCL.round_steps()
+    steps = BFCL.round_stages()
     first = {}
 
     def same_specs(group_key, triplets, source, synthesis, model):  # every group drafts the first group's specs

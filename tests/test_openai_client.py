@@ -144,14 +144,15 @@ def test_every_tool_message_answers_a_real_call_id_of_a_strict_endpoint(tiny, re
     """Issue 28: OpenAI's API answers 400 to a tool message whose tool_call_id is no call of the assistant turn;
     the kit's messages carry each structured call's own id, and the error for a call it refused in text (never a
     call) goes as a user message, so a whole BFCL episode runs against a strict endpoint without a model error."""
+    from coevolve_lib.core.config import RolloutConfig
     from coevolve_lib.envs.bfcl.episode import Episode
     from coevolve_lib.envs.bfcl.tasks import load_tasks
-    from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+    from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
     task = load_tasks("v3", "base")[0]
     with ChatServer(tiny, faults=FaultConfig(scripted_reply=reply), strict=True) as server:
         model = client(server, timeout=10, max_retries=0)
-        config = RolloutConfig(tool_docs="compact", max_steps_per_episode=3, generation=SHORT)
+        config = RolloutPhase(RolloutConfig(tool_docs="compact", max_steps_per_episode=3), generation=SHORT)
         [record] = run_rollouts(model, [task], config, lambda t, i, tool_format, config: Episode(t, i, tool_format,
                                                                                               config), progress=False)
     assert record["terminated"] == "episode_step_cap", record["error_message"]  # not "model_error" (a 400)

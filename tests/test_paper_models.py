@@ -14,7 +14,7 @@ from coevolve_lib.core.models import Generation, HFChatModel
 from coevolve_lib.core.paper_models import PAPER_MODELS, parameter_count
 from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.envs.bfcl.standins import SETUP_STANDINS, build_standin
-from coevolve_lib.rollout.agent import Conversation, RolloutConfig
+from coevolve_lib.rollout.agent import Conversation, RolloutPhase
 
 BACKBONES = list(PAPER_MODELS.values())
 
@@ -82,7 +82,7 @@ def test_a_reply_ending_in_endoftext_is_a_finished_turn(standin):
     at the length limit, and the next turn gets no extra <|im_end|> in front of the tool results."""
     model, chat = standin
     assert chat.stop_ids == model.stop_ids == [151643, 151645]
-    episode = Conversation(RolloutConfig(token_level=True))
+    episode = Conversation(RolloutPhase(token_level=True))
     episode.messages = [{"role": "user", "content": "list"}]
     episode.next_prompt_ids(chat)
     reply = chat.tokenizer('<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>')["input_ids"] + [151643]

@@ -112,7 +112,7 @@ def recorded_round(model_name: str, base_url: str, folder) -> tuple[dict, OpenAI
     [target] = boundary_targets(1)
     model = OpenAIChatModel(model_name, base_url=base_url, timeout=60.0)
     report = feedback_round(1, folder / "round_001", [target], TaskPool(folder / "pool.jsonl"), ROUND,
-                            BFCL.round_steps(), RecordedChatModel(model_name, folder / "llm_calls.jsonl", model),
+                            BFCL.round_stages(), RecordedChatModel(model_name, folder / "llm_calls.jsonl", model),
                             progress=False)
     return report, model
 
@@ -123,7 +123,7 @@ def check_replayed_round(model_name: str, folder, report: dict) -> None:
     [target] = boundary_targets(1)
     replay_dir = folder / "replay"
     again = feedback_round(1, replay_dir / "round_001", [target], TaskPool(replay_dir / "pool.jsonl"), ROUND,
-                           BFCL.round_steps(), RecordedChatModel(model_name, folder / "llm_calls.jsonl"),
+                           BFCL.round_stages(), RecordedChatModel(model_name, folder / "llm_calls.jsonl"),
                            progress=False)
     assert again == report
     assert differing_files(folder, replay_dir, ("round_001/timings.json", "llm_calls.jsonl", "replay")) == []
@@ -178,7 +178,7 @@ def test_a_server_killed_mid_round_costs_counted_errors_and_the_recorded_rerun_a
     def run_round(base_url: str):
         live = OpenAIChatModel(str(POLICY), base_url=base_url, timeout=30.0, max_retries=1, backoff_s=0.05)
         report = feedback_round(1, tmp_path / "round_001", targets, TaskPool(tmp_path / "pool.jsonl"), config,
-                                BFCL.round_steps(), RecordedChatModel(str(POLICY), record, live), progress=False)
+                                BFCL.round_stages(), RecordedChatModel(str(POLICY), record, live), progress=False)
         return report, live
 
     with transformers_serve(POLICY, tmp_path / "first.log", port) as (base_url, _, server):

@@ -148,11 +148,11 @@ def fuzz_episodes(timer: Timer, out: Path) -> dict:
     from coevolve_lib.core.safe_calls import CallParseError, parse_call
     from coevolve_lib.envs.bfcl.episode import Episode
     from coevolve_lib.envs.bfcl.tasks import load_tasks
-    from coevolve_lib.rollout.agent import RolloutConfig
+    from coevolve_lib.rollout.agent import RolloutPhase
 
     rng = random.Random(22)
     task = next(t for t in load_tasks("v3", "base") if "GorillaFileSystem" in t.involved_classes)
-    config = RolloutConfig()
+    config = RolloutPhase()
     ends, largest, largest_name, largest_line, unreadable = {}, 0, "", 0, []
     for fmt in ("native", "prompt"):
         for family, replies in families(fmt, rng).items():

@@ -4,11 +4,12 @@ seeded sampling) do what they say."""
 
 import pytest
 
+from coevolve_lib.core.config import RolloutConfig
 from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.models import GenerationConfig
 from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.envs.bfcl.episode import Episode
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.rollout.engine_choice import make_engine, resolve_engine
 from coevolve_lib.rollout.engines import GenerateEngine, KVCacheEngine, Request, sample_tokens
 
@@ -32,9 +33,9 @@ def pool_tasks(tmp_path_factory):
 
 
 def rollouts(model, tasks, engine, temperature=0.0, samples=2, seed=0, batch=64, cap=4096):
-    config = RolloutConfig(token_level=True, tool_docs="none", batch_size=batch, engine=engine,
-                           max_completion_tokens=cap,
-                           generation=GenerationConfig(max_new_tokens=48, temperature=temperature, seed=seed))
+    config = RolloutPhase(RolloutConfig(tool_docs="none", batch_size=batch), token_level=True, engine=engine,
+                          max_completion_tokens=cap,
+                          generation=GenerationConfig(max_new_tokens=48, temperature=temperature, seed=seed))
     return run_rollouts(model, tasks, config, samples_per_task=samples, progress=False, new_episode=Episode)
 
 

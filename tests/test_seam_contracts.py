@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coevolve_lib.core import extensions
-from coevolve_lib.core.config import ConfigError, DataEngineConfig, SynthesisConfig
+from coevolve_lib.core.config import ConfigError, DataEngineConfig, RolloutConfig, SynthesisConfig
 from coevolve_lib.core.environment import ContractError, checked_evaluation, environment_class
 from coevolve_lib.core.models import ChatModel, Generation, GenerationConfig
 from coevolve_lib.core.results import write_result
@@ -17,7 +17,7 @@ from coevolve_lib.engine.feedback import screen_shape
 from coevolve_lib.engine.signals import SIGNALS, Signal, signal_class
 from coevolve_lib.engine.tasks import verdict
 from coevolve_lib.profiles import run_config
-from coevolve_lib.rollout.agent import RolloutConfig, rollout_problem, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, rollout_problem, run_rollouts
 from coevolve_lib.training.rollout_func import select_groups
 
 sys.path.insert(0, str(Path(__file__).parent / "outside_env"))
@@ -58,8 +58,8 @@ class NoScore(StoreEpisode):
 
 def test_a_tool_that_raises_ends_its_episode_as_environment_error_and_the_batch_goes_on(caplog):
     with caplog.at_level(logging.WARNING):
-        records = run_rollouts(Answers(), TASKS, RolloutConfig(batch_size=3), RaisingTool, samples_per_task=2,
-                               progress=False)
+        records = run_rollouts(Answers(), TASKS, RolloutPhase(RolloutConfig(batch_size=3)), RaisingTool,
+                               samples_per_task=2, progress=False)
     assert len(records) == 8
     failed = [r for r in records if r["terminated"] == "environment_error"]
     assert [r["sample_index"] for r in failed] == [0] * 4 and not any(r["success"] for r in failed)
@@ -69,7 +69,7 @@ def test_a_tool_that_raises_ends_its_episode_as_environment_error_and_the_batch_
 
 
 def test_a_record_that_raises_still_gives_a_record_of_the_episode():
-    [record] = run_rollouts(Answers(), TASKS[:1], RolloutConfig(), RaisingRecord, progress=False)
+    [record] = run_rollouts(Answers(), TASKS[:1], RolloutPhase(), RaisingRecord, progress=False)
     assert record["task_id"] == TASKS[0]["task_id"] and record["terminated"] == "environment_error"
     assert record["messages"][0]["role"] == "user" and "OSError" in record["error_message"]
     assert rollout_problem(record, token_level=False) is None
@@ -78,7 +78,7 @@ def test_a_record_that_raises_still_gives_a_record_of_the_episode():
 def test_a_record_that_breaks_the_contract_is_one_line_naming_the_field():
     with pytest.raises(ContractError, match=r"NoScore: record\(\) returned a rollout record that breaks the contract "
                                             r"\(rollout.agent.ROLLOUT_FIELDS\): score: missing$"):
-        run_rollouts(Answers(), TASKS[:1], RolloutConfig(), NoScore, progress=False)
+        run_rollouts(Answers(), TASKS[:1], RolloutPhase(), NoScore, progress=False)
 
 
 def test_a_new_episode_that_raises_is_one_line():
@@ -86,7 +86,7 @@ def test_a_new_episode_that_raises_is_one_line():
         raise ValueError("no such start state")
 
     with pytest.raises(ContractError, match=r"no_start: new_episode\(\) raised ValueError for a task \(no such start"):
-        run_rollouts(Answers(), TASKS[:1], RolloutConfig(), no_start, progress=False)
+        run_rollouts(Answers(), TASKS[:1], RolloutPhase(), no_start, progress=False)
 
 
 @pytest.mark.parametrize("change, problem", [

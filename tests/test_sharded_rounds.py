@@ -22,13 +22,13 @@ def _rounds(run_dir: Path, shards: Shards) -> None:
     """D_0 of 12 environments, then a signal-guided round over it, as every process of a run calls them."""
     sources = split_tasks(load_tasks("v3", "base"), "train")[:12]
     pool = TaskPool(run_dir / "pool.jsonl")
-    synthesize_initial(sources, pool, run_dir / "round_000", FeedbackConfig(), BFCL.target, BFCL.round_steps(),
+    synthesize_initial(sources, pool, run_dir / "round_000", FeedbackConfig(), BFCL.target, BFCL.round_stages(),
                        size=20, progress=False, shards=shards)
     signals, rollouts = _signal_round_inputs(pool)
     by_id = {t["task_id"]: t for t in pool.tasks}
     targets = [ExplorationTarget.from_pool_task(by_id[s["task_id"]], BFCL, s, rollouts[s["rollout_id"]])
                for s in signals]
-    feedback_round(1, run_dir / "round_001", targets, pool, FeedbackConfig(), BFCL.round_steps(), progress=False,
+    feedback_round(1, run_dir / "round_001", targets, pool, FeedbackConfig(), BFCL.round_stages(), progress=False,
                    shards=shards)
 
 

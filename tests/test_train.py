@@ -190,8 +190,8 @@ def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monk
             raise Killed
         return validate(spec, *args, **kwargs)
 
-    monkeypatch.setattr(DataEngine, "round_steps",
-                        lambda engine: replace(engine.environment.round_steps(), validate=validate_then_die))
+    monkeypatch.setattr(DataEngine, "round_stages",
+                        lambda engine: replace(engine.environment.round_stages(), validate=validate_then_die))
     with pytest.raises(Killed):
         train_lib.train(run, out, progress=False)
     monkeypatch.undo()

@@ -141,11 +141,12 @@ def test_trl_vllm_serve_generates_the_kits_rollouts_and_training_against_it_on_c
     stops in one line that says so."""
     from trl.generation import vllm_generation as trl_vllm
 
+    from coevolve_lib.core.config import RolloutConfig
     from coevolve_lib.core.model_specs import load_chat_model
     from coevolve_lib.core.models import GenerationConfig
     from coevolve_lib.envs.bfcl.episode import Episode
     from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
-    from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+    from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
     with trl_vllm_serve(shown_path(POLICY), tmp_path / "server.log") as (base_url, log, _):
         client = trl_vllm.VLLMClient(base_url=base_url, connection_timeout=60)
@@ -157,8 +158,9 @@ def test_trl_vllm_serve_generates_the_kits_rollouts_and_training_against_it_on_c
                                 max_completion_length=48, logprobs=0, structured_outputs_regex=None,
                                 enable_sleep_mode=False, generation_kwargs={})
         tasks = split_tasks(load_tasks("v3", "base"), "train")[:2]
-        config = RolloutConfig(token_level=True, tool_docs="none", engine="vllm", batch_size=4,  # as the policy learnt
-                               generation=GenerationConfig(max_new_tokens=48, temperature=0.9))
+        config = RolloutPhase(RolloutConfig(tool_docs="none", batch_size=4),  # as the policy learnt
+                              token_level=True, engine="vllm",
+                              generation=GenerationConfig(max_new_tokens=48, temperature=0.9))
         records = run_rollouts(policy, tasks, config,
                                samples_per_task=2, progress=False, new_episode=Episode,
                                trainer=SimpleNamespace(accelerator=accelerator, vllm_generation=generation))

@@ -23,10 +23,11 @@ import torch
 from helpers import BFCL, check_scripted_token_records, scripted_reply_ids
 from trl.generation import vllm_generation as trl_vllm
 
+from coevolve_lib.core.config import RolloutConfig
 from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.models import GenerationConfig, HFChatModel
 from coevolve_lib.envs.bfcl.episode import Episode
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.rollout.engines import Request
 from coevolve_lib.rollout.vllm import VLLMEngine
 
@@ -124,7 +125,7 @@ def pool_tasks(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pool")
     pool = TaskPool(folder / "pool.jsonl")
     synthesize_initial(split_tasks(load_tasks("v3", "base"), "train")[:6], pool, folder / "d0", FeedbackConfig(),
-                       BFCL.target, BFCL.round_steps(),
+                       BFCL.target, BFCL.round_stages(),
                        size=3, progress=False)
     return [pool_task_to_bfcl(t) for t in pool.tasks]
 
@@ -137,7 +138,7 @@ def process(tiny, world, rank, tasks):
     return model, SimpleNamespace(accelerator=accelerator, vllm_generation=FakeVLLMGeneration(accelerator, client))
 
 
-CONFIG = RolloutConfig(token_level=True, tool_docs="none", engine="vllm", batch_size=2)
+CONFIG = RolloutPhase(RolloutConfig(tool_docs="none", batch_size=2), token_level=True, engine="vllm")
 
 
 def test_vllm_rollouts_keep_generated_ids_and_mask_the_environment(tiny, pool_tasks, world):

@@ -26,7 +26,7 @@ from coevolve_lib.envs.bfcl.warm_start import (
     warm_start_tasks,
 )
 from coevolve_lib.profiles import data_engine_config
-from coevolve_lib.rollout.agent import rollout_config
+from coevolve_lib.rollout.agent import rollout_phase
 from coevolve_lib.rollout.evaluation import task_outcomes
 from coevolve_lib.training.policy_check import RL_GATE, check_policy
 
@@ -174,8 +174,8 @@ def test_the_check_says_what_grpo_can_reach_from_the_shipped_start(tmp_path):
     assert check["d0_tasks"] == 6 and check["samples"] == 3 and check["temperature"] == config.rollout.temperature
     assert check["d0_tasks_mixed_%"] + check["d0_tasks_all_failed_%"] <= 100 and check["token_entropy"] > 0
     model = HFChatModel(policy)
-    greedy = rollout_config(config.rollout, temperature=0.0, token_level=True)
-    sampled = rollout_config(config.rollout, seed=0, token_level=True)
+    greedy = rollout_phase(config.rollout, temperature=0.0, token_level=True)
+    sampled = rollout_phase(config.rollout, seed=0, token_level=True)
     for name, (key, tasks) in engine.heldout_sets().items():
         solved = {t: o[0] for t, o in task_outcomes(model, tasks, greedy, engine.environment).items()}
         drawn = task_outcomes(model, tasks, sampled, engine.environment, samples=3)

@@ -25,7 +25,7 @@ from coevolve_lib.core.environment import (
 from coevolve_lib.core.paths import RUNS_DIR, checked_output
 from coevolve_lib.core.run_lock import output_lock
 from coevolve_lib.core.user_yaml import parse_overrides
-from coevolve_lib.rollout.agent import rollout_config
+from coevolve_lib.rollout.agent import rollout_phase
 from coevolve_lib.rollout.evaluation import load_evaluated_model
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         environment = make_environment(cfg.benchmark, run.data_engine,
                                        RUNS_DIR / "evaluate" / environment_class(cfg.benchmark).name)
         try:  # an EvaluationError (nothing measured) is one line and status 1, in coevolve_lib.__main__
-            rollout = rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
+            rollout = rollout_phase(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
             result = checked_evaluation(environment, environment.evaluate(
                 load_evaluated_model(cfg), cfg, out, rollout, experiment="zero_shot", progress=not args.quiet))
         finally:

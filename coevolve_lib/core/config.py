@@ -157,7 +157,7 @@ BUDGET_REASONS = ("reply_cap", "step_call_cap", "episode_call_cap", "observation
 
 
 @dataclass(config=STRICT)
-class RolloutSettings:
+class RolloutConfig:
     """How an episode runs, wherever it runs (evaluation, probes, held-out checks, GRPO rollouts)."""
 
     tool_format: Literal["auto", "native", "prompt"] = "auto"
@@ -221,7 +221,7 @@ class EvalConfig:
     batch_deadline_s: PositiveFloat = 3600.0
     """Most seconds one batch of `openai:` replies may take (one per live episode, `rollout.batch_size` at most);
     replies not answered by then are model errors. A batch still waiting after 10 s says so on stderr."""
-    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """The profile's rollout section."""
     environment: dict[str, Any] = field(default_factory=dict)
     """The profile's environment section: the benchmark's own settings, declared and validated by its environment
@@ -456,7 +456,7 @@ class DataEngineConfig:
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
-    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """The profile's rollout section (probe rollouts, warm-start checks and held-out evaluation use it)."""
     environment: dict[str, Any] = field(default_factory=dict)
     """The profile's environment section: the benchmark's own settings, declared and validated by its environment
@@ -467,7 +467,7 @@ class DataEngineConfig:
 # ------------------------------------------------------------------------------------------------ training
 
 @dataclass(config=STRICT)
-class LoraSettings:
+class LoraConfig:
     """Optional LoRA adapters through peft (off in the paper, which trains all weights)."""
 
     enabled: bool = False
@@ -483,7 +483,7 @@ class LoraSettings:
 
 
 @dataclass(config=STRICT)
-class BaselineSettings:
+class BaselinesConfig:
     """Settings of the paper's Table 10 baselines (`pool_updates: curriculum | rest | reflexion`; the paper gives no
     details, our readings are in `coevolve_lib/engine/pool_updates/` and docs/deviations.md)."""
 
@@ -585,7 +585,7 @@ class TrainConfig:
     `none` (GRPO on the fixed D_0, the paper's GRPO baseline), or one of your own (`engine.pool_updates.pool_update`:
     registered, an installed entry point, or a `module:Class` reference; the profile check refuses unknown names).
     Signals are extracted and logged in every mode."""
-    baselines: BaselineSettings = field(default_factory=BaselineSettings)
+    baselines: BaselinesConfig = field(default_factory=BaselinesConfig)
     """Settings of the `curriculum`, `rest` and `reflexion` pool updates."""
     feedback_every: PositiveInt = 10
     """F: a feedback round after every F steps (the paper: 10)."""
@@ -606,7 +606,7 @@ class TrainConfig:
     """Recompute activations in the backward pass (less memory, ~30% slower)."""
     dtype: Literal["auto", "bfloat16", "float32"] = "auto"
     """Training dtype: `auto` (bfloat16 on GPU, float32 on CPU), `bfloat16` or `float32`."""
-    lora: LoraSettings = field(default_factory=LoraSettings)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     use_vllm: bool = False
     """Generate the GRPO rollouts with TRL's vLLM (rollout engine `vllm`, `coevolve_lib/rollout/vllm.py`), whatever
     `rollout.engine` says (the evaluations' engine: they stay local and greedy). Needs the `vllm` package, checked
@@ -715,7 +715,7 @@ class RunConfig:
     """Profile name (configs/<profile>.yaml)."""
     model: str
     """The policy's starting model (see EvalConfig.model)."""
-    rollout: RolloutSettings
+    rollout: RolloutConfig
     environment: dict[str, Any]
     """The benchmark's own settings (see EvalConfig.environment)."""
     evaluation: EvalConfig

@@ -13,6 +13,7 @@ imports AppWorld's client, and the layers under the environments import none of 
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from coevolve_lib.core.results import validate_result
 
 
 @dataclass
-class RoundSteps:
+class RoundStages:
     """How one environment runs a feedback round's stages (`engine.feedback.feedback_round`)."""
 
     explore: Callable
@@ -39,6 +40,9 @@ class RoundSteps:
     prepare_validation: Callable[[list[dict]], None] | None = None
     """Called once with the specs still to validate before the first of them is (e.g. to write them all in one
     batch); None: nothing to prepare."""
+
+
+RoundSteps = RoundStages  # deprecated alias: removed in the next release
 
 
 class ContractError(RunError):
@@ -82,7 +86,7 @@ class Environment(ABC):
     engine owns it and calls `close()` when it is done.
 
     What differs per environment lives here: where tasks come from (`sources`, `target`), how a round explores,
-    abstracts and validates (`round_steps`, `tool_docs`, `is_error`), how its tasks are rolled out (`rollout_tasks`,
+    abstracts and validates (`round_stages`, `tool_docs`, `is_error`), how its tasks are rolled out (`rollout_tasks`,
     `new_episode`), the benchmark's own metric (`evaluate`), and the optional parts (held-out sets, a warm start, the
     profile checks)."""
 
@@ -94,6 +98,13 @@ class Environment(ABC):
     """The environment's own settings, the profile's `environment` section: a pydantic dataclass with a docstring
     per field (as `core.config`'s sections), validated when the profile loads (`profiles.check_registered`); the
     loop, the data engine and evaluation never read them, the environment does (`self.settings`)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "round_steps" in vars(cls) and "round_stages" not in vars(cls):  # an environment written before the rename
+            warnings.warn(f"{cls.__qualname__}.round_steps is deprecated: name it round_stages (round_steps is "
+                          "removed in the next release)", DeprecationWarning, stacklevel=2)
+            cls.round_stages = cls.round_steps
 
     def __init__(self, config, run_dir: str | Path):
         self.config = config
@@ -115,8 +126,9 @@ class Environment(ABC):
 
     # -- how a round runs --------------------------------------------------------------------------------------
     @abstractmethod
-    def round_steps(self) -> RoundSteps:
-        """The environment's explore / abstract / validate."""
+    def round_stages(self) -> RoundStages:
+        """The environment's explore / abstract / validate (a subclass that still defines the old `round_steps`
+        gets it as its `round_stages`, with a DeprecationWarning: `__init_subclass__`)."""
 
     @abstractmethod
     def tool_docs(self, target) -> list[dict]:

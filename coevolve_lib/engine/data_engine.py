@@ -1,6 +1,6 @@
 """The data engine of one run folder, stage by stage, each stage cached on disk so that notebooks (and a killed
 run) pick up where the last one stopped. It knows its benchmark only through the `Environment` seam
-(`core.environment`): the environment gives the sources, the round steps, the episodes and the metric.
+(`core.environment`): the environment gives the sources, the round stages, the episodes and the metric.
 
     D_0 (unguided exploration of the environment's `pool` sources, benchmark *train* environments)  ->  pool version 0
     policy (the profile's model; the tiny profile starts from a supervised warm start, a kit addition)
@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from coevolve_lib.core.config import DataEngineConfig, RunError
-from coevolve_lib.core.environment import ContractError, Environment, RoundSteps, make_environment
+from coevolve_lib.core.environment import ContractError, Environment, RoundStages, make_environment
 from coevolve_lib.core.llm_calls import explorer_model, record_path
 from coevolve_lib.core.model_specs import load_chat_model, local_model
 from coevolve_lib.core.models import ChatModel
@@ -33,7 +33,7 @@ from coevolve_lib.engine.heldout import heldout_tasks
 from coevolve_lib.engine.pool import TaskPool, content_keys
 from coevolve_lib.engine.shards import SINGLE, Shards
 from coevolve_lib.engine.signals import SignalExtractor
-from coevolve_lib.rollout.agent import rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import rollout_phase, run_rollouts
 
 
 def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], drawn_before: list[str] = ()) -> list[dict]:
@@ -128,9 +128,9 @@ class DataEngine:
                                 "(each source needs an id of its own)")
         return sources
 
-    def round_steps(self) -> RoundSteps:
+    def round_stages(self) -> RoundStages:
         """How this engine's rounds explore, abstract and validate (the environment's)."""
-        return self.environment.round_steps()
+        return self.environment.round_stages()
 
     def rollout_tasks(self, tasks: list[dict]) -> list:
         """Pool tasks as `run_rollouts` takes them, with `self.environment.new_episode`."""
@@ -149,7 +149,7 @@ class DataEngine:
                               max_targets=self.config.max_targets, seed=self.config.explore.seed,
                               excluded=self._excluded,
                               max_observation_chars=self.config.rollout.budget.max_observation_chars,
-                              environment=f"environment {self.environment.name}",
+                              environment_name=f"environment {self.environment.name}",
                               deadline_s=self.config.round_deadline_s)
 
     def initial_pool(self, progress: bool = True) -> dict:
@@ -157,7 +157,7 @@ class DataEngine:
         nothing after it could run (an LLM explorer whose endpoint never answered, or that wrote no valid call)."""
         round_dir = self.run_dir / "round_000"
         report = synthesize_initial(self.sources("pool"), self.pool, round_dir, self.feedback_config(),
-                                    self.environment.target, self.round_steps(), size=self.config.d0_size,
+                                    self.environment.target, self.round_stages(), size=self.config.d0_size,
                                     model=self.explorer_model, progress=progress, shards=self.shards)
         if not self.pool.tasks:
             skipped = report["cost"]["explore"]["skipped"]
@@ -189,33 +189,34 @@ class DataEngine:
         env, cfg = self.environment, self.config
         sources = self.sources("pool" if name == "new_tasks" else "unseen")
         return heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
-                             getattr(cfg.heldout, name), env.target, env.round_steps(), progress=progress,
+                             getattr(cfg.heldout, name), env.target, env.round_stages(), progress=progress,
                              max_observation_chars=cfg.rollout.budget.max_observation_chars,
-                             environment=f"environment {env.name}")
+                             environment_name=f"environment {env.name}")
 
     def heldout_sets(self) -> dict[str, tuple[str, list[dict]]]:
         """Every held-out set the profile has (size > 0): name -> (key, tasks)."""
         return {name: self.heldout(name) for name in self.config.heldout.sets()}
 
     def probe_rollouts(self, progress: bool = True) -> list[dict]:
-        """K rollouts per sampled pool task for each probe step; each finished step is one file, written atomically."""
+        """K rollouts per sampled pool task for each probe batch; each finished batch is one file (`probe/batch_NNN`),
+        written atomically. A batch's records carry its index as their `step` (what the signals read)."""
         cfg = self.config.probe
-        def step_path(step: int) -> Path:
-            return self.run_dir / "probe" / f"step_{step:03d}.json"
+        def batch_path(batch: int) -> Path:
+            return self.run_dir / "probe" / f"batch_{batch:03d}.json"
 
-        missing = [step for step in range(cfg.batches) if not step_path(step).exists()]
+        missing = [batch for batch in range(cfg.batches) if not batch_path(batch).exists()]
         if missing:
             model = load_chat_model(self.policy())
             pool_tasks = {t["task_id"]: t for t in self.pool.tasks}
-            for step in missing:
-                rng = random.Random(cfg.seed * 1000 + step)
+            for batch in missing:
+                rng = random.Random(cfg.seed * 1000 + batch)
                 chosen = rng.sample(sorted(pool_tasks), min(cfg.tasks_per_step, len(pool_tasks)))
-                rollout_cfg = rollout_config(self.config.rollout, seed=cfg.seed * 1000 + step)
-                records = run_rollouts(model, self.rollout_tasks([pool_tasks[i] for i in chosen]), rollout_cfg,
+                phase = rollout_phase(self.config.rollout, seed=cfg.seed * 1000 + batch)
+                records = run_rollouts(model, self.rollout_tasks([pool_tasks[i] for i in chosen]), phase,
                                        self.environment.new_episode, samples_per_task=cfg.samples_per_task,
                                        progress=progress)
-                write_json_atomic(step_path(step), stamp_rollouts(records, step, [pool_tasks[i] for i in chosen]))
-        return [r for step in range(cfg.batches) for r in read_json(step_path(step))]
+                write_json_atomic(batch_path(batch), stamp_rollouts(records, batch, [pool_tasks[i] for i in chosen]))
+        return [r for batch in range(cfg.batches) for r in read_json(batch_path(batch))]
 
     def signals(self, rollouts: list[dict]) -> list[dict]:
         """Signal records of the rollouts, step by step (the extractor's windows run across steps)."""

@@ -30,7 +30,7 @@ from coevolve_lib.core.config import (
     SynthesisConfig,
 )
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.environment import RoundSteps
+from coevolve_lib.core.environment import RoundStages
 from coevolve_lib.core.llm_calls import calls_cut_at, llm_scope
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.records import append_jsonl, read_json, write_json_atomic
@@ -62,8 +62,8 @@ class FeedbackConfig:
     max_observation_chars: int | None = None
     """Longest observation a triplet keeps (the episodes' `rollout.budget.max_observation_chars`); a longer one is cut
     and counted (`skipped["observation_cap"]` in the stage's cost). None: kept whole."""
-    environment: str = "the environment"
-    """Who runs the round steps, for the line a fault of theirs logs (`environment <name>`)."""
+    environment_name: str = "the environment"
+    """Who runs the round stages, for the line a fault of theirs logs (`environment <name>`)."""
     deadline_s: float | None = None
     """Most seconds this process spends on a round (`data_engine.round_deadline_s`): a unit of work (a target, a
     group, a spec) not started by then is skipped and counted (`round_deadline`), and explorer calls in flight are
@@ -196,9 +196,9 @@ class _Round:
     """One round as its stages share it: what it runs on, its deadline, and what the stages before made."""
 
     def __init__(self, round_index: int, round_dir: Path, targets: list[ExplorationTarget], pool: TaskPool,
-                 config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None, progress: bool, shards: Shards):
+                 config: FeedbackConfig, stages: RoundStages, model: ChatModel | None, progress: bool, shards: Shards):
         self.index, self.dir, self.targets, self.pool = round_index, round_dir, targets, pool
-        self.config, self.steps, self.model, self.progress, self.shards = config, steps, model, progress, shards
+        self.config, self.stages, self.model, self.progress, self.shards = config, stages, model, progress, shards
         self.start = time.perf_counter()
         self.until = self.start + config.deadline_s if config.deadline_s is not None else float("inf")
         self.costs = {"explore": Cost(), "abstract": Cost(), "validate": Cost()}
@@ -217,7 +217,7 @@ class _Round:
         still stops the run) or that the deadline reached first is logged and recorded as `skipped(unit, reason,
         text, cost)`, the cost counting the skip under `reason`, so a resumed round does not retry it."""
         file, noun = _STAGES[stage]
-        environment = self.config.environment
+        environment_name = self.config.environment_name
 
         def skip(unit: object, reason: str, text: str) -> dict:
             cost = Cost()
@@ -234,14 +234,14 @@ class _Round:
             except Exception as error:  # noqa: BLE001 (a tool of any environment may raise anything: this unit is
                 # skipped and counted, the round goes on)
                 text = f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
-                log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment, stage, key,
-                            text)
+                log.warning("%s: %s of %s raised %s; skipped and counted (environment_error)", environment_name, stage,
+                            key, text)
                 return skip(unit, "environment_error", text)
             return done(unit, result)
 
         def late(item: tuple[str, object]) -> dict:
             text = f"not started: the round's {self.config.deadline_s:g} s had passed (data_engine.round_deadline_s)"
-            log.warning("%s: %s of %s skipped: %s", environment, noun, item[0], text)
+            log.warning("%s: %s of %s skipped: %s", environment_name, noun, item[0], text)
             return skip(item[1], "round_deadline", text)
 
         return _stage(self.shards, self.dir, file, [(key, (key, unit)) for key, unit in units], key_field, work, late,
@@ -263,7 +263,7 @@ class _Round:
                     "context": None, "triplets": [], "cost": cost, "error": text}
 
         explorations = self.guarded("explore", [(_target_key(t), t) for t in self.targets],
-                                    lambda target: self.steps.explore(target, self.config.explore, self.model),
+                                    lambda target: self.stages.explore(target, self.config.explore, self.model),
                                     done, skipped)
         self.explorations = [explorations[_target_key(t)] for t in self.targets]
         for exploration in self.explorations:
@@ -278,7 +278,7 @@ class _Round:
 
         def draft(item: tuple) -> tuple[list[dict], dict]:
             group_key, triplets = item
-            return self.steps.abstract(group_key, triplets, self.sources[group_key]["source"], self.config.synthesis,
+            return self.stages.abstract(group_key, triplets, self.sources[group_key]["source"], self.config.synthesis,
                                        self.model)
 
         def record(item: tuple, specs: list[dict], cost: dict, **error: str) -> dict:
@@ -303,19 +303,19 @@ class _Round:
         An environment that prepares its specs in one batch (AppWorld writes them into its data root) validates on
         the main process only."""
         stage_start = time.perf_counter()
-        config, steps, shards = self.config, self.steps, self.shards
-        split = steps.prepare_validation is None
+        config, stages, shards = self.config, self.stages, self.shards
+        split = stages.prepare_validation is None
         # one validator: later specs see the earlier ones' verdicts (else: `deduplicated`)
         one_validator = shards.count == 1 or not split
         recorded = shards.records(self.dir, "verdicts")
         known = set(self.pool.ids) | ({v["task_id"] for v in recorded if v["accepted"]} if one_validator else set())
         validated = {v["spec_id"] for v in recorded}
         pending = [spec for spec in shards.share(self.specs, split) if spec["spec_id"] not in validated]
-        if pending and config.synthesis.validate and steps.prepare_validation is not None:
-            steps.prepare_validation(pending)
+        if pending and config.synthesis.validate and stages.prepare_validation is not None:
+            stages.prepare_validation(pending)
 
         def judge(spec: dict) -> dict:
-            return (steps.validate(spec, config.synthesis, self.model, known_task_ids=known)
+            return (stages.validate(spec, config.synthesis, self.model, known_task_ids=known)
                     if config.synthesis.validate else accept_unvalidated(spec, config.synthesis, known))
 
         def done(spec: dict, judged: dict) -> dict:
@@ -366,8 +366,8 @@ class _Round:
         rejections = +rejections  # no zero counts
         if rejections["heldout_leak"]:  # refused, but worth a line: an explorer that ignores its seed finds test tasks
             log.warning("%s: round %d validated %d task(s) that are held-out tasks; refused (heldout_leak). An "
-                        "explorer that ignores its seed re-draws the held-out sets' tasks", self.config.environment,
-                        self.index, rejections["heldout_leak"])
+                        "explorer that ignores its seed re-draws the held-out sets' tasks",
+                        self.config.environment_name, self.index, rejections["heldout_leak"])
         accepted = sum(v["accepted"] for v in verdicts)
         report = {
             "round": self.index,
@@ -398,17 +398,17 @@ class _Round:
 
 
 def feedback_round(round_index: int, round_dir: str | Path, targets: list[ExplorationTarget], pool: TaskPool,
-                   config: FeedbackConfig, steps: RoundSteps, model: ChatModel | None = None,
+                   config: FeedbackConfig, stages: RoundStages, model: ChatModel | None = None,
                    max_new_tasks: int | None = None, progress: bool = True, report_extra: dict | None = None,
                    shards: Shards = SINGLE) -> dict:
     """Run (or resume, or return the finished report of) one round; returns its report.
 
-    `steps`: the environment's explore / abstract / validate (`Environment.round_steps`); `report_extra` joins the
+    `stages`: the environment's explore / abstract / validate (`Environment.round_stages`); `report_extra` joins the
     report. `shards`: the processes that run it together (every one calls this with the same arguments)."""
     round_dir = Path(round_dir)
     if (round_dir / "report.json").exists():
         return read_json(round_dir / "report.json")
-    run = _Round(round_index, round_dir, targets, pool, config, steps, model, progress, shards)
+    run = _Round(round_index, round_dir, targets, pool, config, stages, model, progress, shards)
     run.explore()
     run.abstract()
     run.validate()
@@ -417,17 +417,17 @@ def feedback_round(round_index: int, round_dir: str | Path, targets: list[Explor
 
 
 def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: FeedbackConfig,
-                       target: Callable[..., ExplorationTarget], steps: RoundSteps, size: int = 100,
+                       target: Callable[..., ExplorationTarget], stages: RoundStages, size: int = 100,
                        model: ChatModel | None = None, progress: bool = True, shards: Shards = SINGLE) -> dict:
     """D_0: unguided exploration of the environments of `tasks` (benchmark *train* tasks: only their initial
     states are used, never their queries or answers as training tasks), abstracted and validated through the
     same path as a signal round, capped at `size` tasks (the paper's N = 100). `target(task)` makes a task's
-    exploration target and `steps` runs the stages (`Environment.target`, `Environment.round_steps`)."""
+    exploration target and `stages` runs them (`Environment.target`, `Environment.round_stages`)."""
     report_path = Path(round_dir) / "report.json"
     if report_path.exists():  # a finished D_0, before its targets are made (an AppWorld target asks the server)
         return read_json(report_path)
     unguided = replace(config, explore=replace(config.explore, guided=False), max_targets=None)
-    return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, steps, model, size, progress,
+    return feedback_round(0, round_dir, [target(task) for task in tasks], pool, unguided, stages, model, size, progress,
                           shards=shards)
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 
 from coevolve_lib.core.config import ExploreConfig, HeldoutSetConfig, RunError, SynthesisConfig
-from coevolve_lib.core.environment import RoundSteps
+from coevolve_lib.core.environment import RoundStages
 from coevolve_lib.core.paths import CACHE_DIR, LIBRARY_DATA
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
@@ -62,14 +62,14 @@ def ids_digest(task_ids: list[str]) -> str:
 
 
 def heldout_tasks(name: str, sources: list, environment_identity: dict, explore: ExploreConfig,
-                  synthesis: SynthesisConfig, heldout: HeldoutSetConfig, target: Callable, steps: RoundSteps,
+                  synthesis: SynthesisConfig, heldout: HeldoutSetConfig, target: Callable, stages: RoundStages,
                   progress: bool = False, max_observation_chars: int | None = None,
-                  environment: str = "the environment") -> tuple[str, list[dict]]:
+                  environment_name: str = "the environment") -> tuple[str, list[dict]]:
     """(key, tasks) of the held-out set `name`, explored from the `sources` environments (each with an `id`) through
-    the environment's `target` and round `steps`: built once (seconds) and cached; checked against the committed
+    the environment's `target` and round `stages`: built once (seconds) and cached; checked against the committed
     ids. `environment_identity`: the environment's part of the key (`Environment.heldout_identity`);
-    `max_observation_chars`: the triplets' observation budget (`FeedbackConfig`); `environment`: who the log lines
-    name. A build whose environment faulted (a step that raised) is used by this command but never cached as the
+    `max_observation_chars`: the triplets' observation budget (`FeedbackConfig`); `environment_name`: who the log
+    lines name. A build whose environment faulted (a step that raised) is used by this command but never cached as the
     set; one that holds no task is a RunError."""
     key = heldout_key(name, [t.id for t in sources], environment_identity, explore, synthesis, heldout)
     folder = CACHE_DIR / "heldout" / key
@@ -81,19 +81,19 @@ def heldout_tasks(name: str, sources: list, environment_identity: dict, explore:
         explore, synthesis = offline(explore, synthesis)
         unguided = FeedbackConfig(explore=replace(explore, runs=heldout.runs, seed=heldout.seed, guided=False),
                                   synthesis=synthesis, max_observation_chars=max_observation_chars,
-                                  environment=environment)
+                                  environment_name=environment_name)
         report = synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided,
-                                    target, steps, size=heldout.size, progress=progress)
+                                    target, stages, size=heldout.size, progress=progress)
         faults = sum(report["cost"][stage]["skipped"].get("environment_error", 0) for stage in report["cost"]) \
             + report["rejection_reasons"].get("environment_error", 0)
         if faults:  # a set that would differ once the environment works: not the set, not cached
             tasks = TaskPool(staging / "pool.jsonl").tasks
             shutil.rmtree(staging, ignore_errors=True)
             log.warning("%s: held-out set %s: %d environment fault(s) while building it; %d tasks, used by this "
-                        "command and not cached (the next command builds it again)", environment, name, faults,
+                        "command and not cached (the next command builds it again)", environment_name, name, faults,
                         len(tasks))
             if not tasks:
-                raise RunError(f"{environment}: the held-out set {name} holds no task: its build met {faults} "
+                raise RunError(f"{environment_name}: the held-out set {name} holds no task: its build met {faults} "
                                "environment fault(s) (the log says which)")
             return key, tasks
         shutil.rmtree(folder, ignore_errors=True)  # a set left half-built by an older version

@@ -11,7 +11,7 @@ from coevolve_lib.core.config import ConfigError, EvalConfig, RunError
 from coevolve_lib.core.environment import Environment
 from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.records import append_jsonl, read_jsonl
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
 
 class EvaluationError(RunError):
@@ -37,7 +37,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def task_outcomes(model, tasks: list[dict], rollout: RolloutConfig, environment: Environment, samples: int = 1,
+def task_outcomes(model, tasks: list[dict], rollout: RolloutPhase, environment: Environment, samples: int = 1,
                   progress: bool = False, records_path: str | Path | None = None) -> dict[str, list[int]]:
     """Success (1/0) of each of `samples` episodes per pool task (task/v1 records), by task id, rolled out in
     `environment` (`Environment.rollout_tasks`, `Environment.new_episode`). With `records_path` (an evaluation's

@@ -33,7 +33,7 @@ from coevolve_lib.core.records import config_hash, file_sha256, read_jsonl, writ
 from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
 from coevolve_lib.engine.data_engine import DataEngine, EmptyPool
 from coevolve_lib.engine.feedback import round_counts
-from coevolve_lib.rollout.agent import RolloutConfig, rollout_config
+from coevolve_lib.rollout.agent import RolloutPhase, rollout_phase
 from coevolve_lib.rollout.evaluation import pass_at_k, task_outcomes
 from coevolve_lib.training.loop import train
 from coevolve_lib.training.plan import flatten_overrides, plan
@@ -203,7 +203,7 @@ def untrained(planned: dict, empty: EmptyPool) -> dict:
             "d0": round_counts(empty.report)}
 
 
-def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout: RolloutConfig, samples: int,
+def _sampled_outcomes(folder: Path, model_path: str, tasks: list[dict], rollout: RolloutPhase, samples: int,
                       seed: int, environment) -> dict[str, list[int]]:
     """K sampled episodes per held-out task of the model at `model_path`, cached in `folder`."""
     path = folder / f"heldout_sampled_k{samples}_seed{seed}.json"
@@ -278,7 +278,7 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
         out.append(_row(study, run, variant, seed, "greedy_success", eval_set, 1, 0.0, greedy, folder, model_path,
                         trained))
         if study.pass_k and name == run.data_engine.heldout.rank_by:
-            rollout = rollout_config(run.rollout, token_level=True,
+            rollout = rollout_phase(run.rollout, token_level=True,
                                      max_completion_tokens=run.training.max_completion_tokens)
             sampled = _sampled_outcomes(sampled_dir or folder / "eval", model_path, tasks, rollout, study.pass_k,
                                         0 if zero_shot else seed, engine.environment)

@@ -78,11 +78,11 @@ log = logging.getLogger(__name__)
 class CoEvolveLoop:
     """What happens around TRL's update: records, signals, feedback rounds, evaluation, metrics, state."""
 
-    def __init__(self, run: RunConfig, out_dir: Path, engine: DataEngine, rollouts: PoolRollouts,
+    def __init__(self, run: RunConfig, out_dir: Path, data_engine: DataEngine, rollouts: PoolRollouts,
                  is_main: bool = True, progress: bool = True, start_evaluations: Path | None = None):
         self.run, self.cfg, self.out_dir = run, run.training, out_dir
-        self.engine, self.rollouts, self.is_main, self.progress = engine, rollouts, is_main, progress
-        self.shards = engine.shards
+        self.data_engine, self.rollouts, self.is_main, self.progress = data_engine, rollouts, is_main, progress
+        self.shards = data_engine.shards
         """The run's processes, as the sharded rounds split work over them."""
         self.pool_update = pool_update(run.training.pool_updates)
         self.extractor = SignalExtractor(run.data_engine.signals)
@@ -90,7 +90,7 @@ class CoEvolveLoop:
         self.mark = time.perf_counter()
         self.row: dict | None = None
         self.trainer = None
-        self.evaluation = StepEvaluation(run, out_dir, engine, start_evaluations)
+        self.evaluation = StepEvaluation(run, out_dir, data_engine, start_evaluations)
 
     # -- state -------------------------------------------------------------------------------------------------
     def state_dict(self, step: int) -> dict:
@@ -196,7 +196,7 @@ class CoEvolveLoop:
             **{f"budget/{reason}": sum(r["terminated"] == reason for r in records) for reason in BUDGET_REASONS},
             **{f"signals/{signal.type}": counts.get(signal.type, 0) for signal in self.extractor.signals.values()},
             "train/signal_errors": len(self.extractor.step_errors),  # signal types (plugins) that failed this step
-            "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.engine.pool.tasks),
+            "pool/size": sum(t["pool_version"] <= self.rollouts.allowed_version for t in self.data_engine.pool.tasks),
             "pool/version": self.rollouts.allowed_version,
             **({"pool/admitted": len(self.rollouts.admitted)} if self.rollouts.admitted is not None else {}),
         }
@@ -214,12 +214,12 @@ class CoEvolveLoop:
             self.shards.settle([self.out_dir / folder / f"step_{k:05d}.jsonl" for k in window
                                 for folder in ("rollouts", "signals")] if self.is_main else [])
         if self.is_main or sharded:
-            self.engine.shards = self.shards if sharded else SINGLE
+            self.data_engine.shards = self.shards if sharded else SINGLE
             signals = [s for k in window for s in read_jsonl(self.out_dir / "signals" / f"step_{k:05d}.jsonl")]
             rollouts = [r for k in window for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")]
             try:
                 report = self.pool_update.round(RoundInputs(
-                    self.engine, round_index, step, self.cfg.max_steps, signals, rollouts,
+                    self.data_engine, round_index, step, self.cfg.max_steps, signals, rollouts,
                     history=lambda: [r for k in range(1, step + 1)
                                      for r in read_jsonl(self.out_dir / "rollouts" / f"step_{k:05d}.jsonl")],
                     settings=self.cfg.baselines, reflector=lambda: self._reflector(step), seed=self.cfg.seed,
@@ -233,7 +233,7 @@ class CoEvolveLoop:
                             step, self.cfg.pool_updates, text, round_index)
                 report = {"targets": 0, "signal_types": {}, "specs": 0, "added_to_pool": 0, "rejection_reasons": {},
                           "pool_update_error": text}
-            self.engine.shards = self.shards
+            self.data_engine.shards = self.shards
             if self.is_main:
                 out = {"feedback/round": round_index, "feedback/targets": report["targets"],
                        "feedback/target_types": report["signal_types"], "feedback/specs": report["specs"],
@@ -246,22 +246,22 @@ class CoEvolveLoop:
                 if "pool_update_error" in report:
                     out["feedback/pool_update_error"] = report["pool_update_error"]
         if several:
-            self.shards.settle([self.engine.pool.path] if self.is_main else [])
+            self.shards.settle([self.data_engine.pool.path] if self.is_main else [])
             if not self.is_main:
-                self.engine.pool.__init__(self.engine.pool.path)  # re-read the grown pool
+                self.data_engine.pool.__init__(self.data_engine.pool.path)  # re-read the grown pool
             self.check_same_pool(round_index)
         self.allow(round_index)
         seconds = time.perf_counter() - start
         self.totals["feedback_s"] += seconds
         out["feedback/seconds"] = round(seconds, 2)
         if self.is_main:
-            out["pool/size_after_round"] = len(self.engine.pool)
+            out["pool/size_after_round"] = len(self.data_engine.pool)
         return out
 
     def check_same_pool(self, round_index: int) -> None:
         """Every process samples the same pool from here on, or the run stops in one line (a process that read
         another pool would train on other tasks than the rest, silently)."""
-        pools = self.shards.gather((self.engine.pool.version, len(self.engine.pool)))
+        pools = self.shards.gather((self.data_engine.pool.version, len(self.data_engine.pool)))
         if len(set(pools)) > 1:
             raise RunError(f"after round {round_index} the processes hold different pools (version, tasks by "
                            f"process: {pools}): --out must be on a filesystem every node shares and sees alike")
@@ -269,7 +269,7 @@ class CoEvolveLoop:
     def _reflector(self, step: int):
         """Who writes Reflexion's reflections: the policy being trained (as it is now) or the explorer model."""
         if self.cfg.baselines.reflexion_reflector == "explorer":
-            return self.engine.explorer_model
+            return self.data_engine.explorer_model
         trainer = self.trainer
         return HFChatModel.from_loaded(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class,
                                        name=f"{self.run.model}@step{step}")

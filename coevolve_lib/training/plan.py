@@ -200,7 +200,7 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
                   "machines": launch.num_machines, "per_device_train_batch_size": cfg.per_device_batch_size,
                   "gradient_accumulation_steps": cfg.gradient_accumulation_steps},
         "grpo_config": grpo_kwargs(cfg, run.rollout, str(Path(out_dir) / "trainer"), cuda=True),
-        "rollout": asdict(training_rollouts(run)),
+        "rollout": training_rollouts(run).recorded(),
         "lora": asdict(cfg.lora) if cfg.lora.enabled else None,
         "launch": asdict(launch),
         "collectives": ({"timeout_s": collective_timeout_s(run), "round_deadline_s": run.data_engine.round_deadline_s,

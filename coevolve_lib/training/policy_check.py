@@ -5,7 +5,7 @@ held-out set what sampling reaches beyond greedy decoding."""
 from __future__ import annotations
 
 from coevolve_lib.core.models import HFChatModel
-from coevolve_lib.rollout.agent import rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import rollout_phase, run_rollouts
 from coevolve_lib.rollout.evaluation import task_outcomes
 
 
@@ -44,7 +44,7 @@ def check_policy(engine, policy_path: str, samples: int = 8, temperature: float 
     there by sharpening what sampling already finds); and whether `RL_GATE` holds."""
     settings = engine.config.rollout
     temperature = settings.temperature if temperature is None else temperature
-    rollout = rollout_config(settings, temperature=temperature, seed=seed, token_level=True,
+    rollout = rollout_phase(settings, temperature=temperature, seed=seed, token_level=True,
                              max_completion_tokens=max_completion_tokens)
     model = HFChatModel(policy_path)
     d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
@@ -59,7 +59,7 @@ def check_policy(engine, policy_path: str, samples: int = 8, temperature: float 
              "d0_tasks_mixed_%": round(100 * sum(0 < sum(o) < len(o) for o in sampled.values()) / len(sampled), 2),
              "d0_tasks_all_failed_%": round(100 * sum(sum(o) == 0 for o in sampled.values()) / len(sampled), 2),
              "token_entropy": token_entropy(model, records, temperature)}
-    greedy = rollout_config(settings, temperature=0.0, token_level=True, max_completion_tokens=max_completion_tokens)
+    greedy = rollout_phase(settings, temperature=0.0, token_level=True, max_completion_tokens=max_completion_tokens)
     for name, (key, tasks) in engine.heldout_sets().items():
         greedy_outcomes = task_outcomes(model, tasks, greedy, engine.environment, progress=progress)
         solved = {task_id: o[0] for task_id, o in greedy_outcomes.items()}

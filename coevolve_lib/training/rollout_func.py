@@ -14,7 +14,7 @@ from coevolve_lib.core.config import RunConfig
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.runtime import announce
 from coevolve_lib.engine.data_engine import DataEngine, stamp_rollouts
-from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import ENVIRONMENT_ERROR, RolloutPhase, rollout_phase, run_rollouts
 
 
 def environment_reward(completions, reward, **kwargs) -> list[float]:
@@ -22,13 +22,13 @@ def environment_reward(completions, reward, **kwargs) -> list[float]:
     return [float(r) for r in reward]
 
 
-def training_rollouts(run: RunConfig) -> RolloutConfig:
+def training_rollouts(run: RunConfig) -> RolloutPhase:
     """Token-level rollouts at the rollout temperature, capped at the training's completion budget; through TRL's
     vLLM (engine `vllm`) with `training.use_vllm`."""
-    config = rollout_config(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
+    phase = rollout_phase(run.rollout, token_level=True, max_completion_tokens=run.training.max_completion_tokens)
     if run.training.use_vllm:
-        config.engine = "vllm"
-    return config
+        phase.engine = "vllm"
+    return phase
 
 
 def rewards_vary(rewards: list[float]) -> bool:
@@ -50,8 +50,9 @@ class PoolRollouts:
     """TRL's `rollout_func`: draws the step's tasks from the pool, runs K episodes of each with the policy, and hands
     TRL the groups it trains on (all of them, or with `training.draw_factor` > 1 the `select_groups` share)."""
 
-    def __init__(self, engine: DataEngine, run: RunConfig, process_index: int = 0, progress: bool = False):
-        self.engine, self.pool, self.cfg, self.process_index = engine, engine.pool, run.training, process_index
+    def __init__(self, data_engine: DataEngine, run: RunConfig, process_index: int = 0, progress: bool = False):
+        self.data_engine, self.pool, self.cfg = data_engine, data_engine.pool, run.training
+        self.process_index = process_index
         self.progress = progress
         self.rollout = training_rollouts(run)
         self.allowed_version = 0
@@ -91,14 +92,14 @@ class PoolRollouts:
                                          gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
                                          ) as model:
             policy = HFChatModel.from_loaded(model, trainer.processing_class, name="policy")
-            records = run_rollouts(policy, self.engine.rollout_tasks(tasks), self.rollout,
-                                   self.engine.environment.new_episode, samples_per_task=self.cfg.group_size,
+            records = run_rollouts(policy, self.data_engine.rollout_tasks(tasks), self.rollout,
+                                   self.data_engine.environment.new_episode, samples_per_task=self.cfg.group_size,
                                    progress=False, trainer=trainer)
         self.seconds += time.perf_counter() - start
         k = self.cfg.group_size
         # `score` and `success` stay the checker's verdict; `reward` is what GRPO optimises (and signals read): the
         # environment's reward the profile names (`Environment.rewards`).
-        reward = self.engine.environment.rewards[self.cfg.reward]
+        reward = self.data_engine.environment.rewards[self.cfg.reward]
         for record, task in zip(records, (t for t in tasks for _ in range(k))):
             record["reward"] = float(reward(record, task))
             record["model_tokens"] = sum(record["completion_mask"])

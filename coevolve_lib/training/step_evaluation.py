@@ -21,7 +21,7 @@ from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.rollout.agent import rollout_config
+from coevolve_lib.rollout.agent import rollout_phase
 from coevolve_lib.rollout.evaluation import task_outcomes
 
 
@@ -34,14 +34,14 @@ def percent(outcomes: dict[str, list[int]]) -> float | None:
 class StepEvaluation:
     """The evaluations of one run folder. Made when the loop starts: the held-out sets are built (or read) then."""
 
-    def __init__(self, run: RunConfig, out_dir: Path, engine: DataEngine, start_evaluations: Path | None = None):
-        self.run, self.cfg, self.out_dir, self.engine = run, run.training, out_dir, engine
+    def __init__(self, run: RunConfig, out_dir: Path, data_engine: DataEngine, start_evaluations: Path | None = None):
+        self.run, self.cfg, self.out_dir, self.data_engine = run, run.training, out_dir, data_engine
         self.start_evaluations = start_evaluations
         """Where runs that start alike share their step-0 evaluation (None: not shared)."""
-        d0_ids = [t["task_id"] for t in engine.pool.tasks if t["pool_version"] == 0]
+        d0_ids = [t["task_id"] for t in data_engine.pool.tasks if t["pool_version"] == 0]
         self.pool_sample = d0_ids[:run.training.eval_pool_tasks]
         """The D_0 task ids evaluated at every step."""
-        self.heldout = engine.heldout_sets()
+        self.heldout = data_engine.heldout_sets()
         """Held-out set name -> (key, tasks)."""
 
     def at_step(self, step: int, model, tokenizer, val: bool) -> tuple[dict, float]:
@@ -64,25 +64,25 @@ class StepEvaluation:
         return result, time.perf_counter() - start
 
     def _measure(self, step: int, policy: HFChatModel, val: bool) -> dict:
-        greedy = rollout_config(self.run.rollout, temperature=0.0, token_level=True,
+        greedy = rollout_phase(self.run.rollout, temperature=0.0, token_level=True,
                                 max_completion_tokens=self.cfg.max_completion_tokens)
         result = {"step": step}
         if self.heldout:  # every set in one batch of episodes (the sets' environments differ: no id is in two)
             outcomes = task_outcomes(policy, [t for _, tasks in self.heldout.values() for t in tasks], greedy,
-                                     self.engine.environment)
+                                     self.data_engine.environment)
             result["heldout_outcomes"] = {}
             for name, (key, tasks) in self.heldout.items():
                 per_task = {t["task_id"]: outcomes[t["task_id"]] for t in tasks}
                 result.update({f"eval/{name}_greedy_success": percent(per_task), f"eval/{name}_n": len(per_task),
                                f"eval/{name}_set": key})
                 result["heldout_outcomes"][name] = per_task
-        pool_tasks = {t["task_id"]: t for t in self.engine.pool.tasks}
-        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.pool_sample], greedy, self.engine.environment)
+        pool_tasks = {t["task_id"]: t for t in self.data_engine.pool.tasks}
+        d0 = task_outcomes(policy, [pool_tasks[i] for i in self.pool_sample], greedy, self.data_engine.environment)
         result.update({"eval/d0_greedy_success": percent(d0), "eval/d0_n": len(d0), "d0_outcomes": d0})
         limit = self.cfg.eval_limit if self.cfg.eval_limit is not None else self.run.evaluation.limit
         if val and limit != 0:  # the environment's own metric: its first row is the headline, later rows by name
             settings = replace(self.run.evaluation, model=policy.name, profile=self.run.profile, limit=limit)
-            environment = self.engine.environment
+            environment = self.data_engine.environment
             doc = checked_evaluation(environment, environment.evaluate(
                 policy, settings, self.out_dir / "eval" / f"val_step_{step:05d}.json", greedy,
                 experiment="coevolve_train"))
@@ -98,7 +98,7 @@ class StepEvaluation:
         their common start once (None: sharing is off, or not step 0)."""
         if not (wanted and self.start_evaluations):
             return None
-        key = config_hash({"policy": repo_relative(self.engine.policy()),
+        key = config_hash({"policy": repo_relative(self.data_engine.policy()),
                            "heldout": {name: key for name, (key, _) in self.heldout.items()},
                            "d0_sample": self.pool_sample, "rollout": asdict(self.run.rollout),
                            "evaluation": asdict(self.run.evaluation), "eval_limit": self.cfg.eval_limit,

@@ -11,10 +11,10 @@ out of the loss (`env_mask`).
 
 from __future__ import annotations
 
-from coevolve_lib.core.config import RolloutSettings, TrainConfig
+from coevolve_lib.core.config import RolloutConfig, TrainConfig
 
 
-def grpo_kwargs(cfg: TrainConfig, rollout: RolloutSettings, output_dir: str, cuda: bool) -> dict:
+def grpo_kwargs(cfg: TrainConfig, rollout: RolloutConfig, output_dir: str, cuda: bool) -> dict:
     """The GRPOConfig arguments of a run (a dict, so a dry run can print it without building a trainer)."""
     bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and cuda)
     kwargs = dict(
@@ -53,8 +53,8 @@ def lora_config(cfg: TrainConfig):
     """A peft LoraConfig, or None when LoRA is off."""
     if not cfg.lora.enabled:
         return None
-    from peft import LoraConfig
+    from peft import LoraConfig as PeftLoraConfig
 
-    return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
+    return PeftLoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                          target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
 

@@ -4,7 +4,7 @@ the round folder and report every round writes.
 So that the tables compare like with like, every variant keeps the same D_0, policy, GRPO steps, tasks per step, K
 rollouts per task and reward; it has a round every F steps where CoEvolve has its feedback round, reading only what
 the loop already recorded (the steps' rollouts), never extra rollouts; at most `data_engine.max_targets` source
-trajectories per round; new tasks only through the environment's validation by execution (`RoundSteps.validate`, the
+trajectories per round; new tasks only through the environment's validation by execution (`RoundStages.validate`, the
 same duplicate check) into the append-only pool as version t, used from the step after the round. Each round writes
 `round_NNN/report.json` (plus its own files) and its counts reach metrics.jsonl (`feedback/*`) and summary.json
 (`rounds`).
@@ -15,13 +15,14 @@ during validation, and never evaluated or executed as Python.
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.core.config import BaselinesConfig
 from coevolve_lib.core.extensions import check_class, find
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.engine.data_engine import DataEngine
@@ -44,8 +45,8 @@ def _report(round_index: int, pool, **fields) -> dict:
 class RoundInputs:
     """What a pool update reads at the end of a feedback period (only what the loop already recorded)."""
 
-    engine: DataEngine
-    """The run's data engine (its pool, environment, round steps)."""
+    data_engine: DataEngine
+    """The run's data engine (its pool, environment, round stages)."""
     round_index: int
     step: int
     max_steps: int
@@ -55,13 +56,21 @@ class RoundInputs:
     """The period's GRPO rollouts."""
     history: Callable[[], list[dict]]
     """Every GRPO rollout recorded so far (read on demand: only the curriculum needs it)."""
-    settings: BaselineSettings
+    settings: BaselinesConfig
     reflector: Callable[[], ChatModel | None]
     """Who writes reflections (made on demand: only Reflexion needs one)."""
     seed: int
     """The training seed."""
     tasks_per_step: int
     progress: bool = True
+
+    @property
+    def engine(self) -> DataEngine:
+        """`data_engine`, by its name before the rename, for pool updates written then (deprecated alias: removed in
+        the next release)."""
+        warnings.warn("RoundInputs.engine is deprecated: read RoundInputs.data_engine", DeprecationWarning,
+                      stacklevel=2)
+        return self.data_engine
 
 
 class PoolUpdate(ABC):
@@ -77,7 +86,7 @@ class PoolUpdate(ABC):
     abstraction and validation (`engine.shards.Shards`, the data engine's `shards`); False: the main process runs the
     round alone while the others wait."""
 
-    def start(self, engine: DataEngine, settings: BaselineSettings, max_steps: int, tasks_per_step: int) -> None:
+    def start(self, engine: DataEngine, settings: BaselinesConfig, max_steps: int, tasks_per_step: int) -> None:
         """Before the first GRPO step (D_0 built)."""
 
     @abstractmethod

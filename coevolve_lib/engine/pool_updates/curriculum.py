@@ -17,7 +17,7 @@ import math
 import time
 from pathlib import Path
 
-from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.core.config import BaselinesConfig
 from coevolve_lib.core.records import read_json, write_json_atomic
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.feedback import write_round
@@ -62,7 +62,7 @@ def curriculum_selection(tasks: list[dict], counts: dict[str, tuple[int, int]], 
 
 
 def curriculum_round(engine: DataEngine, round_index: int, step: int, rollouts: list[dict], max_steps: int,
-                     settings: BaselineSettings, minimum: int) -> dict:
+                     settings: BaselinesConfig, minimum: int) -> dict:
     """Re-choose the tasks GRPO draws from (round 0: before training, from no outcomes): writes
     `round_NNN/curriculum.json` (the ranking and the admitted ids) and, for rounds >= 1, an empty pool round and
     `report.json`. `rollouts`: every recorded GRPO rollout up to `step`. A finished round is read back."""
@@ -106,7 +106,7 @@ class Curriculum(PoolUpdate):
         curriculum_round(engine, 0, 0, [], max_steps, settings, tasks_per_step)  # by reference length
 
     def round(self, inputs: RoundInputs) -> dict:  # the success rates of every step so far, not only the window's
-        return curriculum_round(inputs.engine, inputs.round_index, inputs.step, inputs.history(), inputs.max_steps,
+        return curriculum_round(inputs.data_engine, inputs.round_index, inputs.step, inputs.history(), inputs.max_steps,
                                 inputs.settings, minimum=inputs.tasks_per_step)
 
     def admitted(self, run_dir, round_index):

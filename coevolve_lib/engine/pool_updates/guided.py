@@ -48,7 +48,7 @@ def signal_round(engine: DataEngine, round_index: int, signals: list[dict], roll
         [s for s in signals if s["task_id"] in pool_tasks], {r["rollout_id"]: r for r in rollouts},
         engine.config.max_targets, seed=engine.config.explore.seed + round_index))
     targets = [engine.pool_target(pool_tasks[s["task_id"]], s, r) for s, r in pairs]
-    return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(), engine.round_steps(),
+    return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(), engine.round_stages(),
                           engine.explorer_model, progress=progress, shards=engine.shards)
 
 
@@ -65,7 +65,7 @@ def random_round(engine: DataEngine, round_index: int, progress: bool = True, se
         round_index, lambda: rng.sample(sorted(pool_tasks), min(count, len(pool_tasks))))
     targets = [engine.pool_target(pool_tasks[task_id]) for task_id in chosen]
     unguided = replace(engine.feedback_config(), explore=replace(engine.config.explore, guided=False))
-    return feedback_round(round_index, round_dir, targets, engine.pool, unguided, engine.round_steps(),
+    return feedback_round(round_index, round_dir, targets, engine.pool, unguided, engine.round_stages(),
                           engine.explorer_model, progress=progress, shards=engine.shards)
 
 
@@ -88,7 +88,7 @@ class SignalGuided(PoolUpdate):
     sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
-        return signal_round(inputs.engine, inputs.round_index, inputs.signals, inputs.rollouts,
+        return signal_round(inputs.data_engine, inputs.round_index, inputs.signals, inputs.rollouts,
                             progress=inputs.progress)
 
 
@@ -100,4 +100,4 @@ class RandomExploration(PoolUpdate):
     sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
-        return random_round(inputs.engine, inputs.round_index, progress=inputs.progress, seed=inputs.seed)
+        return random_round(inputs.data_engine, inputs.round_index, progress=inputs.progress, seed=inputs.seed)

@@ -20,7 +20,7 @@ import random
 import time
 from collections import Counter
 
-from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.core.config import BaselinesConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.llm_calls import llm_scope
 from coevolve_lib.core.models import ChatModel, GenerationConfig
@@ -116,7 +116,7 @@ def reflexion_spec(task: dict, reflection: str, record: dict, memory: int) -> di
     }
 
 
-def reflexion_round(engine: DataEngine, round_index: int, rollouts: list[dict], settings: BaselineSettings,
+def reflexion_round(engine: DataEngine, round_index: int, rollouts: list[dict], settings: BaselinesConfig,
                     reflector: ChatModel | None, progress: bool = True) -> dict:
     """One Reflexion round over the window's rollouts: reflect on failed trials, re-pose the tasks with their
     reflections, validate, grow the pool (version round_index). Reflections are appended to `reflections.jsonl`
@@ -148,7 +148,7 @@ def reflexion_round(engine: DataEngine, round_index: int, rollouts: list[dict], 
                                           "reflection": clean_reflection(generation.text, settings.reflexion_chars),
                                           "error": generation.error}
             append_jsonl(round_dir / "reflections.jsonl", done[record["rollout_id"]])
-    validate = engine.round_steps().validate
+    validate = engine.round_stages().validate
     known = set(engine.pool.ids)
     excluded = engine.feedback_config().excluded
     verdicts, accepted, rejections = [], [], Counter()
@@ -190,5 +190,5 @@ class Reflexion(PoolUpdate):
     name = "reflexion"
 
     def round(self, inputs: RoundInputs) -> dict:
-        return reflexion_round(inputs.engine, inputs.round_index, inputs.rollouts, inputs.settings,
+        return reflexion_round(inputs.data_engine, inputs.round_index, inputs.rollouts, inputs.settings,
                                inputs.reflector(), progress=inputs.progress)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from coevolve_lib.core.config import BaselineSettings
+from coevolve_lib.core.config import BaselinesConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.engine.contexts import ExplorationTarget, trajectory_calls
 from coevolve_lib.engine.data_engine import DataEngine
@@ -56,7 +56,7 @@ def rest_marker(record: dict) -> dict:
 
 
 def trajectory_triplets(target: ExplorationTarget, explore_config=None, model=None) -> tuple[None, list[dict], dict]:
-    """ReST's stand-in for exploration (`RoundSteps.explore`): the policy's own executed calls and
+    """ReST's stand-in for exploration (`RoundStages.explore`): the policy's own executed calls and
     observations, as the triplets of one run."""
     record, marker = target.trajectory, target.signal
     triplets = [{"schema": TRIPLET_SCHEMA, "run_id": marker["signal_id"], "step": index, "action": call,
@@ -67,7 +67,7 @@ def trajectory_triplets(target: ExplorationTarget, explore_config=None, model=No
     return None, triplets, Cost().as_dict()
 
 
-def rest_round(engine: DataEngine, round_index: int, rollouts: list[dict], settings: BaselineSettings,
+def rest_round(engine: DataEngine, round_index: int, rollouts: list[dict], settings: BaselinesConfig,
                progress: bool = True) -> dict:
     """One ReST round over the window's rollouts: filter, abstract, validate, grow the pool (version round_index).
     The kept rollout ids are frozen in `targets.json` before anything else, so a resumed round finishes them."""
@@ -83,7 +83,7 @@ def rest_round(engine: DataEngine, round_index: int, rollouts: list[dict], setti
               "filtered_tasks": len({r["task_id"] for r in passed}), "trajectories_used": len(records),
               "threshold": settings.rest_threshold}
     return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(),
-                          replace(engine.round_steps(), explore=trajectory_triplets), engine.explorer_model,
+                          replace(engine.round_stages(), explore=trajectory_triplets), engine.explorer_model,
                           progress=progress, report_extra={"baseline": "rest", "counts": counts},
                           shards=engine.shards)
 
@@ -96,4 +96,5 @@ class ReST(PoolUpdate):
     sharded = True
 
     def round(self, inputs: RoundInputs) -> dict:
-        return rest_round(inputs.engine, inputs.round_index, inputs.rollouts, inputs.settings, progress=inputs.progress)
+        return rest_round(inputs.data_engine, inputs.round_index, inputs.rollouts, inputs.settings,
+                          progress=inputs.progress)

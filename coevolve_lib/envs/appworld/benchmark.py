@@ -198,7 +198,7 @@ class AppWorldEnv:
         truncated}`. A truncated episode (step cap without completion) is not a success, as in the paper.
         `pass_fraction` is AppWorld's passed tests / all tests; mind that tests labelled `no_op_pass` pass when the
         agent changed nothing, so a no-op can have pass_fraction > 0."""
-        result = self.server.client.evaluate(self.task.task_id)
+        result = self.server.client.grade(self.task.task_id)
         num_tests = result["num_tests"]
         passes = [test["requirement"] for test in result["passes"]]
         return {"success": bool(result["success"]) and not self.truncated,

@@ -82,9 +82,9 @@ class AppWorldClient:
         """Whether the agent marked the task complete (`apis.supervisor.complete_task`)."""
         return bool(self._post("/task_completed", {"task_id": task_id}, task_id))
 
-    def evaluate(self, task_id: str) -> dict:
-        """AppWorld's verdict on the task's current state: `{success, difficulty, num_tests, passes: [{requirement,
-        label}], failures: [{requirement, trace, label}]}`."""
+    def grade(self, task_id: str) -> dict:
+        """AppWorld's grade of the task's current state (its evaluator, the server's `/evaluate`): `{success,
+        difficulty, num_tests, passes: [{requirement, label}], failures: [{requirement, trace, label}]}`."""
         return self._post("/evaluate", {"task_id": task_id, "suppress_errors": True, "report": False}, task_id)
 
     def close(self, task_id: str) -> None:

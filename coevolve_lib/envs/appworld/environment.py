@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic.dataclasses import dataclass as settings_dataclass
 
 from coevolve_lib.core.config import STRICT
-from coevolve_lib.core.environment import Environment, RoundSteps
+from coevolve_lib.core.environment import Environment, RoundStages
 from coevolve_lib.core.sandbox import SandboxConfig
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target
@@ -148,8 +148,8 @@ class AppWorldEnvironment(Environment):
                                  self.task_apps(source.task_id), source.instruction)
 
     # -- how a round runs ----------------------------------------------------------------------------------------
-    def round_steps(self) -> RoundSteps:
-        return RoundSteps(explore=self._explore, abstract=self._abstract, validate=self._validate,
+    def round_stages(self) -> RoundStages:
+        return RoundStages(explore=self._explore, abstract=self._abstract, validate=self._validate,
                           prepare_validation=self._write)
 
     def tool_docs(self, target) -> list[dict]:

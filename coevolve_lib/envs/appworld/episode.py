@@ -5,12 +5,12 @@ The protocol (AppWorld's own agents' style, docs/appworld.md): the system messag
 and lists the apps' APIs; the user message is the supervisor and the task's instruction. Every reply must hold one
 ```python block calling `apis.<app>.<api>(...)`; the kit only extracts it, and AppWorld's server runs it in the
 kit's OS-level sandbox (`AppWorldEnv.step`); what it printed comes back as the next user message. The episode ends
-when the agent calls `apis.supervisor.complete_task(...)`, at the step cap (`RolloutConfig.max_steps_per_episode`,
+when the agent calls `apis.supervisor.complete_task(...)`, at the step cap (`rollout.max_steps_per_episode`,
 the paper's 30; a reply without code spends a step too), at the token cap, at an episode budget
 (`core.config.EpisodeBudget`; a code block is one call), on a model error, or on a fault its code caused.
 
 Servers: `AppWorldEpisodes` owns a pool of AppWorld servers, each in its OS-level sandbox (`server.py`), one per live
-episode (so `RolloutConfig.batch_size` bounds them), started when first needed and reused by the next episode unless
+episode (so `rollout.batch_size` bounds them), started when first needed and reused by the next episode unless
 the last one's code left it worn (`AppWorldServer.recycle_reason`: then it is restarted first).
 
 Faults: a server that dies (`os.abort()`, a limit that kills it) or hangs past the execution budget (a loop that
@@ -43,7 +43,7 @@ from coevolve_lib.envs.appworld.benchmark import (
 from coevolve_lib.envs.appworld.calls import code_api_names
 from coevolve_lib.envs.appworld.client import AppWorldServerError
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig, appworld_python
-from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig
+from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutPhase
 
 log = logging.getLogger(__name__)
 
@@ -102,16 +102,16 @@ class AppWorldEpisode(Conversation):
     The prompt comes from the task's own specs, so a server failure at `reset()` still leaves a well-formed
     conversation (run_rollouts asks for a first reply before it checks `done`; that reply is then dropped)."""
 
-    def __init__(self, task: AppWorldTask, sample_index: int, config: RolloutConfig, server: AppWorldServer,
+    def __init__(self, task: AppWorldTask, sample_index: int, config: RolloutPhase, server: AppWorldServer,
                  release, split: str, apis: str | None, env_config: AppWorldEnvConfig, retries: int = 1):
         super().__init__(config)
         self.task, self.sample_index, self.split = task, sample_index, split
         self.server, self._release, self.retries = server, release, retries
-        execution_timeout_s = min(env_config.execution_timeout_s, config.budget.max_execution_seconds)
-        self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.max_steps_per_episode,
-                                                     max_output_chars=config.budget.max_observation_chars,
+        execution_timeout_s = min(env_config.execution_timeout_s, config.settings.budget.max_execution_seconds)
+        self.env = AppWorldEnv(task, server, replace(env_config, max_steps=config.settings.max_steps_per_episode,
+                                                     max_output_chars=config.settings.budget.max_observation_chars,
                                                      execution_timeout_s=execution_timeout_s))
-        self.prompt = [{"role": "system", "content": system_prompt(config.max_steps_per_episode, apis)},
+        self.prompt = [{"role": "system", "content": system_prompt(config.settings.max_steps_per_episode, apis)},
                        {"role": "user", "content": user_prompt(task)}]
         self.messages = list(self.prompt)
         self.steps: list[dict] = []
@@ -332,7 +332,7 @@ class AppWorldEpisodes:
 
     Each live episode holds its own server (AppWorld's server holds one task at a time); a server goes back to the
     pool when its episode is recorded, so the pool never grows past the number of live episodes
-    (`RolloutConfig.batch_size`; ~250 MB of memory each). `servers`: already started servers to use first
+    (`rollout.batch_size`; ~250 MB of memory each). `servers`: already started servers to use first
     (e.g. a test's); they are not stopped on exit."""
 
     def __init__(self, root: str | Path | None = None, split: str = "dev", servers: list[AppWorldServer] = (),
@@ -388,12 +388,13 @@ class AppWorldEpisodes:
         self.idle.append(server)
 
     def __call__(self, task: AppWorldTask, sample_index: int, tool_format: str | None = None,
-                 config: RolloutConfig | None = None) -> AppWorldEpisode:
+                 config: RolloutPhase | None = None) -> AppWorldEpisode:
         """A new episode (`run_rollouts`' `new_episode`); `tool_format` is ignored: actions are code blocks. The
-        system prompt lists every app's API names (read once from a server) unless `config.tool_docs` is `none`."""
-        config = config or RolloutConfig()
+        system prompt lists every app's API names (read once from a server) unless `config.settings.tool_docs` is
+        `none`."""
+        config = config or RolloutPhase()
         server = self._acquire()
-        listed = config.tool_docs != "none"
+        listed = config.settings.tool_docs != "none"
         if listed and self.apis is None:
             try:
                 if server.process is None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import asdict
 from pathlib import Path
 
+from coevolve_lib.core.config import RolloutConfig
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import append_jsonl, config_hash
@@ -15,12 +15,12 @@ from coevolve_lib.core.results import write_result
 from coevolve_lib.envs.appworld.benchmark import data_root, load_tasks, measured_records, scenarios_completed
 from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
 from coevolve_lib.envs.appworld.server import AppWorldServerConfig
-from coevolve_lib.rollout.agent import RolloutConfig, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.rollout.evaluation import EvaluationError
 
 
 def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = None,
-                      rollout_config: RolloutConfig | None = None, *, out: str | Path, limit: int | None = None,
+                      phase: RolloutPhase | None = None, *, out: str | Path, limit: int | None = None,
                       profile: str = "tiny", experiment: str = "appworld", episodes: AppWorldEpisodes | None = None,
                       server_config: AppWorldServerConfig | None = None, progress: bool = False) -> dict:
     """TGC and SGC of `model` on an AppWorld split (one greedy episode per task by default), written to `out` as a
@@ -31,7 +31,7 @@ def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = No
     episode hit one is listed in `per_task` with its error type. `episodes`: an `AppWorldEpisodes` to use (e.g.
     with a test's running servers); by default one is made for `root` and `split` (its servers run as `server_config`
 says: by default in the OS-level sandbox), and closed at the end."""
-    rollout_config = rollout_config or RolloutConfig()
+    phase = phase or RolloutPhase(RolloutConfig(batch_size=16))  # 16 live episodes (servers), as always
     root = data_root(root)
     tasks = load_tasks(split, root)[:limit]
     if not tasks:
@@ -41,12 +41,12 @@ says: by default in the OS-level sandbox), and closed at the end."""
     rollouts_path.unlink(missing_ok=True)
     # the hash is of what the document records: the root relative to the checkout, not this machine's folders
     settings = {"benchmark": "appworld", "split": split, "root": repo_relative(root), "limit": limit,
-                "model": model.name, "rollout": asdict(rollout_config)}
+                "model": model.name, "rollout": phase.recorded()}
     start = time.perf_counter()
     owned = episodes is None
     episodes = AppWorldEpisodes(root, split=split, server_config=server_config) if owned else episodes
     with episodes if owned else nullcontext(episodes):
-        records = run_rollouts(model, tasks, rollout_config, on_record=lambda r: append_jsonl(rollouts_path, r),
+        records = run_rollouts(model, tasks, phase, on_record=lambda r: append_jsonl(rollouts_path, r),
                                progress=progress, new_episode=episodes)
     measured = measured_records(records)
     if not measured:
@@ -60,9 +60,9 @@ says: by default in the OS-level sandbox), and closed at the end."""
     except ValueError:  # every scenario has an environment error: SGC measured nothing
         scenarios = {}
     common = {"benchmark": "appworld", "eval_set": f"appworld/{split}", "k": 1,
-              "temperature": rollout_config.generation.temperature}
-    if rollout_config.generation.seed is not None:
-        common["seed"] = rollout_config.generation.seed
+              "temperature": phase.generation.temperature}
+    if phase.generation.seed is not None:
+        common["seed"] = phase.generation.seed
     per_task = [{"task_id": r["task_id"], "success": r["success"], "pass_fraction": r["pass_fraction"],
                  "error_type": r["error_type"], "terminated": r["terminated"], "steps": len(r["steps"]),
                  "format_errors": r["format_errors"], "environment_error": r["environment_error"],

@@ -55,6 +55,8 @@ def change_summary(models) -> dict:
     return summary
 
 
+# `evaluate(test, public_data, ...)`: the function name and signature AppWorld's task format asks of a task's
+# ground_truth/evaluation.py (its evaluator calls it), not the kit's "evaluate" (measuring a policy on tasks).
 EVALUATE = '''
 
 def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):

@@ -48,6 +48,8 @@ LOGIN = dedent(f"""\
     token = apis.simple_note.login(username="{SUPERVISOR['email']}", password=passwords["simple_note"])["access_token"]
     """)
 
+# `evaluate(test, public_data, ...)` below: the function name and signature AppWorld's task format asks of a task's
+# ground_truth/evaluation.py (its evaluator calls it), not the kit's "evaluate" (measuring a policy on tasks).
 CREATE_NOTE_EVALUATION = dedent('''\
     def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):
         added, updated, removed = models.changed_records("simple_note.Note")

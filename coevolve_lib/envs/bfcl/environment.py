@@ -1,4 +1,4 @@
-"""BFCL multi-turn behind the `Environment` seam: its task sources, its round steps, its episodes, its metric, its
+"""BFCL multi-turn behind the `Environment` seam: its task sources, its round stages, its episodes, its metric, its
 held-out identity and its warm start.
 
     sources   BFCL tasks of the profile's `d0_source_split` (their start states), restricted to its classes; with a
@@ -17,7 +17,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from coevolve_lib.core.environment import Environment, RoundSteps
+from coevolve_lib.core.environment import Environment, RoundStages
 from coevolve_lib.core.paths import CACHE_DIR
 from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
@@ -76,8 +76,8 @@ class BFCLEnvironment(Environment):
         return ExplorationTarget(source.id, self, source.data_version, source.initial_config,
                                  list(source.involved_classes), text)
 
-    def round_steps(self) -> RoundSteps:
-        return RoundSteps(explore=explore, abstract=abstract, validate=validate)
+    def round_stages(self) -> RoundStages:
+        return RoundStages(explore=explore, abstract=abstract, validate=validate)
 
     def tool_docs(self, target) -> list[dict]:
         """Func docs of the involved classes; a later class wins a name clash, as in the env."""

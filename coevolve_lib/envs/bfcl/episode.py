@@ -16,7 +16,7 @@ from coevolve_lib.core.models import Generation
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.tasks import BFCLTask
 from coevolve_lib.rollout import toolcalls
-from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutConfig
+from coevolve_lib.rollout.agent import ROLLOUT_SCHEMA, Conversation, RolloutPhase
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,10 @@ def added_functions_message(tool_format: str, new_docs: list[dict]) -> str:
 class Episode(Conversation):
     """One rollout of one BFCL task: the conversation, the environment, and the record being built."""
 
-    def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutConfig):
+    def __init__(self, task: BFCLTask, sample_index: int, tool_format: str, config: RolloutPhase):
         super().__init__(config)
         self.task, self.sample_index, self.tool_format = task, sample_index, tool_format
-        self.env = BFCLEnv(task, max_state_chars=config.budget.max_state_chars)
+        self.env = BFCLEnv(task, max_state_chars=config.settings.budget.max_state_chars)
         self.turn = -1
         self.steps_in_turn = 0
         self.steps: list[dict] = []
@@ -59,10 +59,10 @@ class Episode(Conversation):
         self._start_next_turn()
 
     def _docs_at_turn(self, turn: int) -> list[dict]:
-        if self.config.tool_docs == "none":
+        if self.config.settings.tool_docs == "none":
             return []
         docs = self.task.tools_at_turn(turn)
-        return toolcalls.compact_docs(docs) if self.config.tool_docs == "compact" else list(docs)
+        return toolcalls.compact_docs(docs) if self.config.settings.tool_docs == "compact" else list(docs)
 
     def _start_next_turn(self) -> None:
         self.turn += 1
@@ -107,8 +107,9 @@ class Episode(Conversation):
         sources = [call.to_source() for call in reply.calls]
         if not self.admit_recorded_calls(sources):
             return
+        budget = self.config.settings.budget
         start = time.perf_counter()
-        left = self.config.budget.max_episode_observation_chars - self.observation_chars  # what the episode can keep
+        left = budget.max_episode_observation_chars - self.observation_chars  # what the episode can keep
         observations = self.kept_observations(self.env.execute(reply.calls, parsed=True, output_budget=left))
         self.env_seconds += time.perf_counter() - start
         if self.env.state_over:
@@ -122,9 +123,9 @@ class Episode(Conversation):
         self.steps_in_turn += 1
         if self.terminated:  # an episode budget
             return
-        if self.steps_in_turn >= self.config.max_steps_per_turn:
+        if self.steps_in_turn >= self.config.settings.max_steps_per_turn:
             self.terminated = "turn_step_cap"
-        elif len(self.steps) >= self.config.max_steps_per_episode:
+        elif len(self.steps) >= self.config.settings.max_steps_per_episode:
             self.terminated = "episode_step_cap"
 
     def _end_turn(self) -> None:

@@ -23,7 +23,7 @@ from coevolve_lib.envs.bfcl.backend import normalize_category
 from coevolve_lib.envs.bfcl.episode import Episode
 from coevolve_lib.envs.bfcl.settings import BFCLSettings
 from coevolve_lib.envs.bfcl.tasks import load_tasks, split_tasks
-from coevolve_lib.rollout.agent import RolloutConfig, rollout_config, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, rollout_phase, run_rollouts
 from coevolve_lib.rollout.evaluation import EvaluationError, load_evaluated_model
 
 
@@ -41,7 +41,7 @@ def eval_set(cfg: EvalConfig) -> str:
 
 
 def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True, resume: bool = True,
-             experiment: str = "zero_shot", rollout: RolloutConfig | None = None) -> dict:
+             experiment: str = "zero_shot", rollout: RolloutPhase | None = None) -> dict:
     """Run the evaluation and write the results JSON to `out`; returns the result.
 
     With `resume`, episodes already in `<out>.rollouts.jsonl` from the same settings are kept (a killed run
@@ -52,7 +52,7 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
     if not resume:
         rollouts_path.unlink(missing_ok=True)
     # A given rollout config (the training loop's) is part of what the episodes are: recorded and hashed with them.
-    settings = {**asdict(cfg), **({"rollout_config": asdict(rollout)} if rollout else {})}
+    settings = {**asdict(cfg), **({"rollout_config": rollout.recorded()} if rollout else {})}
     # Episodes are reusable across runs that differ only in how many tasks they take.
     episode_hash = config_hash({k: v for k, v in settings.items() if k != "limit"})
     tasks = evaluation_tasks(cfg)
@@ -63,14 +63,14 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
     start = time.perf_counter()
     if remaining:
         model = model or load_evaluated_model(cfg)
-        rollout_cfg = rollout or rollout_config(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
+        phase = rollout or rollout_phase(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
 
         def keep(record: dict) -> None:
             done[record["task_id"]] = record
             if record["terminated"] != "model_error":  # a resumed run asks the model again
                 append_jsonl(rollouts_path, {**record, "config_hash": episode_hash})
 
-        run_rollouts(model, remaining, rollout_cfg, Episode, on_record=keep, progress=progress)
+        run_rollouts(model, remaining, phase, Episode, on_record=keep, progress=progress)
     outcomes = [done[t.id] for t in tasks]
     if not outcomes:
         raise EvaluationError(f"no task to evaluate ({eval_set(cfg)}, limit {cfg.limit})")

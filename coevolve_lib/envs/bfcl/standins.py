@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from coevolve_lib.core.config import DataEngineConfig, RolloutSettings, SynthesisConfig
+from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, SynthesisConfig
 from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.core.paper_models import PAPER_MODELS, PaperModel
 from coevolve_lib.core.paths import CACHE_DIR, MODELS_DIR
@@ -167,7 +167,7 @@ def format_tasks(work_dir: Path) -> list[dict]:
     from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
 
     config = DataEngineConfig(profile="standin", model="standin", environment={"classes": FORMAT_CLASSES},
-                              rollout=RolloutSettings(tool_docs="compact"))
+                              rollout=RolloutConfig(tool_docs="compact"))
     environment = BFCLEnvironment(config, work_dir)
     return warm_start_tasks(environment.sources("pool"), work_dir, FORMAT_WARM_START, SynthesisConfig(), environment)
 

@@ -87,7 +87,7 @@ def partition_environments(sources: list[BFCLTask], share: float, seed: int = 0)
 def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: WarmStartConfig, synthesis,
                      environment) -> list[dict]:
     """The warm start's validated synthetic tasks (task/v1 records): `config.data_seeds` unguided schema explorations
-    of the `sources` environments through `environment` (the `BFCLEnvironment`: its targets and round steps),
+    of the `sources` environments through `environment` (the `BFCLEnvironment`: its targets and round stages),
     abstracted with `synthesis` (query style) but `data_min_calls`..`data_max_calls` calls long. Each seed's tasks are
     cached under `work_dir/seed_<n>/` (seconds per seed)."""
     lengths = replace(synthesis, min_calls=config.data_min_calls, max_calls=config.data_max_calls)
@@ -98,7 +98,7 @@ def warm_start_tasks(sources: list[BFCLTask], work_dir: str | Path, config: Warm
         if not (seed_dir / "round" / "report.json").exists():
             explore = ExploreConfig(runs=config.data_runs, calls_per_run=config.data_calls_per_run, seed=seed)
             synthesize_initial(sources, pool, seed_dir / "round", FeedbackConfig(explore=explore, synthesis=lengths),
-                               environment.target, environment.round_steps(), size=10**9, progress=False)
+                               environment.target, environment.round_stages(), size=10**9, progress=False)
         tasks += pool.tasks
     return tasks
 

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from coevolve_lib.core.cost import Cost
-from coevolve_lib.core.environment import Environment, RoundSteps
+from coevolve_lib.core.environment import Environment, RoundStages
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.core.results import write_result
 from coevolve_lib.core.safe_calls import CallParseError, parse_call
@@ -136,7 +136,7 @@ class StoreEpisode(Conversation):
             return
         reply = toolcalls.parse_reply(self.tool_format, generation.text, generation.tool_calls)
         self.messages.append(toolcalls.assistant_message(self.tool_format, generation.text, reply))
-        if reply.is_answer or len(self.steps) >= self.config.max_steps_per_episode:
+        if reply.is_answer or len(self.steps) >= self.config.settings.max_steps_per_episode:
             self.terminated = "completed" if reply.is_answer else "episode_step_cap"
             return
         observations = self.kept_observations([execute(self.store, call.to_source())[0] for call in reply.calls])
@@ -177,8 +177,8 @@ class KeyValueStore(Environment):
     def target(self, source):
         return ExplorationTarget(source.id, self, "kv", {"store": source.store}, ["KV"], "A key-value store.")
 
-    def round_steps(self):
-        return RoundSteps(explore=lambda target, config, model: explore_target(target, config, model, RandomCalls()),
+    def round_stages(self):
+        return RoundStages(explore=lambda target, config, model: explore_target(target, config, model, RandomCalls()),
                           abstract=abstract, validate=validate)
 
     def tool_docs(self, target):
