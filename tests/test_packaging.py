@@ -117,3 +117,20 @@ def test_every_library_file_the_docs_and_docstrings_name_exists():
     missing = [f"{path.relative_to(ROOT)}: {name}" for path, text in _texts() for name in LIBRARY_PATH.findall(text)
                if not (ROOT / "coevolve_lib" / name).exists() and not (ROOT / name).exists()]
     assert not missing, "\n".join(missing)
+
+
+def test_every_library_module_imports():
+    """A module that imports a name another module no longer has fails only when something imports it: the CLI's
+    `compare` did, after its plotting functions moved, until a test ran the command. Every module imports here."""
+    import importlib
+    import pkgutil
+
+    import coevolve_lib
+
+    failed = []
+    for module in pkgutil.walk_packages(coevolve_lib.__path__, "coevolve_lib."):
+        try:
+            importlib.import_module(module.name)
+        except Exception as error:  # noqa: BLE001 - every module's failure is listed, not the first one only
+            failed.append(f"{module.name}: {type(error).__name__}: {error}")
+    assert not failed, "\n".join(failed)

@@ -19,12 +19,8 @@ from coevolve_lib.core.config import Seeds
 from coevolve_lib.core.paths import FIGURES_DIR
 from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, STUDIES
 from coevolve_lib.studies.compare import PAPER_COLUMN, figure_file
-from coevolve_lib.studies.report import (
-    paired_differences,
-    plot_learning_curves,
-    rounds_table,
-    study_table,
-)
+from coevolve_lib.studies.plots import plot_learning_curves
+from coevolve_lib.studies.report import paired_differences, rounds_table, study_table
 from coevolve_lib.studies.run import run_study, run_summaries, variant_run
 
 
