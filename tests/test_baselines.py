@@ -172,8 +172,8 @@ SMOKE = {
                     "explore": {"runs": 1, "calls_per_run": 4},
                     "heldout": {"new_tasks": {"size": 0}, "new_envs": {"size": 0}}},
     "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},
-    "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 1, "draw_factor": 1,
-                 "max_completion_tokens": 64,
+    "training": {"max_steps": 3, "tasks_per_step": 2, "group_size": 2, "feedback_every": 1, "draw_factor": 1,
+                 "max_completion_tokens": 64,  # rounds after steps 1 and 2, none after the last
                  "eval_limit": 0, "eval_pool_tasks": 0, "learning_rate": 1e-3,
                  "torch_threads": 1},  # one thread: on 2 shared cores two threads made a step 5x slower
 }
@@ -211,17 +211,17 @@ def test_curriculum_run_draws_only_admitted_tasks_and_resumes_with_them(tmp_path
     pool = TaskPool(out / "pool.jsonl")
     assert len(pool) == 8 and pool.version == 2  # no new tasks; the rounds are committed
     selections = [json.loads((out / f"round_{k:03d}" / "curriculum.json").read_text()) for k in (0, 1, 2)]
-    assert [s["competence"] for s in selections] == [0.25, 0.625, 1.0]
-    assert [s["admitted"] for s in selections] == [2, 5, 8]  # max(2 tasks a step, ceil(c * 8))
-    for step, selection in ((1, selections[0]), (2, selections[1])):  # step k draws from round k-1's selection
+    assert [s["competence"] for s in selections] == [0.25, 0.5, 0.75]  # c(t) = 0.25 + 0.75 t / 3
+    assert [s["admitted"] for s in selections] == [2, 4, 6]  # max(2 tasks a step, ceil(c * 8))
+    for step, selection in enumerate(selections, 1):  # step k draws from round k-1's selection
         assert {r["task_id"] for r in _rollouts(out, step)} <= set(selection["admitted_ids"])
     assert [r["task_id"] for r in _rollouts(out, 2)] == killed_step_2  # the resumed run drew the same tasks
     # round 1 ranked on exactly what step 1 recorded
     counts = curriculum.success_counts(_rollouts(out, 1))
     assert {r["task_id"]: (r["successes"], r["episodes"]) for r in selections[1]["ranking"] if r["episodes"]} == counts
     rows = read_jsonl(out / "metrics.jsonl")
-    assert [r["pool/admitted"] for r in rows] == [2, 5]
-    assert [r["counts"]["admitted"] for r in summary["rounds"]] == [5, 8]
+    assert [r["pool/admitted"] for r in rows] == [2, 4, 6]
+    assert [r["counts"]["admitted"] for r in summary["rounds"]] == [4, 6]
     assert summary["pool_updates"] == "curriculum" and all(r["tasks_added"] == 0 for r in summary["rounds"])
 
 

@@ -26,7 +26,7 @@ SMALL = {"evaluation": {"benchmark": "kv-in-process", "split": "val"},
          "data_engine": {"d0_size": 6, "max_targets": 2, "explore": {"runs": 2, "calls_per_run": 4},
                          "signals": {"enabled": ["every_failure"]},
                          "heldout": {"new_tasks": {"size": 0}, "new_envs": {"size": 0}}},
-         "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "eval_every": 2,
+         "training": {"max_steps": 2, "tasks_per_step": 2, "group_size": 2, "feedback_every": 1, "eval_every": 2,
                       "eval_pool_tasks": 3, "eval_limit": 3, "max_completion_tokens": 64, "save_every": 2}}
 
 
@@ -47,7 +47,7 @@ def test_a_third_environment_runs_the_whole_loop_through_the_seam(tmp_path):
     assert {t["provenance"]["signal_type"] for t in engine.pool.tasks if t["pool_version"] == 1} == {"every_failure"}
     assert engine.pool.version == 1 and all(len(t["reference_actions"]) == 3 for t in engine.pool.tasks)
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [1, 2] and metrics[-1]["feedback/tasks_added"] > 0
+    assert [m["step"] for m in metrics] == [1, 2] and metrics[0]["feedback/tasks_added"] > 0  # none after step 2
     assert all(m["train/environment_errors"] == 0 for m in metrics)  # no fault asked for in this process
     final = json.loads((tmp_path / "eval" / "step_00002.json").read_text())
     assert final["eval/val_n"] == 3 and 0 <= final["eval/val_success"] <= 100

@@ -85,10 +85,10 @@ def test_train_runs_an_outside_environment_through_the_printed_command_and_conta
     for path in sorted(out.glob("round_*/report.json")):
         report = json.loads(path.read_text())
         assert report["accepted"] + sum(report["rejection_reasons"].values()) == report["specs"], path.parent.name
-    # issue 47: the signal type that raised at step 1 (a traceback that stopped the run, and its rerun, there) gives
-    # no signal that step, counted and logged; step 2's signals feed the round
-    assert [m["train/signal_errors"] for m in metrics] == [1, 0] and metrics[0]["signals/any_failure"] == 0
-    assert "step 1: signal type any_failure RuntimeError: injected fault" in run.stderr
+    # issue 47: the signal type that raised at step 2 (a traceback that stopped the run, and its rerun, there) gives
+    # no signal that step, counted and logged; step 1's signals fed the round
+    assert [m["train/signal_errors"] for m in metrics] == [0, 1] and metrics[1]["signals/any_failure"] == 0
+    assert "step 2: signal type any_failure RuntimeError: injected fault" in run.stderr
 
 
 def test_evaluate_and_heldout_run_the_outside_environment_from_its_profile(trained):

@@ -45,7 +45,7 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
     else:
         assert record["vllm"] is None
     assert record["failed_checks"] == []
-    assert record["steps"] == 2 and record["rounds"] == 2  # a feedback round after each step
+    assert record["steps"] == 3 and record["rounds"] == 2  # a feedback round after each step but the last
     assert record["tool_calls_parsed"] > 0  # the stand-in's replies hold real <tool_call> blocks
     assert record["resumed"] is True, record["resume_failures"]
     assert record["evaluated"] is True
@@ -53,15 +53,15 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
     grpo = record["grpo"]
     assert record["lora_trainable_params"] == 0 and grpo["weights"] == "full" and record["trainable_params"] > 0
     assert (grpo["beta"], grpo["loss_type"], grpo["gradient_checkpointing"]) == (1e-3, "dapo", True)
-    assert len(grpo["trl_kl"]) == 2 and len(grpo["trl_loss"]) == 2
+    assert len(grpo["trl_kl"]) == 3 and len(grpo["trl_loss"]) == 3
     # TRL adds the MoE router's load-balancing loss (coefficient 0.001) for the mixture of experts only
     assert bool(grpo["trl_aux_loss"]) == (profile == "paper-qwen3-30b-a3b")
     # both processes' episodes are gathered into one metrics row per step, from the main process only
     run = tmp_path / "run"
     rows = read_jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2] and all(r["train/episodes"] == 2 * 8 for r in rows)
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(r["train/episodes"] == 2 * 8 for r in rows)
     assert (tmp_path / "train.log").read_text().count('{"profile": "paper-') == 1  # the summary, printed once
-    assert {p.name for p in (run / "trainer" / "checkpoint-2").glob("rng_state_*.pth")} == \
+    assert {p.name for p in (run / "trainer" / "checkpoint-3").glob("rng_state_*.pth")} == \
         {"rng_state_0.pth", "rng_state_1.pth"}
     report = json.loads((run / "round_001" / "report.json").read_text())
     assert report["pool_version"] == 1 and report["added_to_pool"] > 0 and rows[0]["feedback/tasks_added"] > 0

@@ -29,7 +29,7 @@ SMALL = {
                     "explore": {"runs": 1, "calls_per_run": 4},
                     "heldout": {"new_tasks": {"size": 5, "runs": 1}, "new_envs": {"size": 6, "runs": 1}}},
     "rollout": {"max_new_tokens": 12, "max_steps_per_episode": 2, "tool_docs": "none"},
-    "training": {"max_steps": 4, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "draw_factor": 1,
+    "training": {"max_steps": 5, "tasks_per_step": 2, "group_size": 2, "feedback_every": 2, "draw_factor": 1,
                  "eval_every": None, "eval_pool_tasks": 32, "max_completion_tokens": 64, "eval_limit": 1,
                  "learning_rate": 1e-3},
 }
@@ -136,21 +136,21 @@ def test_feedback_rounds_grow_the_pool_and_metrics_cover_every_step(tmp_path):
     summary = train_lib.train(run, out, progress=False)
     pool = TaskPool(out / "pool.jsonl")
     rows = read_jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert [r["feedback/round"] for r in rows if "feedback/round" in r] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["feedback/round"] for r in rows if "feedback/round" in r] == [1, 2]  # after steps 2 and 4, not 5
     assert len(pool) > 8 and pool.version == 2
-    assert summary["pool_size_end"] == len(pool) and summary["signals_total"]["every_failure"] == 16
+    assert summary["pool_size_end"] == len(pool) and summary["signals_total"]["every_failure"] == 20
     assert summary["rounds"][0]["tasks_added"] > 0 and 0 < summary["time"]["feedback_ratio"] < 1
     # tasks added by round 1 are sampled from step 3 on, never before
     new_ids = {t["task_id"] for t in pool.tasks if t["pool_version"] == 1}
     sampled = [(r["step"], r["task_id"]) for k in (1, 2) for r in read_jsonl(out / "rollouts" / f"step_{k:05d}.jsonl")]
     assert not any(task_id in new_ids for _, task_id in sampled)
-    assert summary["eval_before"]["step"] == 0 and summary["eval_after"]["step"] == 4
-    # held-out success every F = 2 steps, the BFCL val split only before and after training
-    assert [e["step"] for e in summary["eval_curve"]] == [0, 2, 4]
+    assert summary["eval_before"]["step"] == 0 and summary["eval_after"]["step"] == 5
+    # held-out success every F = 2 steps and at the end, the BFCL val split only before and after training
+    assert [e["step"] for e in summary["eval_curve"]] == [0, 2, 4, 5]
     assert all(e["eval/new_envs_n"] == 6 and e["eval/new_envs_set"] and e["eval/new_tasks_n"] == 5
                for e in summary["eval_curve"])
-    assert [e["step"] for e in summary["eval_curve"] if "eval/val_success" in e] == [0, 4]
+    assert [e["step"] for e in summary["eval_curve"] if "eval/val_success" in e] == [0, 5]
     assert [e["pool/size"] for e in summary["eval_curve"]][0] == 8
 
 
@@ -200,7 +200,7 @@ def test_a_run_killed_mid_round_resumes_to_the_same_pool_and_step(tmp_path, monk
 
     summary = train_lib.train(run, out, progress=False)
     resumed = TaskPool(out / "pool.jsonl")
-    assert summary["steps"] == 4 and [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert summary["steps"] == 5 and [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4, 5]
     assert [t["task_id"] for t in resumed.tasks] == [t["task_id"] for t in reference.tasks]
     assert len(resumed.ids) == len(resumed.tasks) and resumed.version == reference.version == 2
 
@@ -432,7 +432,7 @@ def test_a_pool_update_plugin_that_raises_adds_nothing_and_training_goes_on(tmp_
     run, out = _run(tmp_path, "run", **{"training.pool_updates": "helpers:RaisingPoolUpdate"})
     summary = train_lib.train(run, out, progress=False)
     rows = read_jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4] and summary["pool_size_end"] == summary["pool_size_start"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and summary["pool_size_end"] == summary["pool_size_start"]
     errors = [r["feedback/pool_update_error"] for r in rows if "feedback/pool_update_error" in r]
     assert errors == ["RuntimeError: injected fault: the pool update raised"] * 2  # after steps 2 and 4
     assert "pool update helpers:RaisingPoolUpdate raised RuntimeError" in caplog.text

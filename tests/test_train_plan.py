@@ -79,7 +79,7 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     assert plan["explorer_model"] == "openai:qwen3-max"
     assert plan["benchmark"]["warm_start"] is False
     assert plan["schedule"] == {"max_steps": 120, "pool_updates": "signals", "feedback_every": 10,
-                                "feedback_rounds": 12, "d0_size": 100}
+                                "feedback_rounds": 11, "d0_size": 100}  # none after the last step
 
     batch = plan["batch"]
     assert (batch["tasks_per_step"], batch["group_size"], batch["completions_per_step"]) == (32, 8, 256)

@@ -588,7 +588,8 @@ class TrainConfig:
     baselines: BaselinesConfig = field(default_factory=BaselinesConfig)
     """Settings of the `curriculum`, `rest` and `reflexion` pool updates."""
     feedback_every: PositiveInt = 10
-    """F: a feedback round after every F steps (the paper: 10)."""
+    """F: a feedback round after every F steps (the paper: 10), the last step excepted: no step would train on a round
+    after it (`rounds`)."""
     eval_every: NonNegativeInt | None = None
     """Greedy success on the held-out set (and a fixed sample of D_0) every E steps, before training and at the end
     (None: every F steps; 0: only before and after)."""
@@ -679,6 +680,16 @@ class TrainConfig:
     @property
     def checkpoint_every(self) -> int:
         return self.save_every or self.feedback_every
+
+    def round_after(self, step: int) -> bool:
+        """Whether a feedback round runs after `step`: every F steps, not after the last (its tasks would never be
+        sampled, and its time would count in Table 7's feedback share)."""
+        return step % self.feedback_every == 0 and step < self.max_steps
+
+    @property
+    def rounds(self) -> int:
+        """The feedback rounds of a run (every F steps, not after the last: `round_after`)."""
+        return (self.max_steps - 1) // self.feedback_every
 
     @property
     def evaluation_every(self) -> int:

@@ -7,7 +7,8 @@ round every F steps that grows the pool from the training rollouts' weakness sig
                    the environment's checker on the episode's own executions (1 = success, 0 = failure)
         update     TRL's GRPO loss; tool results and later user turns are masked out (`env_mask`)
         signals    forgetting / boundary / rare on this step's rollouts
-        every F    contexts -> re-exploration -> abstraction -> validation -> D_{t+1}; then a checkpoint
+        every F    contexts -> re-exploration -> abstraction -> validation -> D_{t+1}; then a checkpoint (no round
+                   after the last step: nothing would train on it, `TrainConfig.round_after`)
                    (`training.pool_updates`: `signals` is CoEvolve; `random`, `none` and the Table 10 baselines
                    `curriculum`, `rest`, `reflexion` of `engine/pool_updates/` replace this round, same steps and
                    rollouts)
@@ -149,7 +150,7 @@ class CoEvolveLoop:
         row = {"step": step, "time/train_s": round(train_s, 3), "time/rollout_s": round(rollout_s, 3)}
         if self.is_main and self.rollouts.generated_at == step:  # a step reusing earlier rollouts has none to record
             row.update(self._record_step(step, records))
-        if self.pool_update.has_rounds and step % self.cfg.feedback_every == 0:
+        if self.pool_update.has_rounds and self.cfg.round_after(step):
             row.update(self._feedback_round(step))
         last = step == self.cfg.max_steps
         every = self.cfg.evaluation_every

@@ -192,7 +192,7 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
         "profile": run.profile, "benchmark": benchmark, "policy_model": run.model, "explorer_model": explorer,
         "schedule": {"max_steps": cfg.max_steps, "pool_updates": cfg.pool_updates,
                      "feedback_every": cfg.feedback_every if cfg.pool_updates != "none" else None,
-                     "feedback_rounds": cfg.max_steps // cfg.feedback_every if cfg.pool_updates != "none" else 0,
+                     "feedback_rounds": cfg.rounds if cfg.pool_updates != "none" else 0,
                      "d0_size": run.data_engine.d0_size},
         "batch": {"tasks_per_step": cfg.tasks_per_step, "group_size": cfg.group_size,
                   "tasks_drawn_per_step": cfg.tasks_per_step * cfg.draw_factor,

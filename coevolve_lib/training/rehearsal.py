@@ -4,15 +4,16 @@ model replaced, so that what breaks on the way to a GPU breaks here first.
 
     train     the command `train --dry-run` prints, on 2 processes (`accelerate launch --multi_gpu`, gloo), with the
               profile's stand-in (`envs.bfcl.standins`: the backbone's architecture at tiny dims, the real Qwen
-              vocabulary and chat template) and `configs/rehearsal.yaml`'s sizes: D_0, 2 GRPO steps with the
+              vocabulary and chat template) and `configs/rehearsal.yaml`'s sizes: D_0, 3 GRPO steps with the
               profile's GRPO settings (full weights or LoRA, beta with its reference model, dapo, gradient
-              checkpointing, gradient accumulation), a sharded feedback round after each, a checkpoint after each
-    kill      what a kill during the last step leaves (its checkpoint, the model, the summary, its round and the round's
-              pool tasks removed), then the same command again, its process group killed (SIGKILL) while that
-              step's rollouts run
-    resume    the same command again: it resumes from the first checkpoint and must replay the last step and its
-              round exactly (episodes, round report, pool and the final weights, against the first launch's); the
-              weights must have moved (the restore is checked only where training changed something)
+              checkpointing, gradient accumulation), a sharded feedback round after each but the last, a checkpoint
+              after each
+    kill      what a kill during the last step with a round leaves (its checkpoint and the later ones, the model, the
+              summary, its round and later ones, and their pool tasks removed), then the same command again, its
+              process group killed (SIGKILL) while that step's rollouts run
+    resume    the same command again: it resumes from the checkpoint before and must replay that step, its round and
+              the steps after exactly (episodes, round report, pool and the final weights, against the first
+              launch's); the weights must have moved (the restore is checked only where training changed something)
     evaluate  the multi-GPU recipe's `evaluate --model <run>/final` on the first val tasks
 
 `DIR/rehearsal.json` records what ran and what it measured (`Rehearsal`); the commands' output goes to
@@ -241,40 +242,52 @@ def _weights_digest(final: Path) -> str | None:
     return file_digest(final / name)
 
 
+def _file_step(name: str) -> int:
+    """The step of a step record's name (`rollouts/step_00002.jsonl` -> 2)."""
+    return int(name.rsplit("_", 1)[1].split(".")[0])
+
+
 def _files(run_dir: Path) -> dict[str, int]:
     """The step records' modification times: a step trained again rewrites its files."""
     return {f"{folder}/{p.name}": p.stat().st_mtime_ns for folder in ("rollouts", "signals")
             for p in sorted((run_dir / folder).glob("step_*.jsonl"))}
 
 
-def _kill_and_resume(train: list[str], out: Path, run_dir: Path, last: int,
-                     last_round: int | None) -> tuple[dict[str, float], list[str]]:
+def _kill_and_resume(train: list[str], out: Path, run_dir: Path, killed: int, killed_round: int | None,
+                     last: int) -> tuple[dict[str, float], list[str]]:
     """The kill and resume phases (see the module docstring) after the first launch of `train`, whose last step is
-    `last` (and its round `last_round`): their seconds, and the resume checks that did not hold."""
+    `last`; the kill lands in step `killed` (the last with a round, `killed_round`): their seconds, and the resume
+    checks that did not hold."""
     metrics, files = (run_dir / "metrics.jsonl").read_text().splitlines(), _files(run_dir)
     final_weights = _weights_digest(run_dir / "final")
-    step_episodes, pool = _episodes(run_dir, last), (run_dir / "pool.jsonl").read_text()
-    round_report = _round_report(run_dir, last_round)
-    # What a kill during the last step leaves: its checkpoint, the model, the summary and its round never written
-    shutil.rmtree(run_dir / "trainer" / f"checkpoint-{last}")
+    replayed = range(killed, last + 1)
+    step_episodes, pool = [_episodes(run_dir, step) for step in replayed], (run_dir / "pool.jsonl").read_text()
+    round_report = _round_report(run_dir, killed_round)
+    # What a kill during step `killed` leaves: its checkpoint and the later ones, the model, the summary, its round
+    # and the later ones never written
+    for step in replayed:
+        shutil.rmtree(run_dir / "trainer" / f"checkpoint-{step}")
     shutil.rmtree(run_dir / "final")
     (run_dir / "summary.json").unlink()
-    if last_round is not None:
-        shutil.rmtree(run_dir / f"round_{last_round:03d}")
-        TaskPool(run_dir / "pool.jsonl").drop_rounds_from(last_round)
-    # ... and then a real kill: the same command, its process group killed once the last step is under way
-    killed_s, killed_mid_step = launch_and_kill(train, out / "killed.log", f"step {last}: ",
-                                                run_dir / "rollouts" / f"step_{last:05d}.jsonl")
+    if killed_round is not None:
+        for round_dir in run_dir.glob("round_*"):
+            if int(round_dir.name.split("_")[1]) >= killed_round:
+                shutil.rmtree(round_dir)
+        TaskPool(run_dir / "pool.jsonl").drop_rounds_from(killed_round)
+    # ... and then a real kill: the same command, its process group killed once step `killed` is under way
+    killed_s, killed_mid_step = launch_and_kill(train, out / "killed.log", f"step {killed}: ",
+                                                run_dir / "rollouts" / f"step_{killed:05d}.jsonl")
     seconds = {"killed_s": killed_s, "resume_s": launch(train, out / "resume.log")}
     after = _files(run_dir)
     resume_checks = {  # each must hold; the record names those that did not
         "killed_mid_step": killed_mid_step,
-        "earlier_metrics_kept": (run_dir / "metrics.jsonl").read_text().splitlines()[:-1] == metrics[:-1],
+        "earlier_metrics_kept": (run_dir / "metrics.jsonl").read_text().splitlines()[:killed - 1]
+        == metrics[:killed - 1],
         "one_row_per_step": [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, last + 1)),
-        "only_the_last_step_rewritten": all((after.get(name) == mtime) == (f"step_{last:05d}" not in name)
-                                            for name, mtime in files.items()),
-        "last_step_replayed_exactly": _episodes(run_dir, last) == step_episodes,
-        "round_redone_exactly": _round_report(run_dir, last_round) == round_report,
+        "only_the_killed_steps_rewritten": all((after.get(name) == mtime) == (_file_step(name) < killed)
+                                               for name, mtime in files.items()),
+        "killed_steps_replayed_exactly": [_episodes(run_dir, step) for step in replayed] == step_episodes,
+        "round_redone_exactly": _round_report(run_dir, killed_round) == round_report,
         "pool_as_before": (run_dir / "pool.jsonl").read_text() == pool,  # the redone round added the same tasks
         "final_weights_as_before": _weights_digest(run_dir / "final") == final_weights,
         "checkpoint_rewritten": (run_dir / "trainer" / f"checkpoint-{last}").is_dir()}
@@ -309,8 +322,10 @@ def rehearse(profile: str, out: str | Path, overrides: list[str] = ()) -> Rehear
 
     phases["train_s"] = launch(train, out / "train.log")
     last = max(int(p.name.split("-")[1]) for p in (run_dir / "trainer").glob("checkpoint-*"))
-    last_round = last // run.training.feedback_every if last % run.training.feedback_every == 0 else None
-    seconds, resume_failures = _kill_and_resume(train, out, run_dir, last, last_round)
+    with_round = [step for step in range(1, last + 1) if run.training.round_after(step)]
+    killed = with_round[-1] if with_round else last
+    killed_round = killed // run.training.feedback_every if with_round else None
+    seconds, resume_failures = _kill_and_resume(train, out, run_dir, killed, killed_round, last)
     phases.update(seconds)
 
     results = out / "evaluation.json"

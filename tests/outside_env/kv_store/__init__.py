@@ -13,5 +13,5 @@ With this folder on PYTHONPATH, `python -m coevolve_lib train --profile tests/ou
 `KV_STORE_FAULTS` (a comma-separated list) makes it misbehave on purpose, for the kit's fault tests: `tool` (a tool
 raises in the first sample of every rollout group), `explore` (exploring start kv-1 raises), `observation` (an
 exploration observation of 300,000 characters, and one in every validation), `empty_task` (abstraction also drafts a
-task with no call and no query), `signal` (its signal type raises at step 1).
+task with no call and no query), `signal` (its signal type raises at step 2, after the round).
 """

@@ -9,6 +9,6 @@ class AnyFailure(Signal):
     type = "any_failure"
 
     def observe(self, step, rollouts):
-        if step == 1 and "signal" in os.environ.get("KV_STORE_FAULTS", ""):
+        if step == 2 and "signal" in os.environ.get("KV_STORE_FAULTS", ""):
             raise RuntimeError("injected fault: the signal type raised")
         return [self.fire(r, step, {"score": r["score"]}) for r in rollouts if r["score"] < 0.5]
