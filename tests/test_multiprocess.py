@@ -185,7 +185,7 @@ def test_two_nodes_sharing_one_folder_train_on_the_same_pool(tmp_path):
     """Issue 46: a multi-node run's printed command, run as two "nodes" (two `accelerate launch` groups of one process
     each, machine ranks 0 and 1 over loopback) on one shared run folder: every file one process reads is settled by
     digest (`Shards.settle`), and after each round every process holds the main process's pool (`check_same_pool`:
-    the run would stop otherwise). The same tiny run as the single-launch test, one round, after the first of 2 steps."""
+    the run would stop otherwise). The same tiny run as the single-launch test, one round after step 1 of 2."""
     out = tmp_path / "run"
     overrides = [*OVERRIDES, "training.launch.num_machines=2"]
     printed = plan(run_config("tiny", overrides), out, overrides)["commands"]["train"]
