@@ -17,7 +17,8 @@ from coevolve_lib.engine.feedback import screen_shape
 from coevolve_lib.engine.signals import SIGNALS, Signal, signal_class
 from coevolve_lib.engine.tasks import verdict
 from coevolve_lib.profiles import run_config
-from coevolve_lib.rollout.agent import RolloutPhase, rollout_problem, run_rollouts
+from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
+from coevolve_lib.rollout.record_contract import rollout_problem
 from coevolve_lib.training.rollout_func import select_groups
 
 sys.path.insert(0, str(Path(__file__).parent / "outside_env"))
@@ -77,7 +78,7 @@ def test_a_record_that_raises_still_gives_a_record_of_the_episode():
 
 def test_a_record_that_breaks_the_contract_is_one_line_naming_the_field():
     with pytest.raises(ContractError, match=r"NoScore: record\(\) returned a rollout record that breaks the contract "
-                                            r"\(rollout.agent.ROLLOUT_FIELDS\): score: missing$"):
+                                            r"\(rollout.record_contract.ROLLOUT_FIELDS\): score: missing$"):
         run_rollouts(Answers(), TASKS[:1], RolloutPhase(), NoScore, progress=False)
 
 
