@@ -36,6 +36,19 @@ def task_spec(draft: dict, source: dict, abstraction: str) -> dict:
     }
 
 
+def unique_specs(specs, cost: Cost) -> list[dict]:
+    """`specs` (an iterable of taskspec/v1 records) each once by content (`spec_id`), in order; a repeat is skipped
+    and counted in `cost` as `duplicate`."""
+    kept, seen = [], set()
+    for spec in specs:
+        if spec["spec_id"] in seen:
+            cost.skip("duplicate")
+            continue
+        seen.add(spec["spec_id"])
+        kept.append(spec)
+    return kept
+
+
 def verdict(spec: dict, task_id: str, reference_actions: list[str], reasons: list[str], accepted_as: str,
             detail: str = "", observations: list[str] = (), cost: Cost | None = None, judge: dict | None = None,
             judge_error: str | None = None) -> dict:

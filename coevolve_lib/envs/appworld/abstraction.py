@@ -13,7 +13,7 @@ from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.safe_calls import CallParseError
 from coevolve_lib.engine.explore import split_runs
-from coevolve_lib.engine.tasks import task_spec
+from coevolve_lib.engine.tasks import task_spec, unique_specs
 from coevolve_lib.envs.appworld.calls import (
     ANSWER_COUNT,
     ANSWER_FIELD,
@@ -37,21 +37,19 @@ def abstract_appworld(group_key: tuple, triplets: list[dict], source: dict, conf
     earliest window of that many consecutive calls that makes a task. `source` is `ExplorationTarget.source()`;
     `group_key` is unused, as in `envs.bfcl.abstraction.abstract`."""
     cost = Cost()
-    specs, seen = [], set()
-    for run_id, run in split_runs(triplets).items():
-        steps = _successful_calls(run, api_docs, cost.skipped)
-        if len(steps) < config.min_calls:
-            cost.skip("too_few_calls")
-            continue
-        for draft in _drafts(steps, api_docs, config, run_id, cost.skipped):
-            apps = list(dict.fromkeys(parse_appworld_call(a).app for a in draft["action_sequence"]))
-            spec = {**task_spec(draft, {**source, "involved_classes": apps, "data_version": DATA_VERSION},
-                            "deterministic"), "answer_from": draft["answer_from"]}
-            if spec["spec_id"] in seen:
-                cost.skip("duplicate")
+
+    def drafted():  # lazily: the skips are counted in the order the runs are read
+        for run_id, run in split_runs(triplets).items():
+            steps = _successful_calls(run, api_docs, cost.skipped)
+            if len(steps) < config.min_calls:
+                cost.skip("too_few_calls")
                 continue
-            seen.add(spec["spec_id"])
-            specs.append(spec)
+            for draft in _drafts(steps, api_docs, config, run_id, cost.skipped):
+                apps = list(dict.fromkeys(parse_appworld_call(a).app for a in draft["action_sequence"]))
+                yield {**task_spec(draft, {**source, "involved_classes": apps, "data_version": DATA_VERSION},
+                                   "deterministic"), "answer_from": draft["answer_from"]}
+
+    specs = unique_specs(drafted(), cost)
     return specs, cost.as_dict()
 
 

@@ -20,7 +20,7 @@ from coevolve_lib.core.safe_calls import CallParseError, parse_call, parse_call_
 from coevolve_lib.core.text_blocks import iter_blocks, without_blocks
 from coevolve_lib.engine.explore import split_runs
 from coevolve_lib.engine.judge import generation_config
-from coevolve_lib.engine.tasks import task_spec
+from coevolve_lib.engine.tasks import task_spec, unique_specs
 from coevolve_lib.envs.bfcl.abstraction_deterministic import abstract_deterministic
 from coevolve_lib.envs.bfcl.benchmark import is_error_observation
 from coevolve_lib.envs.bfcl.tasks import docs_by_name
@@ -56,14 +56,7 @@ def abstract(group_key: tuple, triplets: list[dict], source: dict, config: Synth
         drafts = _abstract_llm(triplets, source, config, model, cost)
     else:
         raise ValueError(f"unknown abstraction {config.abstraction!r}; choose deterministic or llm")
-    specs, seen = [], set()
-    for draft in drafts:
-        spec = task_spec(draft, source, config.abstraction)
-        if spec["spec_id"] in seen:
-            cost.skip("duplicate")
-            continue
-        seen.add(spec["spec_id"])
-        specs.append(spec)
+    specs = unique_specs((task_spec(draft, source, config.abstraction) for draft in drafts), cost)
     return specs, cost.as_dict()
 
 
