@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +26,7 @@ from pydantic import AfterValidator, TypeAdapter, ValidationError
 from pydantic_core import ArgsKwargs
 
 from coevolve_lib.core.config import (
+    RENAMED_FIELDS,
     ConfigError,
     DataEngineConfig,
     EvalConfig,
@@ -86,23 +88,55 @@ def _read(name: str, chain: tuple[str, ...] = (), folder: Path | None = None) ->
     unknown = sorted(map(str, set(raw) - set(SECTIONS)))
     if unknown:  # named here, where the file is known (an override's unknown section is refused in `_sections`)
         raise ConfigError(f"{shown_path(path)}: unknown section(s) {unknown}; valid: {list(SECTIONS)}")
+    raw = renamed(raw, shown_path(path))
     return merge_over(_read(base, (*chain, key), path.parent), raw) if base else raw
 
 
 def merge_over(base: dict, raw: dict) -> dict:
     """`raw` (a profile's sections, or overrides) merged over `base` (`deep_merge`); when `raw` names another
-    benchmark than `base` does, without `base`'s `environment` section: another benchmark's settings are not the new
-    one's."""
-    named = _benchmark(raw)
-    if named is not None and named != (_benchmark(base) or EvalConfig.__dataclass_fields__["benchmark"].default):
+    environment than `base` does, without `base`'s `environment` section: another environment's settings are not the
+    new one's."""
+    named = _environment_name(raw)
+    if named is not None and named != (_environment_name(base) or DEFAULT_ENVIRONMENT):
         base = {key: value for key, value in base.items() if key != "environment"}
     return deep_merge(base, raw)
 
 
-def _benchmark(raw: dict) -> str | None:
-    """The benchmark a profile file's sections name (None: it names none, and inherits or defaults it)."""
+def _environment_name(raw: dict) -> str | None:
+    """The environment a profile file's sections name (None: it names none, and inherits or defaults it)."""
     evaluation = raw.get("evaluation")
-    return evaluation.get("benchmark") if isinstance(evaluation, dict) else None
+    return evaluation.get("environment_name") if isinstance(evaluation, dict) else None
+
+
+DEFAULT_ENVIRONMENT = EvalConfig.__dataclass_fields__["environment_name"].default
+
+
+_NOTED: set[str] = set()
+
+
+def renamed(raw: dict, where: str) -> dict:
+    """`raw` (a profile's sections, or overrides) with each field given by its name before a rename under its name
+    now (`config.RENAMED_FIELDS`), and a one-line notice on stderr naming `where`; both names at once: ConfigError."""
+    out = dict(raw)
+    for section, names in RENAMED_FIELDS.items():
+        values = out.get(section)
+        if not isinstance(values, dict):
+            continue
+        values = dict(values)
+        for now, before in names.items():
+            if before not in values:
+                continue
+            if now in values:
+                raise ConfigError(f"{where}: {section}.{before} and {section}.{now} name one field (its name before "
+                                  f"and now): give {section}.{now} only")
+            note = f"note: {where}: {section}.{before} is {section}.{now} now; the old name is read until the next " \
+                   f"release"
+            if note not in _NOTED:  # once per process: a study reads its profile once per run
+                _NOTED.add(note)
+                print(note, file=sys.stderr)
+            values[now] = values.pop(before)
+        out[section] = values
+    return out
 
 def profile_path(name, inherited: bool = False, folder: Path | None = None) -> Path:
     """The file of profile `name`: `configs/<name>.yaml` for a name (a base, `_` first, only when `inherited`), or a
@@ -216,7 +250,7 @@ def _build(section: str, cls, values):
         raise ConfigError(f"{section}: {exc}") from None
 
 
-def _other_benchmark(named: str, own: str) -> bool:
+def _other_environment(named: str, own: str) -> bool:
     """Whether `named` finds another environment class than `own` (a registry name and a `module:Class` reference
     may find the same one); False when it finds none, which `check_registered` refuses in one line."""
     if named == own:
@@ -233,12 +267,13 @@ def _other_benchmark(named: str, own: str) -> bool:
 
 def _sections(profile: str, overrides: dict | list[str] | None) -> dict:
     base, overrides = _read(profile), _as_mapping(overrides)
-    named, own = _benchmark(overrides), _benchmark(base) or EvalConfig.__dataclass_fields__["benchmark"].default
+    named, own = _environment_name(overrides), _environment_name(base) or DEFAULT_ENVIRONMENT
     if named is not None and base.get("environment") and "environment" not in overrides \
-            and _other_benchmark(named, own):  # the profile's section would be dropped: say so, never silently
-        raise ConfigError(f"evaluation.benchmark={named} replaces the profile's benchmark {own}, whose environment "
-                          f"section ({', '.join(sorted(map(str, base['environment'])))}) is not {named}'s settings: "
-                          f"give {named}'s with --set environment.<field>=<value>, or a profile of {named}")
+            and _other_environment(named, own):  # the profile's section would be dropped: say so, never silently
+        raise ConfigError(f"evaluation.environment_name={named} replaces the profile's environment {own}, whose "
+                          f"environment section ({', '.join(sorted(map(str, base['environment'])))}) is not "
+                          f"{named}'s settings: give {named}'s with --set environment.<field>=<value>, or a profile "
+                          f"of {named}")
     raw = merge_over(base, overrides)
     unknown = sorted(map(str, set(raw) - set(SECTIONS)))
     if unknown:
@@ -304,7 +339,7 @@ def check_registered(run: RunConfig) -> RunConfig:
     for name in run.data_engine.signals.enabled:
         _found("data_engine.signals.enabled", signal_class, name)
     _found("training.pool_updates", pool_update, run.training.pool_updates)
-    environment = _found("evaluation.benchmark", environment_class, run.evaluation.benchmark)
+    environment = _found("evaluation.environment_name", environment_class, run.evaluation.environment_name)
     if run.training.reward not in environment.rewards:
         raise ConfigError(f"training.reward: {run.training.reward!r} is not a reward of {environment.name}; its "
                           f"rewards: {sorted(environment.rewards)}")
@@ -353,7 +388,8 @@ strings, or None."""
 
 def _as_mapping(overrides: dict | list[str] | None) -> dict:
     overrides = checked("overrides", overrides, Overrides)
-    return parse_overrides(list(overrides)) if isinstance(overrides, (list, tuple)) else dict(overrides or {})
+    mapping = parse_overrides(list(overrides)) if isinstance(overrides, (list, tuple)) else dict(overrides or {})
+    return renamed(mapping, "overrides")
 
 
 # ------------------------------------------------------------------------------------------------ command line

@@ -77,11 +77,12 @@ CASES = [  # (command, exit status, what the one line says)
     ("train --dry-run --profile {tmp}/list", 2, "/list' is no .yaml file"),
     ("train --dry-run --profile {tmp}/not_yaml.yaml", 2, "/not_yaml.yaml is not valid YAML"),
     ("train --dry-run --profile {tmp}/loop.yaml", 2, "loop.yaml inherits from itself through"),
-    ("train --dry-run --set evaluation.benchmark=no_such_module:Env", 2,
-     "evaluation.benchmark: benchmark 'no_such_module:Env': cannot import no_such_module (ModuleNotFoundError"),
-    ("train --dry-run --set evaluation.benchmark=json:dumps", 2,
-     "evaluation.benchmark: benchmark 'json:dumps' is function dumps, not a subclass of coevolve_lib.core.environment"
-     ".Environment"),
+    ("train --dry-run --set evaluation.environment_name=no_such_module:Env", 2,
+     "evaluation.environment_name: environment 'no_such_module:Env': cannot import no_such_module "
+     "(ModuleNotFoundError"),
+    ("train --dry-run --set evaluation.environment_name=json:dumps", 2,
+     "evaluation.environment_name: environment 'json:dumps' is function dumps, not a subclass of "
+     "coevolve_lib.core.environment.Environment"),
     ("train --dry-run --set training.reward=shaped", 2,
      "training.reward: 'shaped' is not a reward of bfcl; its rewards: ['binary', 'format', 'prefix']"),
     ("train --dry-run --profile _paper", 2, "unknown profile '_paper'; choose from ['paper-qwen2.5-7b'"),
@@ -101,7 +102,8 @@ CASES = [  # (command, exit status, what the one line says)
     ("evaluate --out {tmp}/e.json --seed -1", 2, "evaluation.seed: Input should be greater than or equal to 0"),
     ("evaluate --out {tmp}/e.json --temperature 11", 2, "evaluation.temperature: Input should be less than or equal "
                                                          "to 10"),
-    ("evaluate --out {tmp}/e.json --benchmark nosuch", 2, "evaluation.benchmark: unknown benchmark 'nosuch'"),
+    ("evaluate --out {tmp}/e.json --environment nosuch", 2,
+     "evaluation.environment_name: unknown environment 'nosuch'"),
     ("evaluate --out {tmp}/e.json --split nosuch", 2, "evaluation.split: BFCL split 'nosuch': choose from"),
     ("evaluate --out {tmp}/e.json --max-new-tokens 0", 2, "rollout.max_new_tokens: Input should be greater than 0"),
     ("evaluate --out {tmp}/e.json --tool-format xml", 2, "rollout.tool_format: Input should be 'auto', 'native' or "

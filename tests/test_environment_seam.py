@@ -34,7 +34,7 @@ def test_a_third_environment_runs_the_whole_loop_through_the_seam(tmp_path):
     register("kv-in-process", KeyValueStore)
     try:
         run = run_config("tiny", SMALL)  # the profile check knows the name from the registry alone
-        engine = DataEngine(run.data_engine, tmp_path, run.evaluation.benchmark)
+        engine = DataEngine(run.data_engine, tmp_path, run.evaluation.environment_name)
         summary = train(run, tmp_path, progress=False, engine=engine)
     finally:
         del ENVIRONMENTS["kv-in-process"]

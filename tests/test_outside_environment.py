@@ -131,7 +131,7 @@ def test_a_held_out_set_built_under_faults_is_not_cached_as_the_set(tmp_path):
 def test_a_contract_broken_by_the_outside_environment_is_one_line(tmp_path):
     """A profile that reads its benchmark as a `module:Class` reference (no entry point needed) whose class breaks
     the evaluation contract: one line naming the environment, the method and the field; status 1."""
-    broken = kit("evaluate", "--profile", PROFILE, "--set", "evaluation.benchmark=kv_store.broken:NoCounts",
+    broken = kit("evaluate", "--profile", PROFILE, "--set", "evaluation.environment_name=kv_store.broken:NoCounts",
                  "--model", "tiny", "--out", str(tmp_path / "eval.json"), "--quiet", runs=tmp_path)
     assert broken.returncode == 1 and "Traceback" not in broken.stderr
     assert broken.stderr.strip().splitlines()[-1] == (

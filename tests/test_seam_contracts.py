@@ -153,7 +153,7 @@ def test_names_are_found_by_entry_point_and_by_reference_and_refused_in_one_line
             extensions.registered("environments", ENVIRONMENTS)
         assert environment_class("demo").name == "demo"
         assert environment_class("demo_env:Demo") is environment_class("demo")
-        with pytest.raises(ValueError, match="benchmark 'demo_env:Unnamed' has no `name`"):
+        with pytest.raises(ValueError, match="environment 'demo_env:Unnamed' has no `name`"):
             environment_class("demo_env:Unnamed")
         with pytest.raises(ValueError, match="demo_env has no attribute 'Nothing'"):
             environment_class("demo_env:Nothing")

@@ -42,8 +42,8 @@ def test_appworld_paper_profile_plan(capsys, tmp_path, monkeypatch):
     code, plan, err = dry_run(capsys, "--profile", "paper-qwen3-4b-appworld", "--out", str(tmp_path))
     assert code == 0, err
     _, bfcl, _ = dry_run(capsys, "--profile", "paper-qwen3-4b", "--out", str(tmp_path))
-    assert plan["benchmark"]["name"] == "appworld" and plan["benchmark"]["split"] == "test_normal"
-    assert bfcl["benchmark"] == {"name": "bfcl", "data_version": "v3", "category": "multi_turn_base", "split": "val",
+    assert plan["environment"]["name"] == "appworld" and plan["environment"]["split"] == "test_normal"
+    assert bfcl["environment"] == {"name": "bfcl", "data_version": "v3", "category": "multi_turn_base", "split": "val",
                                  "classes": None, "warm_start": False}
     assert plan["policy_model"] == "Qwen/Qwen3-4B-Instruct-2507" and plan["explorer_model"] == "openai:qwen3-max"
     assert ((plan["schedule"], plan["batch"], plan["grpo_config"])
@@ -52,20 +52,20 @@ def test_appworld_paper_profile_plan(capsys, tmp_path, monkeypatch):
     assert any("no AppWorld data root is set" in note for note in plan["notes"])
     monkeypatch.setenv("APPWORLD_ROOT", str(tmp_path))
     _, plan, _ = dry_run(capsys, "--profile", "paper-qwen3-4b-appworld", "--out", str(tmp_path))
-    assert plan["benchmark"]["data"] == f"APPWORLD_ROOT={tmp_path}"
+    assert plan["environment"]["data"] == f"APPWORLD_ROOT={tmp_path}"
     assert not any("data root" in note for note in plan["notes"])
 
 
 def test_appworld_refuses_what_its_data_engine_lacks(capsys):
-    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.benchmark=appworld")
+    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.environment_name=appworld")
     # issue 47: the profile's BFCL environment section was dropped silently; now named, unless replaced on purpose
-    assert code == 2 and "evaluation.benchmark=appworld replaces the profile's benchmark bfcl, whose environment " \
-        "section (category, data_version, warm_start) is not appworld's settings" in err
-    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.benchmark=appworld",
+    assert code == 2 and "evaluation.environment_name=appworld replaces the profile's environment bfcl, whose " \
+        "environment section (category, data_version, warm_start) is not appworld's settings" in err
+    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.environment_name=appworld",
                            "--set", "environment={}", "--set", "evaluation.split=dev")
     assert code == 2
-    assert "evaluation.benchmark=appworld needs data_engine.synthesis.abstraction=deterministic, judge=false and " \
-        "validate=true" in err and "ArgsKwargs" not in err
+    assert "evaluation.environment_name=appworld needs data_engine.synthesis.abstraction=deterministic, judge=false " \
+        "and validate=true" in err and "ArgsKwargs" not in err
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "evaluation.split=val")
     assert code == 2 and "'val' is a BFCL split" in err
 
@@ -77,7 +77,7 @@ def test_dry_run_plan_matches_table_9(profile, capsys, tmp_path):
     want = EXPECTED[profile]
     assert plan["policy_model"] == want["model"]
     assert plan["explorer_model"] == "openai:qwen3-max"
-    assert plan["benchmark"]["warm_start"] is False
+    assert plan["environment"]["warm_start"] is False
     assert plan["schedule"] == {"max_steps": 120, "pool_updates": "signals", "feedback_every": 10,
                                 "feedback_rounds": 11, "d0_size": 100}  # none after the last step
 

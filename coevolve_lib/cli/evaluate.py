@@ -14,6 +14,7 @@ same arguments keeps those episodes and runs only the remaining tasks); the resu
 from __future__ import annotations
 
 import json
+import sys
 
 from coevolve_lib import profiles
 from coevolve_lib.core.config import ConfigError
@@ -34,9 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="tiny",
                         help="a profile of configs/ or a .yaml profile file giving the defaults (default: tiny)")
     parser.add_argument("--model", help="tiny, smollm2-135m, a local path/hub id, or openai:<model>")
-    parser.add_argument("--benchmark", help="a registered benchmark (bfcl, appworld, an installed entry point) or a "
-                        "module:Class reference (`python -m coevolve_lib extensions` lists them)")
-    parser.add_argument("--split", help="the benchmark's split (BFCL: val, train or all; AppWorld: dev, test_normal, "
+    parser.add_argument("--environment", dest="environment_name", help="a registered environment (bfcl, appworld, an "
+                        "installed entry point) or a module:Class reference (`python -m coevolve_lib extensions` lists "
+                        "them)")
+    parser.add_argument("--benchmark", dest="benchmark", help="--environment's name before (read, with a notice, "
+                        "until the next release)")
+    parser.add_argument("--split", help="the environment's split (BFCL: val, train or all; AppWorld: dev, test_normal, "
                         "test_challenge)")
     parser.add_argument("--limit", help="first N tasks of the split")
     parser.add_argument("--all-tasks", action="store_true", help="ignore the profile's limit: the whole split")
@@ -56,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Values stay strings here: the config validates and converts them, with one error line per bad value.
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("quiet", "set")}
-    evaluation = {k: given[k] for k in ("model", "benchmark", "split", "limit", "seed", "temperature", "base_url")
-                  if k in given}
+    if "benchmark" in given:
+        print("note: --benchmark is --environment now; the old name is read until the next release", file=sys.stderr)
+        given.setdefault("environment_name", given.pop("benchmark"))
+    evaluation = {k: given[k] for k in ("model", "environment_name", "split", "limit", "seed", "temperature",
+                                        "base_url") if k in given}
     rollout = {k: given[k] for k in ("max_new_tokens", "tool_format", "tool_docs", "batch_size") if k in given}
     if args.all_tasks:
         evaluation["limit"] = None
@@ -69,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     with output_lock(out):  # one evaluation per results file at a time
         if args.no_resume:
             out.with_suffix(".rollouts.jsonl").unlink(missing_ok=True)
-        environment = make_environment(cfg.benchmark, run.data_engine,
-                                       RUNS_DIR / "evaluate" / environment_class(cfg.benchmark).name)
+        environment = make_environment(cfg.environment_name, run.data_engine,
+                                       RUNS_DIR / "evaluate" / environment_class(cfg.environment_name).name)
         try:  # an EvaluationError (nothing measured) is one line and status 1, in coevolve_lib.__main__
             rollout = rollout_phase(cfg.rollout, temperature=cfg.temperature, seed=cfg.seed)
             result = checked_evaluation(environment, environment.evaluate(

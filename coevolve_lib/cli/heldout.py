@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     run = run_config_from_args(args)
     if not run.data_engine.heldout.sets():
         raise ConfigError(f"profile {args.profile} has no held-out set (data_engine.heldout.*.size are 0)")
-    engine = DataEngine(run.data_engine, RUNS_DIR / f"heldout_{profile_label(args.profile)}", run.evaluation.benchmark)
+    engine = DataEngine(run.data_engine, RUNS_DIR / f"heldout_{profile_label(args.profile)}",
+                        run.evaluation.environment_name)
     for name in run.data_engine.heldout.sets():
         key, tasks = engine.heldout(name, progress=not args.quiet)
         calls = Counter(len(t["reference_actions"]) for t in tasks)

@@ -28,12 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     run = run_config_from_args(args)
-    if run.evaluation.benchmark != BFCLEnvironment.name or not BFCLSettings(**run.environment).warm_start.enabled:
+    bfcl = run.evaluation.environment_name == BFCLEnvironment.name
+    if not bfcl or not BFCLSettings(**run.environment).warm_start.enabled:
         raise ConfigError(f"profile {args.profile} has no warm start (environment.warm_start.enabled is false, or "
                           "its benchmark is not BFCL, whose warm start this builds)")
     set_torch_threads(run.training.torch_threads)
     engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{profile_label(args.profile)}",
-                        run.evaluation.benchmark)
+                        run.evaluation.environment_name)
     engine.initial_pool(progress=not args.quiet)
     path = engine.policy(progress=not args.quiet, use_shipped=not args.ship)
     check = check_policy(engine, path, max_completion_tokens=run.training.max_completion_tokens,

@@ -197,11 +197,12 @@ class EvalConfig:
     endpoint."""
     profile: str = "tiny"
     """Profile the values came from (recorded in results)."""
-    benchmark: str = "bfcl"
-    """The run's benchmark (its `check` runs at load): its environments seed D_0 and the rounds, and its `split` is
-    evaluated. `bfcl` (BFCL multi-turn), `appworld` (AppWorld's server on APPWORLD_ROOT's official data, else on the
-    synthetic world the kit builds offline; docs/appworld.md), or an environment of your own: an installed entry point
-    or a `module:Class` reference (`core.extensions`; `python -m coevolve_lib extensions` lists them)."""
+    environment_name: str = "bfcl"
+    """The run's environment, a registry name (its `check` runs at load): its environments seed D_0 and the rounds, and
+    its `split` is evaluated. `bfcl` (BFCL multi-turn), `appworld` (AppWorld's server on APPWORLD_ROOT's official data,
+    else on the synthetic world the kit builds offline; docs/appworld.md), or an environment of your own: an installed
+    entry point or a `module:Class` reference (`core.extensions`; `python -m coevolve_lib extensions` lists them).
+    Named `benchmark` before: still read, with a notice, and recorded under that name (`RENAMED_FIELDS`)."""
     split: str = "val"
     """BFCL: `val` (the kit's evaluation split), `train`, or `all` (see envs.bfcl.split_tasks). AppWorld: a dataset
     file of the data root: `dev`, `test_normal`, `test_challenge` (official), `dev` (the synthetic world)."""
@@ -226,6 +227,11 @@ class EvalConfig:
     environment: dict[str, Any] = field(default_factory=dict)
     """The profile's environment section: the benchmark's own settings, declared and validated by its environment
     class (`Environment.Settings`) when the profile loads."""
+
+    def recorded(self) -> dict:
+        """This section as run folders and results record it: the fields under the names they had when runs were
+        first recorded (`recorded_names`), so hashes made before a rename still match."""
+        return recorded_names("evaluation", dataclasses.asdict(self))
 
     @field_validator("model")
     @classmethod
@@ -709,10 +715,26 @@ def data_engine_identity(config: "DataEngineConfig | dict") -> dict:
     return {k: v for k, v in config.items() if k not in NOT_IDENTITY}
 
 
+RENAMED_FIELDS = {"evaluation": {"environment_name": "benchmark"}}
+"""Fields renamed since runs were first recorded: section -> {name now: name before}. A profile or `--set` may still
+give the name before (read with a notice, until the next release); run identities and results keep it
+(`recorded_names`), so every run folder and results file made before the rename is still found and still matches."""
+
+
+def recorded_names(section: str, values: dict) -> dict:
+    """`values` of `section` with each renamed field under its name before (`RENAMED_FIELDS`)."""
+    before = RENAMED_FIELDS.get(section, {})
+    return {before.get(key, key): value for key, value in values.items()}
+
+
 def run_identity(run: "RunConfig | dict") -> dict:
     """A run's whole resolved config (a RunConfig, or the dict a run folder recorded), as a dict, with its data engine
-    as `data_engine_identity` gives it: what the run's hash is taken of, and what a resumed run must match."""
+    as `data_engine_identity` gives it and renamed fields under their recorded names (`recorded_names`): what the
+    run's hash is taken of, and what a resumed run must match."""
     config = dataclasses.asdict(run) if dataclasses.is_dataclass(run) else dict(run)
+    for section in RENAMED_FIELDS:
+        if isinstance(config.get(section), dict):
+            config[section] = recorded_names(section, config[section])
     if isinstance(config.get("data_engine"), dict):
         config["data_engine"] = data_engine_identity(config["data_engine"])
     return config

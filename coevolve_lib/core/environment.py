@@ -3,8 +3,8 @@
 The data engine, the feedback round, the rollout loop, evaluation, training and the studies know an environment only
 through `Environment`; this registry is the one place that names a concrete one. A new environment is one package
 (`coevolve_lib/envs/<name>/`, or any importable module, in a package of your own) whose class implements
-`Environment`, and a profile whose `evaluation.benchmark` names it: an `ENVIRONMENTS` entry here, a `register` call,
-an installed entry point of the `coevolve_lib.environments` group, or a `module:Class` reference
+`Environment`, and a profile whose `evaluation.environment_name` names it: an `ENVIRONMENTS` entry here, a `register`
+call, an installed entry point of the `coevolve_lib.environments` group, or a `module:Class` reference
 (`core.extensions`; the recipe: docs/architecture.md).
 
 Entries are `"module:Class"` strings, imported on first use, as Gymnasium's `entry_point`s are: a run on BFCL never
@@ -91,7 +91,7 @@ class Environment(ABC):
     profile checks)."""
 
     name: ClassVar[str]
-    """The registry name (`evaluation.benchmark`)."""
+    """The registry name (`evaluation.environment_name`)."""
     rewards: ClassVar[dict[str, Callable[[dict, dict], float]]] = {"binary": binary_reward}
     """What `training.reward` may name: `(rollout record, pool task) -> reward` (BFCL adds `prefix`)."""
     Settings: ClassVar[type] = NoSettings
@@ -198,7 +198,7 @@ ENVIRONMENTS: dict[str, str | type[Environment]] = {
 
 
 def register(name: str, environment: str | type[Environment]) -> None:
-    """Make `name` a benchmark a profile can name (`evaluation.benchmark`)."""
+    """Make `name` an environment a profile can name (`evaluation.environment_name`)."""
     ENVIRONMENTS[name] = environment
 
 
@@ -206,10 +206,10 @@ def environment_class(name: str) -> type[Environment]:
     """The class `name` gives (`core.extensions.find`: a registry entry, an installed entry point of the
     `coevolve_lib.environments` group, or a `module:Class` reference); its module imported on first use. A ValueError
     in one line when nothing gives it or it is no `Environment`."""
-    entry = find("environments", name, ENVIRONMENTS, "benchmark")
+    entry = find("environments", name, ENVIRONMENTS, "environment")
     if isinstance(entry, str):
-        entry = load_reference(entry, "benchmark")
-    ENVIRONMENTS[name] = check_class(entry, Environment, name, "benchmark")
+        entry = load_reference(entry, "environment")
+    ENVIRONMENTS[name] = check_class(entry, Environment, name, "environment")
     return entry
 
 

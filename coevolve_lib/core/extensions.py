@@ -6,8 +6,9 @@ A name is looked up in three places, in this order:
 2. the installed packages' entry points of the registry's group (`ENTRY_POINT_GROUPS`), read with `importlib.metadata`:
    a package declares `[project.entry-points."coevolve_lib.environments"] library = "my_pkg.env:LibraryEnv"` in its
    `pyproject.toml`, is installed (`pip install -e .`), and every command of `python -m coevolve_lib` knows `library`;
-3. a `"module:attribute"` reference written in the profile itself (`evaluation.benchmark: my_pkg.env:LibraryEnv`),
-   imported when the profile is loaded: a module on `sys.path` (the working folder, or `PYTHONPATH`) needs no install.
+3. a `"module:attribute"` reference written in the profile itself
+   (`evaluation.environment_name: my_pkg.env:LibraryEnv`), imported when the profile is loaded: a module on
+   `sys.path` (the working folder, or `PYTHONPATH`) needs no install.
 
 Importing a module a profile names runs that module, as `pip install` does: a profile is the user's own file. Model
 output is never a profile. `registered(...)` lists what each place holds and where it came from

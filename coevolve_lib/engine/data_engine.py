@@ -85,8 +85,8 @@ def explorer_options(config: DataEngineConfig, processes: int) -> dict:
 
 class DataEngine:
     """One run folder of the data engine for a `DataEngineConfig` on one environment: a registry name
-    (`evaluation.benchmark`, made here for the run folder) or an `Environment` already made. `processes`: how many
-    processes of one run each hold one (they share the explorer's limits)."""
+    (`evaluation.environment_name`, made here for the run folder) or an `Environment` already made. `processes`: how
+    many processes of one run each hold one (they share the explorer's limits)."""
 
     def __init__(self, config: DataEngineConfig, run_dir: str | Path, environment: str | Environment,
                  processes: int = 1):

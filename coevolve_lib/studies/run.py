@@ -137,7 +137,7 @@ def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> 
     todo = [p for p in planned if not p["finished"]]
     if not todo:
         return
-    first = DataEngine(todo[0]["run"].data_engine, todo[0]["folder"], todo[0]["run"].evaluation.benchmark)
+    first = DataEngine(todo[0]["run"].data_engine, todo[0]["folder"], todo[0]["run"].evaluation.environment_name)
     first.policy(progress=progress)
     first.heldout_sets()
     first.close()
@@ -249,7 +249,7 @@ def _row(study: Study, run: RunConfig, variant: Variant, seed: int, metric: str,
          temperature: float, per_task: dict[str, float], folder: Path, model: str, trained: dict) -> dict:
     values = list(per_task.values())
     return {"table": ",".join(study.tables), "variant": variant.name, "paper_row": variant.paper_row,
-            "benchmark": run.evaluation.benchmark, "eval_set": eval_set,
+            "benchmark": run.evaluation.environment_name, "eval_set": eval_set,
             "metric": metric, "k": k, "temperature": temperature, "seed": seed, "n": len(values),
             "value": round(100.0 * sum(values) / len(values), 2) if values else None,
             "profile": run.profile, "model": run.model,
@@ -268,7 +268,7 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
     zero_shot = variant.name == ZERO_SHOT
     step = 0 if zero_shot else run.training.max_steps
     evaluation = json.loads((folder / "eval" / f"step_{step:05d}.json").read_text())
-    engine = DataEngine(run.data_engine, folder, run.evaluation.benchmark)
+    engine = DataEngine(run.data_engine, folder, run.evaluation.environment_name)
     model_path = engine.policy() if zero_shot else str(folder / "final")
     trained = run_fingerprint(run, engine, folder, model_path, trained=not zero_shot)
     out = []

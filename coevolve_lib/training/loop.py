@@ -346,8 +346,8 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
             raise ConfigError(f"{out_dir} already holds a run (last checkpoint {checkpoint.name}); resume it or "
                               "choose another --out")
         owned = engine is None
-        engine = (DataEngine(run.data_engine, out_dir, run.evaluation.benchmark, run.training.launch.num_processes)
-                  if owned else engine)
+        engine = (DataEngine(run.data_engine, out_dir, run.evaluation.environment_name,
+                             run.training.launch.num_processes) if owned else engine)
         try:
             state = distributed_state(run)
             if state.num_processes > 1:

@@ -180,8 +180,8 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
     if launch.num_processes > 1:
         notes.append("multi-GPU runs evaluate checkpoints after training: python -m coevolve_lib evaluate "
                      f"--profile {run.profile} --model {out}/final --all-tasks --out <results.json>")
-    benchmark, benchmark_notes = environment_class(run.evaluation.benchmark).plan(run)
-    notes += benchmark_notes
+    environment, environment_notes = environment_class(run.evaluation.environment_name).plan(run)
+    notes += environment_notes
     completions = cfg.tasks_per_step * cfg.group_size
     vllm = {}
     if "train_vllm_colocate" in commands:
@@ -189,7 +189,7 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
     if "vllm_server" in commands:
         vllm["server"] = vllm_memory(run, SERVER_MEMORY_UTILIZATION)
     return {
-        "profile": run.profile, "benchmark": benchmark, "policy_model": run.model, "explorer_model": explorer,
+        "profile": run.profile, "environment": environment, "policy_model": run.model, "explorer_model": explorer,
         "schedule": {"max_steps": cfg.max_steps, "pool_updates": cfg.pool_updates,
                      "feedback_every": cfg.feedback_every if cfg.pool_updates != "none" else None,
                      "feedback_rounds": cfg.rounds if cfg.pool_updates != "none" else 0,

@@ -125,9 +125,9 @@ def rehearsal_run(profile: str, overrides: list[str] = ()) -> tuple[RunConfig, l
     model, then the user's `overrides`."""
     base = profiles.run_config(profile)
     backbone = paper_model(base.model)
-    if backbone is None or base.evaluation.benchmark != "bfcl":
+    if backbone is None or base.evaluation.environment_name != "bfcl":
         raise ConfigError(f"rehearse runs the BFCL paper profiles (a paper backbone as model); {profile!r} trains "
-                          f"{base.model!r} on {base.evaluation.benchmark}")
+                          f"{base.model!r} on {base.evaluation.environment_name}")
     sets = [*flatten_overrides(yaml.safe_load(REHEARSAL_FILE.read_text())), f"model={backbone.standin}",
             *overrides]
     return profiles.run_config(profile, sets), sets

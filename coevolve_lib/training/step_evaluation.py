@@ -101,7 +101,7 @@ class StepEvaluation:
         key = config_hash({"policy": repo_relative(self.data_engine.policy()),
                            "heldout": {name: key for name, (key, _) in self.heldout.items()},
                            "d0_sample": self.pool_sample, "rollout": asdict(self.run.rollout),
-                           "evaluation": asdict(self.run.evaluation), "eval_limit": self.cfg.eval_limit,
+                           "evaluation": self.run.evaluation.recorded(), "eval_limit": self.cfg.eval_limit,
                            "max_completion_tokens": self.cfg.max_completion_tokens,
                            "val_rollout": "token_level"})  # since the environment seam: evaluations made before differ
         return self.start_evaluations / key

@@ -51,7 +51,7 @@ APPS_CODE = 'print(",".join(p["account_name"] for p in apis.supervisor.show_acco
 
 @settings_dataclass(config=STRICT)
 class AppWorldSettings:
-    """AppWorld's own settings: the profile's `environment` section when `evaluation.benchmark` is `appworld`."""
+    """AppWorld's own settings: the profile's `environment` section when `evaluation.environment_name` is `appworld`."""
 
     root: str | None = None
     """AppWorld's data root (the folder holding `data/`: official data, docs/appworld.md); None: $APPWORLD_ROOT,
@@ -237,5 +237,5 @@ class AppWorldEnvironment(Environment):
         if run.training.pool_updates not in APPWORLD_POOL_UPDATES:
             needs.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
         if needs:
-            problems.append("evaluation.benchmark=appworld needs " + "; ".join(needs))
+            problems.append("evaluation.environment_name=appworld needs " + "; ".join(needs))
         return problems

@@ -12,7 +12,6 @@ per-task outcomes.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from coevolve_lib.core.config import EvalConfig
@@ -37,7 +36,7 @@ def evaluation_tasks(cfg: EvalConfig) -> list:
 def eval_set(cfg: EvalConfig) -> str:
     """The name results give the tasks `cfg` evaluates on: `<benchmark>/<data version>/<category>/<split>`."""
     bfcl = BFCLSettings(**cfg.environment)
-    return f"{cfg.benchmark}/{bfcl.data_version}/{normalize_category(bfcl.category)}/{cfg.split}"
+    return f"{cfg.environment_name}/{bfcl.data_version}/{normalize_category(bfcl.category)}/{cfg.split}"
 
 
 def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True, resume: bool = True,
@@ -52,7 +51,7 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
     if not resume:
         rollouts_path.unlink(missing_ok=True)
     # A given rollout config (the training loop's) is part of what the episodes are: recorded and hashed with them.
-    settings = {**asdict(cfg), **({"rollout_config": rollout.recorded()} if rollout else {})}
+    settings = {**cfg.recorded(), **({"rollout_config": rollout.recorded()} if rollout else {})}
     # Episodes are reusable across runs that differ only in how many tasks they take.
     episode_hash = config_hash({k: v for k, v in settings.items() if k != "limit"})
     tasks = evaluation_tasks(cfg)
@@ -79,7 +78,7 @@ def evaluate(cfg: EvalConfig, out: str | Path, model=None, progress: bool = True
                               "is the model's endpoint up?")
     correct = sum(r["success"] for r in outcomes)
     row = {
-        "benchmark": cfg.benchmark, "data_version": BFCLSettings(**cfg.environment).data_version,
+        "benchmark": cfg.environment_name, "data_version": BFCLSettings(**cfg.environment).data_version,
         "eval_set": eval_set(cfg),
         "metric": "multi_turn_success_rate",
         "k": 1, "temperature": cfg.temperature, "seed": cfg.seed, "n": len(outcomes), "correct": correct,

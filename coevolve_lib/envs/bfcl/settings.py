@@ -1,4 +1,4 @@
-"""BFCL's own settings: the profile's `environment` section when `evaluation.benchmark` is `bfcl`.
+"""BFCL's own settings: the profile's `environment` section when `evaluation.environment_name` is `bfcl`.
 
     environment:
       data_version: v3                # the paper's BFCL-V3
