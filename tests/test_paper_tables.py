@@ -4,6 +4,7 @@ scale. The results documents here are written by the same `run_study` path's row
 resolves, with per-task outcomes chosen by the test (the checks under test read hashes, not training)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.results import write_result
 from coevolve_lib.profiles import run_config
-from coevolve_lib.studies import results_folder
+from coevolve_lib.studies import kit_table, results_folder, verdicts
 from coevolve_lib.studies import tables as paper_tables
 from coevolve_lib.studies.catalog import COMPARISON
 from coevolve_lib.studies.run import results_file, run_hash, settings_hash, variant_run
@@ -28,8 +29,9 @@ def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], override
         study_variant = next((v for v in COMPARISON.variants if v.name == variant), COMPARISON.variants[0])
         run = variant_run("tiny", overrides, study_variant, 0)
         per_task = {f"t{i}": value for i, value in enumerate(outcomes[variant])}
+        paper_row = COMPARISON.zero_shot if variant == "zero_shot" else study_variant.paper_row
         for eval_set in ("heldout/new_tasks/abc", "heldout/new_envs/def", "pool/d0", "bfcl/v3/multi_turn_base/val"):
-            rows.append({"variant": variant, "paper_row": study_variant.paper_row, "benchmark": "bfcl",
+            rows.append({"variant": variant, "paper_row": paper_row, "benchmark": "bfcl",
                          "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0, "seed": 0,
                          "n": len(per_task), "value": 100 * sum(per_task.values()) / len(per_task),
                          "steps": run.training.max_steps, "tasks_per_step": 8, "group_size": 8, "profile": "tiny",
@@ -82,7 +84,7 @@ def test_measured_rows_sit_beside_the_paper_with_their_scale(tmp_path):
     assert cross["baseline wrong, CoEvolve correct"] == 25.0 and cross["baseline correct, CoEvolve correct"] == 50.0
     assert tables["table10"].kit.loc["Reflexion", "kit held-out (a) new tasks, pool envs %"].startswith("not run")
     assert any("(b) unseen envs" in c for c in tables["table2"].kit.columns)  # both sets on every row
-    path = paper_tables.write_markdown(list(tables.values()), tmp_path / "tables.md", "# t")
+    path = kit_table.write_markdown(list(tables.values()), tmp_path / "tables.md", "# t")
     assert "| coevolve |" in path.read_text() and "63.00" in path.read_text()
 
 
@@ -190,7 +192,8 @@ def test_table12_puts_each_explorer_beside_the_paper_row_it_stands_for():
     from coevolve_lib.studies.catalog import explorers
 
     study = explorers({"Qwen-Plus": "openai:qwen-plus"}, "Qwen-Max")
-    rows = [{"variant": v.name, "metric": "greedy_success", "eval_set": eval_set, "seed": 0, "steps": 2,
+    rows = [{"variant": v.name, "benchmark": "bfcl", "metric": "greedy_success", "eval_set": eval_set, "seed": 0,
+             "steps": 2,
              "tasks_per_step": 8, "group_size": 8, "per_task": {"t0": float(v.name.endswith("coevolve")), "t1": 0.0}}
             for v in study.variants for eval_set in ("heldout/new_tasks/abc", "bfcl/v3/multi_turn_base/val")]
     doc = {"profile": "paper-qwen3-4b", "model": "m", "config": {"seeds": [0], "variants": [
@@ -209,8 +212,8 @@ def test_table12_says_a_replayed_explorer_whose_d0_held_no_task_trained_nothing(
     from coevolve_lib.studies.catalog import explorers
 
     study = explorers({"Qwen3-4B": "openai:policy"}, "", {"Qwen3-4B": "coevolve_lib/data/llm_calls/x.jsonl"})
-    rows = [{"variant": v.name, "metric": "greedy_success", "eval_set": "heldout/new_tasks/abc", "seed": 0, "steps": 2,
-             "tasks_per_step": 8, "group_size": 8, "per_task": {"t0": 1.0, "t1": 0.0}}
+    rows = [{"variant": v.name, "benchmark": "bfcl", "metric": "greedy_success", "eval_set": "heldout/new_tasks/abc",
+             "seed": 0, "steps": 2, "tasks_per_step": 8, "group_size": 8, "per_task": {"t0": 1.0, "t1": 0.0}}
             for v in study.variants if v.name.startswith("default")]
     d0 = {"targets": 13, "explorer_calls": 112, "triplets": 8, "valid_triplets": 0, "specs": 0, "accepted": 0,
           "explore_skipped": {"model_error": 104, "no_valid_action": 8}, "rejection_reasons": {}}
@@ -248,21 +251,89 @@ def test_table12_renders_when_no_variant_trained():
                           "kit CoEvolve held-out (a) new tasks, pool envs %"] == "not trained (D_0 empty)")
 
 
-def test_each_study_table_says_what_this_scale_resolves_and_the_header_every_studys_seeds():
-    """Issue 49: tables.md had no verdict per table, and its header said seeds [0] where the comparison used three."""
-    import pandas as pd
+def rows(variant: str, outcomes: list[float], eval_set: str = "heldout/new_tasks/abc", seed: int = 0) -> dict:
+    return {"variant": variant, "metric": "greedy_success", "eval_set": eval_set, "seed": seed, "benchmark": "bfcl",
+            "per_task": {f"t{i}": value for i, value in enumerate(outcomes)}}
 
-    KitTable, header = paper_tables.KitTable, paper_tables.header
-    column = "held-out (a): vs coevolve (points)"
-    table = KitTable(("table5",), pd.DataFrame({column: ["-", "+0.3 [-0.3, +1.0] includes 0"]},
-                                               index=pd.Index(["coevolve", "no_rare"], name="variant")))
-    assert table.verdict() == ("verdict at this scale: no row differs from coevolve beyond noise (every paired 95% "
-                               "CI includes 0)")
-    table.kit.loc["no_rare", column] = "+2.8 [+0.8, +4.7] excludes 0"
-    assert "no_rare on held-out (a) (+2.8 [+0.8, +4.7])" in table.verdict()
-    assert "verdict at this scale" in table.markdown()
-    assert KitTable(("table7",), pd.DataFrame({"kit": [1]})).verdict() is None
-    assert "(profile tiny, seeds [0]; comparison: seeds [0, 1, 2])" in header("tiny", [0], {"comparison": [0, 1, 2]}, 0)
+
+def test_a_claim_is_reproduced_contradicted_or_unresolved_by_its_paired_interval():
+    """Issue 49: the verdict read the rendered cells' words; it is computed from the rows' paired differences."""
+    better, worse = [1.0] * 30 + [0.0] * 10, [1.0] * 10 + [0.0] * 30
+    results = [rows("coevolve", better), rows("static", worse), rows("random", better)]
+    where = "heldout/new_tasks/abc"
+    assert verdicts.compared(results, "coevolve", "static", where).outcome == "reproduced"
+    assert verdicts.compared(results, "static", "coevolve", where).outcome == "contradicted"
+    assert verdicts.compared(results, "coevolve", "random", where).outcome == "unresolved"
+    assert verdicts.compared(results, "coevolve", "rest", where).outcome == "not measured"
+    found = verdicts.compared(results, "coevolve", "static", where)
+    assert found.evidence.startswith("+50.0 [+") and "held-out (a)" in found.evidence and "1 seed(s)" in found.evidence
+    line = verdicts.line([found, verdicts.compared(results, "coevolve", "random", where)])
+    assert line.startswith("verdict at this scale: reproduces part of the paper's direction, the rest within noise: "
+                           "coevolve above static: +50.0")
+    assert verdicts.line([found]).startswith("verdict at this scale: reproduces the paper's direction: ")
+    assert "contradicts the paper" in verdicts.line([found, verdicts.compared(results, "static", "coevolve", where)])
+    assert "cannot resolve the paper's direction" in verdicts.line(
+        [verdicts.compared(results, "coevolve", "random", where)])
+
+
+def test_a_study_claim_takes_its_direction_from_the_papers_numbers():
+    """Table 10: the paper has CoEvolve 63.00 above GRPO 58.00 and Reflexion 31.00; Table 4: F = 20 (57.50) below
+    F = 10 (63.00). The claim follows the paper's numbers whichever way the pair is given."""
+    better, worse = [1.0] * 30 + [0.0] * 10, [1.0] * 10 + [0.0] * 30
+    doc = {"config": {"rank_by": "new_tasks"}, "metrics": [
+        {**rows("coevolve", worse), "paper_row": "CoEvolve"}, {**rows("static", better), "paper_row": "GRPO"},
+        {**rows("reflexion", worse), "paper_row": "Reflexion"}]}
+    found = verdicts.paper_claims(doc, ("table10",), [("static", "coevolve"), ("coevolve", "reflexion")])
+    assert [(f.claim, f.outcome) for f in found] == [("coevolve above static", "contradicted"),
+                                                     ("coevolve above reflexion", "unresolved")]
+    assert verdicts.paper_claims(doc, ("table10",), [("coevolve", "nosuch")]) == []  # no paper number: no claim
+
+
+def test_every_table_has_a_verdict_line_and_the_header_every_studys_seeds(tmp_path):
+    """Issue 49: a verdict line under every table, measured or not run, and the seeds of each study in the header."""
+    comparison_doc(tmp_path, OUTCOMES)
+    tables = paper_tables.assemble(results_folder.Results(tmp_path, "tiny", [0], allow_missing=True))
+    for table in tables:
+        assert table.verdict and table.verdict.startswith(verdicts.PREFIX), table.table_ids
+        assert f"- {table.verdict}" in table.markdown()
+    by_id = {t.table_ids[0]: t for t in tables}
+    assert "coevolve above zero_shot: +50.0" in by_id["table1"].verdict
+    assert "static above zero_shot" in by_id["table3"].verdict and "coevolve above random" in by_id["table3"].verdict
+    assert by_id["table5"].verdict == verdicts.unresolvable("signals results not run")
+    header = kit_table.header("tiny", [0], {"comparison": [0, 1, 2]}, 0)
+    assert "(profile tiny, seeds [0]; comparison: seeds [0, 1, 2])" in header
+
+
+def test_table15_states_its_levels_against_the_papers_range():
+    inside = verdicts.level_finding("SR", [20.0, 22.5], [14.76, 28.61, 21.0])
+    outside = verdicts.level_finding("SR", [71.05, 74.22], [14.76, 28.61, 21.0])
+    assert inside.outcome == "reproduced" and outside.outcome == "contradicted"
+    assert outside.evidence == "71.05-74.22% over 2 round(s)"
+
+
+def test_a_row_that_is_another_tables_run_says_so():
+    """Issue 49: Table 12's row of the profile's own explorer is the comparison's static and CoEvolve seed-0 runs."""
+    explorers = {"metrics": [{"variant": "default_static", "seed": 0, "config_hash": "a"},
+                             {"variant": "default_static", "seed": 0, "config_hash": "a"},
+                             {"variant": "explorer1_static", "seed": 0, "config_hash": "c"}]}
+    comparison = {"metrics": [{"variant": "static", "seed": 0, "config_hash": "a"},
+                              {"variant": "static", "seed": 1, "config_hash": "b"}]}
+    assert paper_tables.shared_runs(explorers, comparison, "the comparison") == [
+        "default_static is the comparison's static run (the same run: equal config hashes), seed(s) [0]"]
+    assert paper_tables.shared_runs(explorers, None, "the comparison") == []
+
+
+def test_tables_md_links_every_figure_with_its_caption(tmp_path):
+    """Issue 49: no figure was linked from tables.md. Every committed figure of the tiny profile has a caption, and
+    the links resolve from where tables.md lies."""
+    root = Path(__file__).resolve().parent.parent
+    figures = root / "figures" / "tiny"
+    index = kit_table.figure_index(figures, root / "results" / "tiny" / "tables.md")
+    links = re.findall(r"\]\(([^)]+)\): (.*)", index)
+    assert len(links) == len(list(figures.rglob("*.png"))) >= 10
+    assert all(caption != "no caption" for _, caption in links)
+    assert all((root / "results" / "tiny" / link).resolve().is_file() for link, _ in links)
+    assert kit_table.figure_index(tmp_path, tmp_path / "tables.md").endswith("No figure drawn yet.\n")
 
 
 def test_every_interval_the_readme_quotes_is_in_the_tables_it_names():

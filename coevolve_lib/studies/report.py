@@ -256,16 +256,30 @@ def paired_differences(results: list[dict], pairs: list[tuple[str, str]], rank_b
     rows = []
     for a, b in pairs:
         for eval_set in sets:
-            left, right = _matrix(results, a, metric, eval_set)[2], _matrix(results, b, metric, eval_set)[2]
-            if not left or len(left) != len(right):
+            difference = paired_difference(results, a, b, eval_set, metric)
+            if difference is None:
                 continue
-            mean, low, high = bootstrap_ci([[x - y for x, y in zip(r1, r2)] for r1, r2 in zip(left, right)])
-            verdict = (f"{a} above {b}" if low > 0 else f"{a} below {b}" if high < 0
+            mean, low, high, seeds = difference
+            reading = (f"{a} above {b}" if low > 0 else f"{a} below {b}" if high < 0
                        else "no difference the CI can tell")
-            rows.append({"comparison": f"{a} - {b}", "set": set_title(eval_set),
-                         "points": f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]",
-                         "reading": verdict, "seeds": len(left)})
+            rows.append({"comparison": f"{a} - {b}", "set": set_title(eval_set), "points": points(mean, low, high),
+                         "reading": reading, "seeds": seeds})
     return pd.DataFrame(rows).set_index(["comparison", "set"]) if rows else pd.DataFrame()
+
+
+def paired_difference(results: list[dict], a: str, b: str, eval_set: str,
+                      metric: str = "greedy_success") -> tuple[float, float, float, int] | None:
+    """`a - b` on `eval_set` (fractions), paired by seed and task: (mean, 95% CI low, high, seeds); None when the
+    two variants were not measured on the same seeds there."""
+    left, right = _matrix(results, a, metric, eval_set)[2], _matrix(results, b, metric, eval_set)[2]
+    if not left or len(left) != len(right):
+        return None
+    return (*bootstrap_ci([[x - y for x, y in zip(r1, r2)] for r1, r2 in zip(left, right)]), len(left))
+
+
+def points(mean: float, low: float, high: float) -> str:
+    """A difference of fractions in points with its interval: `+0.8 [-0.3, +1.9]`."""
+    return f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
 def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:

@@ -14,18 +14,18 @@ ALFWorld and WebShop (not offline), and explorers no endpoint was given for (Tab
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import pandas as pd
 
 from coevolve_lib.core import paper
 from coevolve_lib.core.results import HELDOUT_TITLES
+from coevolve_lib.studies import verdicts
 from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
 from coevolve_lib.studies.catalog import baselines as baselines_study
 from coevolve_lib.studies.catalog import explorers as explorers_study
 from coevolve_lib.studies.catalog import sensitivity as sensitivity_grid
+from coevolve_lib.studies.kit_table import KitTable, not_built
 from coevolve_lib.studies.report import (
+    benchmark_split,
     bootstrap_ci,
     paired_differences,
     ranked_sets,
@@ -41,50 +41,6 @@ APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline
 """An AppWorld cell of a study's table (the loop itself runs on AppWorld: notebook 14, `appworld_cell`)."""
 OFFLINE = "not reproducible offline: no {} environment in the kit"
 PAPER_COLUMN = "BFCL"
-
-
-def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
-    """A GitHub-flavoured markdown table (pandas' own needs the `tabulate` package)."""
-    frame = frame.reset_index() if index else frame
-    cell = lambda value: str(value).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| " + " | ".join(map(cell, frame.columns)) + " |", "|" + " --- |" * len(frame.columns)]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
-
-
-@dataclass
-class KitTable:
-    """The kit's rows for one or more of the paper's tables (Tables 4 and 14 share one study), with notes (scale,
-    what is not run and why)."""
-    table_ids: tuple[str, ...]
-    kit: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
-
-    def markdown(self) -> str:
-        parts = []
-        for table_id in self.table_ids:
-            source = paper.tables()[table_id]
-            parts += [f"## {paper.title(table_id)}. {source['caption']}", "", "**Paper:**", "",
-                      markdown_table(pd.DataFrame(source["rows"], columns=source["columns"]), index=False), ""]
-        parts += ["**Kit (measured):**", "", markdown_table(self.kit), ""]
-        verdict = self.verdict()
-        parts += [f"- {note}" for note in ([verdict] if verdict else []) + self.notes]
-        return "\n".join(parts) + "\n"
-
-    def verdict(self) -> str | None:
-        """One line of what this scale resolves, read from the table's paired-difference columns (`<set>: vs
-        <baseline> (points)`): the rows whose 95% CI excludes 0, or that none does; None for a table without them."""
-        columns = [c for c in self.kit.columns if ": vs " in str(c)]
-        if not columns:
-            return None
-        baseline = columns[0].split(": vs ")[1].removesuffix(" (points)")
-        told = [f"{variant} on {column.split(': vs ')[0]} ({cell.removesuffix(' excludes 0')})" for column in columns
-                for variant, cell in self.kit[column].items() if str(cell).endswith("excludes 0")]
-        if not told:
-            return (f"verdict at this scale: no row differs from {baseline} beyond noise (every paired 95% CI "
-                    "includes 0)")
-        return (f"verdict at this scale: differs from {baseline} beyond noise (paired 95% CI excludes 0): "
-                f"{'; '.join(told)}; every other difference is within noise")
 
 
 # ------------------------------------------------------------------------------------------------- the tables
@@ -159,9 +115,14 @@ def table1(comparison: dict | None, appworld: dict | None) -> KitTable:
              **_kit_cells(comparison, variant), "AppWorld (TGC/SGC)": appworld_cell(appworld, variant == "coevolve")}
             for label, paper_row, variant in (("starting policy (zero-shot)", backbone, "zero_shot"),
                                               ("+ CoEvolve", with_coevolve, "coevolve"))]
+    verdict = verdicts.unresolvable("comparison results not run")
+    if comparison is not None:
+        results = comparison["metrics"]
+        verdict = verdicts.line([verdicts.compared(results, "coevolve", "zero_shot", eval_set)
+                                 for eval_set in (verdicts.ranked(comparison), benchmark_split(results))])
     return KitTable(("table1",), pd.DataFrame(rows).set_index("row"), [
         f"The paper's rows are {backbone[0]}'s; the kit's are the profile's model (scale column). The other models "
-        "of Table 1 are not evaluated by the kit."])
+        "of Table 1 are not evaluated by the kit."], verdict)
 
 
 def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
@@ -174,9 +135,15 @@ def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
                 row[column.replace("kit ", f"kit {name} ", 1)] = cell
     row[f"paper ({paper_row[0]})"] = ", ".join(f"{c}: {v}" for c, v in zip(columns[1:], paper_row[1:]))
     row["scale"] = _scale(comparison) if comparison else "-"
+    verdict = verdicts.unresolvable("comparison results not run")
+    if comparison is not None:
+        eval_set = verdicts.ranked(comparison)
+        verdict = verdicts.line([verdicts.compared(comparison["metrics"], above, below, eval_set)
+                                 for above, below in (("static", "zero_shot"), ("coevolve", "static"))])
     return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), [
         f"AppWorld TestN, zero-shot: {appworld_cell(appworld, False)}", f"AppWorld TestN, CoEvolve: "
-        f"{appworld_cell(appworld, True)}", "AppWorld TestN, GRPO: not run (the comparison study runs on BFCL)"])
+        f"{appworld_cell(appworld, True)}", "AppWorld TestN, GRPO: not run (the comparison study runs on BFCL)"],
+        verdict)
 
 
 VALIDATION_NOTE = (
@@ -190,15 +157,21 @@ VALIDATION_NOTE = (
 """Table 11's note: why the offline "w/o validation" row can be the CoEvolve run, and where it is not."""
 
 
-def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study, notes: tuple[str, ...] = ()) -> KitTable:
-    """A study's table (coevolve_lib.studies.report.study_table) beside the paper's BFCL column, with `notes`."""
+def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study, notes: tuple[str, ...] = (),
+               pairs: list[tuple[str, str]] | None = None) -> KitTable:
+    """A study's table (coevolve_lib.studies.report.study_table) beside the paper's BFCL column, with `notes`, and
+    its verdict on `pairs` of variants (default: each against the study's first), in the paper's direction."""
     if doc is None:
         rows = [{"variant": v.name, "paper row": v.paper_row, "kit": "not run"} for v in study.variants]
         return KitTable(table_ids, pd.DataFrame(rows).set_index("variant"), [f"{study.name} results: not run",
-                                                                              *notes])
+                                                                              *notes],
+                        verdicts.unresolvable(f"{study.name} results not run"))
+    reference = study.variants[0].name
+    pairs = pairs or [(v.name, reference) for v in study.variants[1:]]
     return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN,
                                            rank_by=doc["config"].get("rank_by", "new_tasks")),
-                    ["AppWorld column: " + APPWORLD, *notes])
+                    ["AppWorld column: " + APPWORLD, *notes],
+                    verdicts.line(verdicts.paper_claims(doc, table_ids, pairs, PAPER_COLUMN)))
 
 
 def coevolve_against_trained(comparison: dict | None) -> tuple[str, ...]:
@@ -223,15 +196,21 @@ def table6(comparison: dict | None) -> KitTable:
              "AppWorld": APPWORLD},
             {"training domain": "BFCL (Ours)", "paper BFCL": cells["BFCL (Ours)"],
              **_kit_cells(comparison, "coevolve"), "AppWorld": APPWORLD}]
-    return KitTable(("table6",), pd.DataFrame(rows).set_index("training domain"))
+    return KitTable(("table6",), pd.DataFrame(rows).set_index("training domain"), verdict=verdicts.unresolvable(
+        "the paper's claim is the AppWorld-trained policy's transfer to BFCL, and that row is not run (AppWorld's "
+        "official data); the in-domain BFCL row is Table 1's"))
 
 
 def table7(training: dict | None, comparison: dict | None) -> KitTable:
     if training is None:
-        return KitTable(("table7",), pd.DataFrame([{"benchmark": "BFCL", "kit": "not run"}]).set_index("benchmark"))
+        return KitTable(("table7",), pd.DataFrame([{"benchmark": "BFCL", "kit": "not run"}]).set_index("benchmark"),
+                        verdict=verdicts.unresolvable("training results not run"))
     measured = next(r for r in training["details"]["table7"] if r["source"].startswith("measured"))
+    paper_ratio = paper.cell_value(paper.column("table7", "Feedback Time Ratio")["BFCL"])
+    findings = [verdicts.cost_finding(measured["feedback_time_ratio_%"], paper_ratio)]
     gain = "-"
     if comparison is not None:
+        findings.append(verdicts.compared(comparison["metrics"], "coevolve", "static", verdicts.ranked(comparison)))
         static, coevolve = (_rows(comparison, v, _ranked_prefix(comparison)) for v in ("static", "coevolve"))
         if static and coevolve:
             before, after = (sum(r["value"] for r in rows) / len(rows) for rows in (static, coevolve))
@@ -240,7 +219,8 @@ def table7(training: dict | None, comparison: dict | None) -> KitTable:
     row = {"benchmark": "BFCL (kit)", "feedback time ratio %": measured["feedback_time_ratio_%"],
            "single feedback cost s": measured["single_feedback_s"], "total time s": measured["total_s"],
            "performance gain (static -> CoEvolve)": gain, "scale": measured["scale"]}
-    return KitTable(("table7",), pd.DataFrame([row]).set_index("benchmark"), ["AppWorld row: " + APPWORLD])
+    return KitTable(("table7",), pd.DataFrame([row]).set_index("benchmark"), ["AppWorld row: " + APPWORLD],
+                    verdicts.line(findings))
 
 
 def cross_comparison(doc: dict, eval_prefix: str) -> dict[str, float] | None:
@@ -274,7 +254,11 @@ def table8(comparison: dict | None) -> KitTable:
     notes = [f"scale: {_scale(comparison)}" if comparison else "comparison results: not run",
              "AppWorld rows: " + APPWORLD]
     frame = pd.DataFrame(columns).rename_axis("outcome (% of task x seed pairs)")
-    return KitTable(("table8",), frame, notes)
+    verdict = verdicts.unresolvable("comparison results not run") if comparison is None else verdicts.line(
+        [verdicts.compared(comparison["metrics"], "coevolve", "static", verdicts.ranked(comparison))],
+        "On the pairs the two disagree on, that difference is (baseline wrong, CoEvolve correct) minus (baseline "
+        "correct, CoEvolve wrong), the paper's 10 against 5")
+    return KitTable(("table8",), frame, notes, verdict)
 
 
 def table10(baselines: dict | None) -> KitTable:
@@ -288,18 +272,23 @@ def table10(baselines: dict | None) -> KitTable:
         rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **_kit_cells(baselines, variant),
                      "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"),
                      "WebShop": OFFLINE.format("WebShop")})
+    verdict = verdicts.unresolvable("baselines results not run") if baselines is None else verdicts.line(
+        verdicts.paper_claims(baselines, ("table10",), [(v, "coevolve") for v in
+                                                         ("zero_shot", "reflexion", "curriculum", "rest", "static")]))
     return KitTable(("table10",), pd.DataFrame(rows).set_index("method"),
                     ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/engine/pool_updates/, "
-                     "docs/deviations.md"])
+                     "docs/deviations.md"], verdict)
 
 
-def table12(explorers: dict | None) -> KitTable:
-    """Each explorer's synthesis-only (GRPO on its D_0) and CoEvolve runs beside the paper's row it stands for."""
+def table12(explorers: dict | None, comparison: dict | None = None) -> KitTable:
+    """Each explorer's synthesis-only (GRPO on its D_0) and CoEvolve runs beside the paper's row it stands for; a run
+    that is also one of `comparison`'s (the same run hash) is named as such."""
     paper_rows = {r[0]: r for r in paper.tables()["table12"]["rows"]}
     if explorers is None:
         rows = [{"exploration model": name, "paper synthesis only": r[1], "paper CoEvolve": r[2], "kit": "not run"}
                 for name, r in paper_rows.items()]
-        return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"))
+        return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"),
+                        verdict=verdicts.unresolvable("explorers results not run"))
     rows, notes = [], []
     untrained: dict[str, list[dict]] = {}
     for entry in (explorers.get("details") or {}).get("not_trained", []):
@@ -324,7 +313,25 @@ def table12(explorers: dict | None) -> KitTable:
     missing = [name for name in paper_rows if name not in {r["paper row"] for r in rows}]
     notes += [f"not run: the paper's {', '.join(missing)} explorer(s); give them to notebook 12 as `explorer_models` "
               "(an OpenAI-compatible endpoint each)"] if missing else []
-    return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"), notes)
+    notes += shared_runs(explorers, comparison, "the comparison (Tables 2-3)")
+    groups = dict.fromkeys(v["name"].rsplit("_", 1)[0] for v in explorers["config"]["variants"])
+    verdict = verdicts.line([verdicts.compared(explorers["metrics"], f"{group}_coevolve", f"{group}_static",
+                                               verdicts.ranked(explorers)) for group in groups])
+    return KitTable(("table12",), pd.DataFrame(rows).set_index("exploration model"), notes, verdict)
+
+
+def shared_runs(doc: dict, other: dict | None, other_name: str) -> list[str]:
+    """A note for each variant of `doc` whose runs are `other`'s runs of some variant (equal run hashes)."""
+    if other is None:
+        return []
+    theirs = {(r["config_hash"], r["seed"]): r["variant"] for r in other["metrics"] if r["variant"] != ZERO_SHOT}
+    shared: dict[tuple[str, str], list[int]] = {}
+    for r in doc["metrics"]:
+        match = theirs.get((r["config_hash"], r["seed"]))
+        if match and r["seed"] not in shared.setdefault((r["variant"], match), []):
+            shared[(r["variant"], match)].append(r["seed"])
+    return [f"{variant} is {other_name}'s {match} run (the same run: equal config hashes), seed(s) "
+            f"{sorted(seeds)}" for (variant, match), seeds in shared.items()]
 
 
 def _explorer_cells(doc: dict, variant: str, untrained: dict[str, list[dict]], notes: list[str]) -> dict:
@@ -359,13 +366,15 @@ def table13(similarity: dict | None) -> KitTable:
             for name in ("low", "medium", "high")]
     notes = [f"pool of {similarity['run_dir']}; embeddings {similarity['config']['embedding_model']}; bins are "
              f"{similarity['config']['bins']}" if similarity else "similarity results: not run"]
-    return KitTable(("table13",), pd.DataFrame(rows).set_index("bin"), notes)
+    return KitTable(("table13",), pd.DataFrame(rows).set_index("bin"), notes, verdicts.unresolvable(
+        "the paper's claim is how training on each bin moves BFCL, and the per-bin training runs are not built; the "
+        "kit's bins are only described"))
 
 
 def table15(similarity: dict | None) -> KitTable:
     """SR@k and ED_rel (vs the val tasks) of each feedback round's new tasks."""
     if similarity is None:
-        return not_built("table15", "not run")
+        return not_built("table15", "not run", verdicts.unresolvable("similarity results not run"))
     k = similarity["config"]["k"]
     rows = {}
     for metric, column in ((f"sr@{k}", f"kit SR@{k} %"), ("ed_rel", "kit ED_rel %")):
@@ -374,12 +383,14 @@ def table15(similarity: dict | None) -> KitTable:
                 row = rows.setdefault(r["round"], {"step": r.get("step"), "tasks": r["n"]})
                 row[column] = round(100 * r["value"], 2)
     frame = pd.DataFrame.from_dict(rows, orient="index").rename_axis("round")
+    steps = [row for row in paper.tables()["table15"]["rows"] if row[0].isdigit()]  # not the Mean / Variance rows
+    findings = [verdicts.level_finding(name, list(frame[column].dropna()), [float(row[index]) for row in steps])
+                for name, column, index in (("SR", f"kit SR@{k} %", 1), ("ED_rel", "kit ED_rel %", 2))
+                if column in frame]
     return KitTable(("table15",), frame, [f"pool of {similarity['run_dir']}; k = {k}; ED_rel against the BFCL val "
-                                          "tasks (see notebook 11 for the definitions and deviations)"])
-
-
-def not_built(table_id: str, reason: str) -> KitTable:
-    return KitTable((table_id,), pd.DataFrame([{"kit": reason}], index=pd.Index(["all rows"], name="row")))
+                                          "tasks (see notebook 11 for the definitions and deviations)"],
+                    verdicts.line(findings, "Levels, not differences: the paper's values are one run of its own "
+                                            "scale, the kit's one tiny run"))
 
 
 def assemble(results: Results) -> list[KitTable]:
@@ -402,29 +413,13 @@ def assemble(results: Results) -> list[KitTable]:
                                f"comparison's CoEvolve seed-0 run ({coevolve['config_hash']}): run notebook 06 again")
     return [
         table1(comparison, appworld), table2(comparison, appworld),
-        from_study(("table3",), comparison, COMPARISON, coevolve_against_trained(comparison)),
+        from_study(("table3",), comparison, COMPARISON, coevolve_against_trained(comparison),
+                   [("static", "zero_shot"), ("random", "static"), ("coevolve", "random")]),
         from_study(("table4", "table14"), sensitivity, sensitivity_study),
         from_study(("table5",), signals, STUDIES["signals"]),
         table6(comparison), table7(training, comparison), table8(comparison),
         table10(baseline_runs),
         from_study(("table11",), validation, STUDIES["validation"], (VALIDATION_NOTE,)),
-        table12(explorer_runs),
+        table12(explorer_runs, comparison),
         table13(similarity), table15(similarity),
     ]
-
-
-def header(profile: str, seeds: list[int], study_seeds: dict[str, list[int]], missing: int) -> str:
-    """tables.md's opening: the profile, the seeds of every study (those with seeds of their own named), what is
-    missing."""
-    own = "".join(f"; {study}: seeds {list(study_seeds[study])}" for study in sorted(study_seeds))
-    return (f"# The paper's tables beside the kit's (profile {profile}, seeds {list(seeds)}{own})\n\n"
-            "Written by notebooks/20_paper_tables.ipynb from the results files in this folder; every kit row names "
-            f"its scale. Missing: {missing}.")
-
-
-def write_markdown(tables: list[KitTable], path: str | Path, header: str) -> Path:
-    """`tables.md`: every table, the paper's beside the kit's."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + "\n\n" + "\n".join(t.markdown() for t in tables))
-    return path
