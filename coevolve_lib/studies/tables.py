@@ -8,7 +8,7 @@ Two rules keep a table honest (`studies.results_folder` reads the files):
 - A results file whose runs no longer match the current configuration (the profile or a study's variants changed
   since it was written) is always an error (`StaleResults`): a table never shows numbers of another configuration.
 
-Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its official data, issue 12),
+Rows the kit cannot produce say why ("not run: ..."), never 0: AppWorld columns (its official data),
 ALFWorld and WebShop (not offline), and explorers no endpoint was given for (Table 12).
 """
 
