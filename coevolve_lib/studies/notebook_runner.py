@@ -67,7 +67,8 @@ def check_parameters(notebook: str | Path, parameters: dict) -> None:
 
 
 def run_notebook(notebook: str | Path, output: str | Path, parameters: dict, progress: bool = True) -> None:
-    """Execute `notebook` into `output` with `parameters` (checked first), in the notebook's folder."""
+    """Execute `notebook` into `output` with `parameters` (checked first), in the notebook's folder. The kernel
+    process's own stderr goes to `<output>.kernel.log` (`kernel_logged_to`), not to the command's."""
     import papermill
 
     notebook = Path(notebook)
@@ -76,7 +77,23 @@ def run_notebook(notebook: str | Path, output: str | Path, parameters: dict, pro
     check_parameters(notebook, parameters)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
-                               progress_bar=progress)
+                               progress_bar=progress,
+                               kernel_manager_class=kernel_logged_to(Path(output).with_suffix(".kernel.log")))
+
+
+def kernel_logged_to(log: Path) -> type:
+    """A kernel manager class whose kernels write their stderr to `log`. ipykernel logs there itself (its TCP
+    warning, and at times a traceback of its own when papermill shuts it down mid-publish: "ZMQError: Socket
+    operation on non-socket"); on the command's stderr that broke the one-line error of a notebook that stops. The
+    notebook's own output and errors are in the executed notebook, as before."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class KernelLoggedToFile(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            self.kernel_log = open(log, "ab")  # kept open with the manager: a restart launches with the same file
+            return await super().start_kernel(stderr=self.kernel_log, **kw)
+
+    return KernelLoggedToFile
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
