@@ -1,5 +1,7 @@
 """The chat-model backends on the built offline models (the tiny Qwen3 is built here if missing, in ~5 s)."""
 
+import threading
+
 import pytest
 
 from coevolve_lib.core import model_specs
@@ -68,6 +70,27 @@ def test_sampling_is_reproducible_with_a_seed(tiny):
 
     assert sample(1) == sample(1)
     assert sample(1) != sample(2)  # a random-init model samples near-uniformly over 4k tokens
+
+
+def test_a_seeded_sample_is_the_same_while_another_model_samples_in_a_thread(tiny):
+    """torch's generator is one per process: an unseeded generate in another thread (as an in-process test server
+    still answering a request its client gave up on, seen once in CI) must not change a seeded call's samples."""
+    config = GenerationConfig(max_new_tokens=16, temperature=1.0, top_p=0.95, seed=1)
+    alone = [g.text for g in tiny.generate(CONVERSATIONS, config=config)]
+    other, stop = HFChatModel(MODELS_DIR / "tiny"), threading.Event()
+
+    def sample_unseeded():
+        while not stop.is_set():
+            other.generate(CONVERSATIONS[:1], config=GenerationConfig(max_new_tokens=4, temperature=1.0))
+
+    thread = threading.Thread(target=sample_unseeded, daemon=True)
+    thread.start()
+    try:
+        beside = [[g.text for g in tiny.generate(CONVERSATIONS, config=config)] for _ in range(3)]
+    finally:
+        stop.set()
+        thread.join()
+    assert beside == [alone] * 3
 
 
 def test_rendered_prompt_shows_tools(tiny):

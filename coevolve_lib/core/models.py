@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -70,6 +71,10 @@ class ChatModel(ABC):
         """One Generation per conversation. Messages are OpenAI chat format; `tools` holds, per conversation,
         a list of OpenAI function-tool dicts (or None)."""
 
+
+_GLOBAL_RNG = threading.Lock()
+"""Held by every `HFChatModel` generate: transformers samples from torch's process-wide generator, so a seeded call is
+reproducible only while no other thread (an in-process server answering a request, say) draws from it meanwhile."""
 
 GROUPED_SDPA = "sdpa_grouped_kv"
 """The attention implementation `generation_attention` switches a model's SDPA attention to on the CPU."""
@@ -315,9 +320,10 @@ class HFChatModel(ChatModel):
         # A seeded call runs in a forked RNG so that it does not change the caller's global stream; an unseeded
         # call draws from (and advances) the global stream, so repeated calls give different samples.
         devices = [self.model.device] if self.model.device.type == "cuda" else []
-        with torch.inference_mode(), torch.random.fork_rng(devices=devices, enabled=config.seed is not None), \
+        seeded = config.seed is not None
+        with _GLOBAL_RNG, torch.inference_mode(), torch.random.fork_rng(devices=devices, enabled=seeded), \
                 generation_attention(self.model):
-            if config.seed is not None:
+            if seeded:
                 torch.manual_seed(config.seed)
             sequences = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                             generation_config=hf_config)
