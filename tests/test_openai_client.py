@@ -8,7 +8,7 @@ import pytest
 
 from coevolve_lib.cli.openai_server import ChatServer, FaultConfig, parse_tool_calls
 from coevolve_lib.core.model_specs import load_chat_model
-from coevolve_lib.core.models import GenerationConfig
+from coevolve_lib.core.models import ChatModel, GenerationConfig
 from coevolve_lib.core.openai_model import OpenAIChatModel, _parse_arguments
 from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.envs.bfcl.tiny_model import build_tiny
@@ -79,6 +79,27 @@ def test_persistent_faults_give_an_error_not_an_exception(tiny, fault):
     assert [g.finish_reason for g in out] == ["error", "error"]
     assert all(g.error and g.text == "" and g.tool_calls is None for g in out)
     assert model.num_retries == 2 and server.num_requests == 4  # 2 items x (1 try + 1 retry)
+
+
+def test_a_request_waiting_out_a_timeout_fault_does_not_generate_once_the_server_closed(tiny):
+    """A closed server's request that still sleeps out a "timeout" fault answers without the model: such a request
+    (a 20 s fault) once generated in CI after its test had ended, beside a later test's seeded sampling."""
+    import time
+
+    generated = []
+
+    class Counting(ChatModel):
+        name, native_tools = tiny.name, tiny.native_tools
+
+        def generate(self, conversations, tools=None, config=GenerationConfig()):
+            generated.append(len(conversations))
+            return tiny.generate(conversations, tools, config)
+
+    with ChatServer(Counting(), faults=FaultConfig(always="timeout", delay_s=1.0)) as server:
+        [generation] = client(server, max_retries=0, timeout=0.2).generate([HI], config=SHORT)
+    time.sleep(1.5)  # past the fault's delay
+    assert generation.finish_reason == "error" and server.num_requests == 1
+    assert generated == []
 
 
 def test_client_errors_are_not_retried(tiny):

@@ -111,6 +111,9 @@ class ChatServer:
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://{host}:{self.port}/v1"
         self._thread: threading.Thread | None = None
+        self.closed = threading.Event()
+        """Set by `close`: a request still sleeping out a "timeout" fault then answers without generating (its client
+        left; the model may be generating for the next test's caller in the same process)."""
 
     def start(self) -> "ChatServer":
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
@@ -118,6 +121,7 @@ class ChatServer:
         return self
 
     def close(self):
+        self.closed.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -211,8 +215,8 @@ class ChatServer:
                         "choices": [{"index": 0, "finish_reason": "stop",
                                      "message": {"role": "assistant", "content": "hi"}}],
                         "usage": "abc"}).encode())
-                if fault == "timeout":
-                    time.sleep(server.faults.delay_s)
+                if fault == "timeout" and server.closed.wait(server.faults.delay_s):
+                    return self._error(503, "the server closed while the request waited")
                 try:
                     request = json.loads(body)
                 except json.JSONDecodeError as e:
