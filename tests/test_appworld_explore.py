@@ -254,3 +254,92 @@ def test_a_server_killed_mid_exploration_ends_the_run_with_a_counted_skip(server
     assert cost["skipped"] == {"server_down": 1}
     assert [len(run) for run in split_runs(triplets).values()] == [1, 3]
     assert server.restarts == restarts + 1 and server.alive()
+
+
+LLM_TASKS = """Two goals were pursued.
+<task>
+Description: Read the gate code note.
+Query: Search my Simple Note notes for 'Gate', open note 3, then list all my notes and tell me how many there are.
+ActionSequence:
+1. simple_note.search_notes(query='Gate')
+2. `simple_note.show_note(note_id=3)`
+3. simple_note.search_notes(page_limit=20)
+Answer: count
+Criterion: the answer is the number of notes.
+</task>
+<task>
+Description: Change the gate code.
+Query: Find the note titled 'Gate code', show it, and set its content to '4418'.
+ActionSequence:
+1. simple_note.search_notes(query='Gate')
+2. simple_note.show_note(note_id=3)
+3. simple_note.update_note(note_id=3, content='4418')
+Answer: none
+Criterion: note 3's content is '4418'.
+</task>
+<task>
+Description: Read a note's content.
+Query: Search for 'Gate', open note 3 and tell me its content.
+ActionSequence:
+1. simple_note.search_notes(query='Gate')
+2. simple_note.show_note(note_id=3)
+3. simple_note.show_note(note_id=3)
+Answer: field: content
+Criterion: the answer is the note's content.
+</task>
+<task>
+Description: Log out.
+Query: Search, then log out.
+ActionSequence:
+1. simple_note.search_notes(query='Gate')
+2. simple_note.show_note(note_id=3)
+3. simple_note.logout()
+Answer: none
+Criterion: logged out.
+</task>
+<task>
+Description: A made-up API.
+Query: Archive note 3.
+ActionSequence:
+1. simple_note.search_notes(query='Gate')
+2. simple_note.archive_note(note_id=3)
+3. simple_note.show_note(note_id=3)
+Criterion: archived.
+</task>
+<task>
+Description: An answer rule AppWorld cannot check.
+Query: Tell me how I feel about note 3.
+ActionSequence:
+1. simple_note.search_notes(query='Gate')
+2. simple_note.show_note(note_id=3)
+3. simple_note.show_note(note_id=3)
+Answer: my mood
+Criterion: the answer.
+</task>"""
+
+
+def test_the_llm_abstraction_drafts_appworld_tasks_with_their_answer_rule(api_docs):
+    """Fig. 12 on AppWorld: the prompt lists the apps' callable APIs without access_token and the records of every
+    run; each block's calls are checked against the API docs and its `Answer:` becomes `answer_from`; a block with
+    an excluded API, an unknown API or an answer rule AppWorld cannot check is skipped, counted."""
+    search, show = "simple_note.search_notes(query='Gate')", "simple_note.show_note(note_id=3)"
+    triplets = (_triplets("r/run0", [(search, NOTES), (show, NOTE), ("simple_note.show_note(note_id=9)", FAILED)])
+                + _triplets("r/run1", [("simple_note.search_notes(page_limit=20)", ALL_NOTES)]))
+    model = ScriptedExplorerModel([LLM_TASKS])
+    specs, cost = abstract_appworld(("synnote_1", None), triplets, _target().source(),
+                                    SynthesisConfig(abstraction="llm"), api_docs, model)
+    [prompt] = [conversation[-1]["content"] for conversation in model.prompts]
+    assert "simple_note.show_note(note_id)" in prompt and "access_token)" not in prompt and "Answer: <none" in prompt
+    assert "## Run r/run0" in prompt and "## Run r/run1" in prompt and "observation (failed)" in prompt
+    assert cost["calls"] == 1 and cost["skipped"] == {"excluded_api": 1, "invalid_action": 1, "invalid_answer": 1}
+    count, state, field = specs
+    assert [spec["answer_from"] for spec in specs] == ["count", None, "field:content"]
+    assert count["action_sequence"] == [search, show, "simple_note.search_notes(page_limit=20)"]
+    assert state["action_sequence"][-1] == "simple_note.update_note(note_id=3, content='4418')"
+    assert field["query"] == "Search for 'Gate', open note 3 and tell me its content."
+    for spec in specs:
+        assert spec["abstraction"] == "llm" and spec["involved_classes"] == ["simple_note"]
+        assert spec["source"]["run_ids"] == ["r/run0", "r/run1"] and spec["data_version"] == "appworld"
+    failed, cost = abstract_appworld(("synnote_1", None), triplets, _target().source(),
+                                     SynthesisConfig(abstraction="llm"), api_docs, ScriptedExplorerModel(["no tasks"]))
+    assert failed == [] and cost["skipped"] == {"no_task_block": 1}

@@ -3,6 +3,7 @@ unguided exploration of the train split (the data engine), signals and contexts 
 TRL's GRPO steps with a feedback round and TGC/SGC (the training loop, `tiny-appworld`)."""
 
 import json
+import shutil
 from collections import Counter
 
 import pytest
@@ -142,3 +143,56 @@ def test_the_evaluate_command_measures_tgc_and_sgc_on_appworld(tmp_path, monkeyp
     assert rows["tgc"]["n"] == 1 and rows["sgc"]["n"] == 1 and rows["tgc"]["temperature"] == 0.0
     # a zero-shot evaluation reads the data root itself (no run of its own synthesizes tasks into an overlay)
     assert doc["config"]["root"] == repo_relative(appworld_source_root())
+
+
+def test_an_llm_abstracted_and_judged_round_on_appworld_replays_from_its_recording(engine, tmp_path):
+    """The paper's synthesis on AppWorld (Figs. 12-13: `paper-qwen3-4b-appworld`'s stages) in a whole round: the
+    offline explorer re-explores a pool task's start state; the explorer LLM (scripted replies through a real
+    OpenAI-compatible server, recorded) abstracts the triplets into a task with its answer rule, AppWorld writes and
+    evaluates it, and the LLM judges the execution; a replay of the recording, with no endpoint, writes the same
+    round. One scripted text answers both asks: its `<task>` block is the abstraction's reply, its verdict the
+    judge's."""
+    from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
+    from coevolve_lib.core.llm_calls import RecordedChatModel
+    from coevolve_lib.core.model_specs import load_chat_model
+    from coevolve_lib.core.openai_model import OpenAIChatModel
+    from coevolve_lib.engine.feedback import feedback_round
+
+    task = engine.pool.tasks[0]
+    answer = task["answer_from"] or "none"
+    query = f"Again, step by step: {task['query']}"
+    steps = "\n".join(f"{n}. {action}" for n, action in enumerate(task["reference_actions"], 1))
+    reply = (f"<task>\nDescription: {task['query'][:60]}\nQuery: {query}\nActionSequence:\n{steps}\n"
+             f"Answer: {answer}\nCriterion: AppWorld's tests pass.\n</task>\n"
+             "Success: true\nReason: [every call ran and the outcome matches the query]")
+    run = run_config("tiny-appworld", SMALL + ["data_engine.explorer_model=openai:tiny",
+                                              "data_engine.synthesis.abstraction=llm",
+                                              "data_engine.synthesis.judge=true", "data_engine.explore.runs=1",
+                                              "data_engine.explore.calls_per_run=3"])
+    config = DataEngine(run.data_engine, tmp_path, engine.environment).feedback_config()
+    target = engine.pool_target(task)
+    recording = tmp_path / "llm_calls.jsonl"
+
+    def pool(name):  # each round commits to a copy of the module's pool
+        shutil.copy(engine.pool.path, tmp_path / name)
+        return TaskPool(tmp_path / name)
+
+    with ChatServer(load_chat_model("tiny"), faults=FaultConfig(scripted_reply=reply)) as server:
+        live = OpenAIChatModel("tiny", base_url=server.base_url, timeout=30)
+        recorded = feedback_round(1, tmp_path / "recorded", [target], pool("recorded.jsonl"), config,
+                                  engine.environment.round_stages(), RecordedChatModel("tiny", recording, live),
+                                  progress=False)
+    assert recorded["specs"] == 1 and recorded["accepted"] == 1, recorded
+    [verdict] = read_jsonl(tmp_path / "recorded" / "verdicts.jsonl")
+    assert verdict["judge"]["success"] and verdict["reason"] == "objective_met" and verdict["cost"]["calls"] == 1
+    [spec] = [spec for record in read_jsonl(tmp_path / "recorded" / "abstractions.jsonl") for spec in record["specs"]]
+    assert spec["abstraction"] == "llm" and spec["query"] == query and spec["answer_from"] == task["answer_from"]
+    assert len(read_jsonl(recording)) == 2  # the abstraction's ask and the judge's
+    replayed = feedback_round(1, tmp_path / "replayed", [target], pool("replayed.jsonl"), config,
+                              engine.environment.round_stages(), RecordedChatModel("tiny", recording),
+                              progress=False)
+    written = sorted(path.name for path in (tmp_path / "recorded").iterdir())
+    assert "verdicts.jsonl" in written and "report.json" in written
+    for name in set(written) - {"timings.json"}:  # a replayed round measures its own wall times
+        assert (tmp_path / "replayed" / name).read_text() == (tmp_path / "recorded" / name).read_text(), name
+    assert replayed == recorded

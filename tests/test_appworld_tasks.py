@@ -5,6 +5,7 @@ Needs `.venv-appworld` (`make appworld`), as tests/test_appworld.py's real-serve
 """
 
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -193,6 +194,39 @@ def test_rejections(server, api_docs, root, written):
     assert reason(ANSWER, {ANSWER["spec_id"]})[0] == "duplicate"
     looks = _spec("looks", "Look at notes 1, 2 and 3.", [f"simple_note.show_note(note_id={i})" for i in (1, 2, 3)])
     assert reason(looks) == ("no_effect", "no database change and no answer")  # a one-spec call writes it itself
+
+
+@pytest.mark.parametrize("says", [True, False])
+def test_the_judge_reads_appworlds_execution_and_may_reject_an_accepted_task(server, api_docs, root, written, says):
+    """Fig. 13 on AppWorld, asked through a real OpenAI-compatible server (the kit's, replying with a scripted
+    verdict): it runs only after AppWorld's evaluator accepted the task, sees each call as {name, arguments} with its
+    output, and a `false` rejects the task as "judge_rejected"."""
+    from coevolve_lib.cli.openai_server import ChatServer, FaultConfig
+    from coevolve_lib.core.model_specs import load_chat_model
+    from coevolve_lib.core.models import ChatModel
+    from coevolve_lib.core.openai_model import OpenAIChatModel
+
+    reply = f"Success: {str(says).lower()}\nReason: [the answer {'is' if says else 'is not'} the count asked for]"
+    judge_config = SynthesisConfig(judge=True)
+    with ChatServer(load_chat_model("tiny"), faults=FaultConfig(scripted_reply=reply)) as chat_server:
+        endpoint = OpenAIChatModel("tiny", base_url=chat_server.base_url, timeout=30)
+        prompts = []
+
+        class Asked(ChatModel):
+            name, native_tools = endpoint.name, endpoint.native_tools
+
+            def generate(self, conversations, tools=None, config=None):
+                prompts.extend(c[-1]["content"] for c in conversations)
+                return endpoint.generate(conversations, tools, config)
+
+        verdict = validate_appworld(ANSWER, judge_config, server, api_docs, root, set(), Asked())
+        raises = validate_appworld(RAISES, judge_config, server, api_docs, root, set(), Asked())
+    assert verdict["accepted"] is says and verdict["judge"]["success"] is says and verdict["cost"]["calls"] == 1
+    assert verdict["reason"] == ("objective_met" if says else "judge_rejected")
+    assert re.search(r"AppWorld's evaluation: (\d+)/\1 tests pass", verdict["detail"]), verdict["detail"]
+    assert raises["reason"] == "call_error" and raises["judge"] is None  # never judged: execution rejected it
+    [prompt] = prompts
+    assert '{"name": "simple_note.show_note", "arguments": {"note_id": 3}} -> {' in prompt and ANSWER["query"] in prompt
 
 
 def test_the_source_root_is_never_written(world, written, server):

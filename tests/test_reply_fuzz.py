@@ -233,8 +233,8 @@ def fuzz_parsers(timer: Timer) -> int:
     from coevolve_lib.cli.openai_server import parse_tool_calls
     from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
     from coevolve_lib.engine.judge import parse_judge
+    from coevolve_lib.engine.llm_abstraction import parse_task_blocks
     from coevolve_lib.envs.appworld.benchmark import extract_code
-    from coevolve_lib.envs.bfcl.abstraction import parse_task_blocks
     from coevolve_lib.envs.bfcl.explore_llm import parse_action
     from coevolve_lib.rollout import toolcalls
 

@@ -14,9 +14,10 @@ from coevolve_lib.core.openai_model import OpenAIChatModel
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.explore import group_triplets
 from coevolve_lib.engine.judge import judge, parse_judge
+from coevolve_lib.engine.llm_abstraction import parse_task_blocks
 from coevolve_lib.engine.tasks import accept_unvalidated, content_id, to_pool_task
 from coevolve_lib.envs.bfcl import backend as bfcl_backend
-from coevolve_lib.envs.bfcl.abstraction import abstract, parse_task_blocks
+from coevolve_lib.envs.bfcl.abstraction import abstract
 from coevolve_lib.envs.bfcl.abstraction_deterministic import _description
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl

@@ -61,11 +61,14 @@ def test_appworld_refuses_what_its_data_engine_lacks(capsys):
     # issue 47: the profile's BFCL environment section was dropped silently; now named, unless replaced on purpose
     assert code == 2 and "evaluation.environment_name=appworld replaces the profile's environment bfcl, whose " \
         "environment section (category, data_version, warm_start) is not appworld's settings" in err
-    code, _, err = dry_run(capsys, "--profile", "paper-qwen3-4b", "--set", "evaluation.environment_name=appworld",
-                           "--set", "environment={}", "--set", "evaluation.split=dev")
+    on_appworld = ["--profile", "paper-qwen3-4b", "--set", "evaluation.environment_name=appworld", "--set",
+                   "environment={}", "--set", "evaluation.split=dev"]
+    code, plan, err = dry_run(capsys, *on_appworld)  # the LLM abstraction and the judge run on AppWorld too
+    assert code == 0 and plan["environment"]["name"] == "appworld", err
+    code, _, err = dry_run(capsys, *on_appworld, "--set", "data_engine.synthesis.validate=false")
     assert code == 2
-    assert "evaluation.environment_name=appworld needs data_engine.synthesis.abstraction=deterministic, judge=false " \
-        "and validate=true" in err and "ArgsKwargs" not in err
+    assert "evaluation.environment_name=appworld needs data_engine.synthesis.validate=true (the unvalidated ablation " \
+        "is BFCL-only so far" in err and "ArgsKwargs" not in err
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "evaluation.split=val")
     assert code == 2 and "'val' is a BFCL split" in err
 

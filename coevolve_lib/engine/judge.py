@@ -1,12 +1,13 @@
 """The LLM judge of the paper (Fig. 13): does an executed trajectory accomplish the task's query? Validation
-(`envs.bfcl.validation.validate`) asks it, when `SynthesisConfig.judge` is on, after a spec passed every execution
-check. The reply is read with two regular expressions, never evaluated.
+(`envs.bfcl.validation.validate`, `envs.appworld.validation.validate_appworld`) asks it, when `SynthesisConfig.judge` is
+on, after a spec passed every execution check. The reply is read with two regular expressions, never evaluated.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
@@ -22,7 +23,8 @@ def generation_config(config: SynthesisConfig) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
 
 
-def _tool_call_json(action: str) -> dict:
+def tool_call_json(action: str) -> dict:
+    """A BFCL-style call string as the judge shows it: {name, arguments[, positional_arguments]}."""
     try:
         call = parse_call(action)
     except CallParseError:
@@ -34,16 +36,18 @@ def _tool_call_json(action: str) -> dict:
 
 
 def judge(description: str, query: str, reference: list[str], steps: list[dict], model: ChatModel,
-          config: SynthesisConfig, cost: Cost) -> tuple[dict | None, str | None]:
-    """The Fig. 13 judge on an executed trajectory: ({success, reason}, None) or (None, why it has no verdict)."""
-    summary = "\n".join(f"step {index + 1}: {json.dumps(_tool_call_json(call), default=str)} -> "
+          config: SynthesisConfig, cost: Cost, call_json: Callable[[str], dict] = tool_call_json
+          ) -> tuple[dict | None, str | None]:
+    """The Fig. 13 judge on an executed trajectory: ({success, reason}, None) or (None, why it has no verdict).
+    `call_json` shows one of the environment's call strings as {name, arguments}."""
+    summary = "\n".join(f"step {index + 1}: {json.dumps(call_json(call), default=str)} -> "
                         f"{clip(obs, OBSERVATION_CHARS)}"
                         for index, step in enumerate(steps)
                         for call, obs in zip(step["calls"], step["observations"])) or "(no calls)"
     final = next((o for step in reversed(steps) for o in reversed(step["observations"])), "(no observation)")
     prompt = load_prompt("judge").format(
         task_description=description, query=query,
-        ground_truth=json.dumps([_tool_call_json(a) for a in reference], default=str), modality_hint=MODALITY_HINT,
+        ground_truth=json.dumps([call_json(a) for a in reference], default=str), modality_hint=MODALITY_HINT,
         trajectory_summary=summary, final_observation=clip(final, OBSERVATION_CHARS))
     generation = cost.ask(model, prompt, generation_config(config))
     if generation.error:

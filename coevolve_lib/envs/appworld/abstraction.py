@@ -1,6 +1,10 @@
-"""Deterministic abstraction for AppWorld (paper section 3.3), the offline (no LLM) path: `abstract_appworld` turns a
-run's successful calls into task specs (taskspec/v1) whose answer, if any, is read off the last call's result
-(`answer_from`), the form `calls.solution_code` renders.
+"""Abstraction for AppWorld (paper section 3.3): the triplets of one (task, signal) group become task specs
+(taskspec/v1) whose answer, if any, is read off the last call's result (`answer_from`), the form
+`calls.solution_code` renders. Two abstractions, as on BFCL:
+
+- "llm", the paper's Fig. 12 prompt (`engine.llm_abstraction`) with AppWorld's APIs in its environment section and an
+  `Answer:` field in each block (none, count, or field:<name>), the answer rule AppWorld's evaluator needs;
+- "deterministic", the offline path: a run's successful calls, windowed, with a query that names every step.
 """
 
 from __future__ import annotations
@@ -11,46 +15,121 @@ from collections import Counter
 
 from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.safe_calls import CallParseError
 from coevolve_lib.engine.explore import split_runs
+from coevolve_lib.engine.llm_abstraction import action_lines, ask_for_drafts, draft_fields
 from coevolve_lib.engine.tasks import task_spec, unique_specs
 from coevolve_lib.envs.appworld.calls import (
     ANSWER_COUNT,
     ANSWER_FIELD,
     DATA_VERSION,
     NO_LOGIN_APPS,
+    TOKEN_PARAMETER,
     AppWorldCall,
+    is_failed_output,
     parse_appworld_call,
 )
 from coevolve_lib.envs.appworld.explore import allowed_api
+from coevolve_lib.prompts import clip
 
 COMPLETION_CRITERION = "the database changes and the answer equal those of the reference solution"
 ANSWER_KEYS = ("content", "title", "name", "amount", "balance", "description", "message")
 """Fields of a result object a task prefers to ask for (its first scalar field otherwise)."""
+OUTPUT_FORMAT = """<task>
+Description: <the user's intent, one sentence>
+Query: <the request a user would type, stating every value the actions need and what to report, if anything>
+ActionSequence:
+1. app_name.api_name(argument='value', ...)
+2. app_name.api_name(argument='value', ...)
+3. app_name.api_name(argument='value', ...)
+Answer: <none (the task changes data) | count (items the last call returns) | field:<name> (of the last call's result)>
+Criterion: <what must be true when the task is complete>
+</task>"""
+"""The `{output_format}` of the Fig. 12 prompt on AppWorld: BFCL's block with the answer rule added."""
+API_LIST_CHARS = 4000
+"""The environment section's list of API signatures is cut to this many characters."""
+_ANSWER_RULE = re.compile(r"^[`'\"<\s]*(none|count|field\s*:\s*(\w+))\b", re.IGNORECASE)
 
 
 def abstract_appworld(group_key: tuple, triplets: list[dict], source: dict, config: SynthesisConfig,
-                      api_docs: dict) -> tuple[list[dict], dict]:
+                      api_docs: dict, model: ChatModel | None = None) -> tuple[list[dict], dict]:
     """Task specs (taskspec/v1 plus `answer_from`) from one group of AppWorld triplets, and the stage's cost.
 
-    Per run: its successful calls in order (exact repeats dropped), then for each length min_calls..max_calls the
-    earliest window of that many consecutive calls that makes a task. `source` is `ExplorationTarget.source()`;
-    `group_key` is unused, as in `envs.bfcl.abstraction.abstract`."""
+    "deterministic": per run, its successful calls in order (exact repeats dropped), then for each length
+    min_calls..max_calls the earliest window of that many consecutive calls that makes a task. "llm": the blocks of
+    one Fig. 12 ask about all the group's runs, each checked against the API docs. `source` is
+    `ExplorationTarget.source()`; `group_key` is unused, as in `envs.bfcl.abstraction.abstract`."""
     cost = Cost()
+    if config.abstraction == "deterministic":
+        drafts = _deterministic_drafts(triplets, api_docs, config, cost.skipped)
+    elif config.abstraction == "llm":
+        if model is None:
+            raise ValueError("abstraction='llm' needs a model")
+        drafts = _llm_drafts(triplets, source, api_docs, config, model, cost)
+    else:
+        raise ValueError(f"unknown abstraction {config.abstraction!r}; choose deterministic or llm")
 
-    def drafted():  # lazily: the skips are counted in the order the runs are read
-        for run_id, run in split_runs(triplets).items():
-            steps = _successful_calls(run, api_docs, cost.skipped)
-            if len(steps) < config.min_calls:
-                cost.skip("too_few_calls")
-                continue
-            for draft in _drafts(steps, api_docs, config, run_id, cost.skipped):
-                apps = list(dict.fromkeys(parse_appworld_call(a).app for a in draft["action_sequence"]))
-                yield {**task_spec(draft, {**source, "involved_classes": apps, "data_version": DATA_VERSION},
-                                   "deterministic"), "answer_from": draft["answer_from"]}
+    def specs():
+        for draft in drafts:
+            apps = list(dict.fromkeys(parse_appworld_call(a).app for a in draft["action_sequence"]))
+            yield {**task_spec(draft, {**source, "involved_classes": apps, "data_version": DATA_VERSION},
+                               config.abstraction), "answer_from": draft["answer_from"]}
 
-    specs = unique_specs(drafted(), cost)
-    return specs, cost.as_dict()
+    return unique_specs(specs(), cost), cost.as_dict()
+
+
+def _deterministic_drafts(triplets, api_docs, config: SynthesisConfig, skipped: Counter):
+    """Lazily: the skips are counted in the order the runs are read."""
+    for run_id, run in split_runs(triplets).items():
+        steps = _successful_calls(run, api_docs, skipped)
+        if len(steps) < config.min_calls:
+            skipped["too_few_calls"] += 1
+            continue
+        yield from _drafts(steps, api_docs, config, run_id, skipped)
+
+
+def _llm_drafts(triplets, source, api_docs, config: SynthesisConfig, model: ChatModel, cost: Cost) -> list[dict]:
+    return ask_for_drafts(_environment(source, api_docs), triplets, is_failed_output, OUTPUT_FORMAT,
+                          lambda block: _draft_from_block(block, api_docs), config, model, cost)
+
+
+def _environment(source: dict, api_docs: dict) -> str:
+    """The Fig. 12 prompt's environment section: the apps, their callable APIs with parameters, the start state."""
+    apps = source["involved_classes"]
+    signatures = [f"{app}.{api}({', '.join(p['name'] for p in doc['parameters'] if p['name'] != TOKEN_PARAMETER)})"
+                  for app in apps for api, doc in api_docs.get(app, {}).items() if allowed_api(f"{app}.{api}")]
+    return "\n".join([
+        f"Apps: {', '.join(apps)}",
+        "Available APIs (keyword arguments only; leave out access_token: the solution logs in to each app first): "
+        + clip("; ".join(signatures), API_LIST_CHARS),
+        f"Initial state: the databases of AppWorld task {source['initial_config']['appworld_task']}",
+        f"Original task: {clip(source.get('description') or '(none)', 600)}",
+    ])
+
+
+def _draft_from_block(block: dict, api_docs: dict) -> dict:
+    """Fields of one parsed block; raises ValueError('<reason>: <detail>') when it cannot be used."""
+    actions = []
+    for line in action_lines(block):
+        try:
+            call = parse_appworld_call(line, api_docs)
+        except CallParseError as e:
+            raise ValueError(f"invalid_action: {line[:80]!r}: {e}") from None
+        if not allowed_api(call.name):
+            raise ValueError(f"excluded_api: {call.name}")
+        actions.append(call.to_source())
+    return {**draft_fields(block, actions), "answer_from": _answer_rule(block.get("answer"))}
+
+
+def _answer_rule(text: str | None) -> str | None:
+    """`answer_from` of a block's `Answer:` field (absent: none); ValueError('invalid_answer: ...') otherwise."""
+    match = _ANSWER_RULE.match(text or "none")
+    if not match:
+        raise ValueError(f"invalid_answer: {clip(text, 80)!r}")
+    if match.group(2):
+        return ANSWER_FIELD + match.group(2)
+    return ANSWER_COUNT if match.group(1).lower() == ANSWER_COUNT else None
 
 
 def _successful_calls(run: list[dict], api_docs: dict, skipped: Counter) -> list[tuple[AppWorldCall, str]]:

@@ -49,6 +49,10 @@ class AppWorldCall:
         """The canonical call string (what records and task action sequences hold)."""
         return f"{self.app}.{self.api}({', '.join(f'{k}={v!r}' for k, v in self.kwargs)})"
 
+    def as_json(self) -> dict:
+        """{name, arguments}: how the Fig. 13 judge shows a call (`engine.judge`)."""
+        return {"name": self.name, "arguments": dict(self.kwargs)}
+
     def to_code(self, login: bool) -> str:
         """The Python expression AppWorld runs: `apis.<app>.<api>(..., access_token=tokens['<app>'])` when the API
         takes a token (`login`)."""

@@ -13,8 +13,9 @@ is set, the synthetic world the kit builds with AppWorld's own code (`synthetic.
 written into: the run's `appworld_root/` links its tasks and holds the synthesized ones (`validation.overlay_root`).
 
 Explorers: the offline one (`explore.explorer: schema`) or the paper's LLM explorer (`llm`, Figs. 9-10), with the
-heuristic or the LLM context (Fig. 11). The abstraction is the deterministic one: the LLM abstraction and the judge
-are BFCL-only so far (a profile asking for them on AppWorld is refused at load).
+heuristic or the LLM context (Fig. 11). Abstraction: the paper's LLM one (Fig. 12, with the answer rule AppWorld's
+evaluator needs) or the deterministic one (`abstraction`); the Fig. 13 judge may then reject a task AppWorld's evaluator
+accepted (`validation`).
 """
 
 from __future__ import annotations
@@ -164,16 +165,16 @@ class AppWorldEnvironment(Environment):
                               make_appworld_explorer(config, model, self.server, self.api_docs()))
 
     def _abstract(self, group_key, triplets, source, config, model):
-        return abstract_appworld(group_key, triplets, source, config, self.api_docs())
+        return abstract_appworld(group_key, triplets, source, config, self.api_docs(), model)
 
     def _write(self, specs: list[dict]) -> None:
         write_tasks(self.root, specs, self.api_docs())
 
     def _validate(self, spec, config, model, known_task_ids):
         try:
-            return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids)
+            return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids, model)
         except AppWorldServerError:  # a server that died mid-validation: restart it and judge the spec again
-            return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids)
+            return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids, model)
 
     # -- rollouts of pool tasks ----------------------------------------------------------------------------------
     def rollout_tasks(self, pool_tasks: list[dict]) -> list[AppWorldTask]:
@@ -218,17 +219,16 @@ class AppWorldEnvironment(Environment):
 
     @classmethod
     def check(cls, run) -> list[str]:
-        """What the AppWorld environment supports so far: both explorers and context builders, the deterministic
-        abstraction with validation, no held-out set, its one reward (binary) and the pool updates of
+        """What the AppWorld environment supports so far: both explorers and context builders, both abstractions
+        and the judge, with validation, no held-out set, its one reward (binary) and the pool updates of
         APPWORLD_POOL_UPDATES."""
         data, problems, needs = run.data_engine, [], []
         if run.evaluation.split in ("val", "all"):
             problems.append(f"evaluation.split {run.evaluation.split!r} is a BFCL split; AppWorld's are its dataset "
                             "files: dev, test_normal, test_challenge (the synthetic world: train, dev)")
-        if data.synthesis.abstraction != "deterministic" or data.synthesis.judge or not data.synthesis.validate:
-            needs.append("data_engine.synthesis.abstraction=deterministic, judge=false and validate=true (the LLM "
-                         "abstraction, the judge and the unvalidated ablation are BFCL-only so far: an AppWorld "
-                         "task exists only once validation has written it)")
+        if not data.synthesis.validate:
+            needs.append("data_engine.synthesis.validate=true (the unvalidated ablation is BFCL-only so far: an "
+                         "AppWorld task exists only once validation has written it)")
         if data.heldout.sets():
             needs.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
                          "are measured on evaluation.split)")

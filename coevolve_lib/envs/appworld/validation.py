@@ -28,7 +28,10 @@ import tempfile
 from pathlib import Path
 
 from coevolve_lib.core.config import SynthesisConfig
+from coevolve_lib.core.cost import Cost
+from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.safe_calls import CallParseError
+from coevolve_lib.engine.judge import judge
 from coevolve_lib.engine.tasks import content_id, verdict
 from coevolve_lib.envs.appworld.benchmark import AppWorldEnv, AppWorldEnvConfig, load_task
 from coevolve_lib.envs.appworld.calls import parse_appworld_call, solution_steps
@@ -148,18 +151,19 @@ def _run_on_server(server: AppWorldServer, root: Path, task_id: str, steps: list
 
 
 def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServer, api_docs: dict, root: Path,
-                      known_task_ids: set | None = None) -> dict:
+                      known_task_ids: set | None = None, model: ChatModel | None = None) -> dict:
     """Validate an AppWorld task spec by AppWorld's own execution and evaluator (verdict/v1, `engine.tasks.verdict`).
     The spec is written first if it is not yet (`write_tasks`; call that with a round's specs to batch).
 
-    Rejections (all that apply in `reasons`, `reason` the first; the cheap ones skip execution): "duplicate" (spec
-    id or task id in `known_task_ids`), "too_short" (< min_calls calls), "invalid_call" (a call that does not parse
-    against the API docs), "call_error" (the writer's reference run raised), "no_effect" (no database change and no
-    answer), "nondeterministic" (the server's rerun of the reference in a fresh initialize is not a success although
-    the writer's run of the same actions defined its tests). Accepted with "objective_met" when AppWorld's evaluator
-    says success. The paper's other acceptance, a failed execution with positive reward (pass fraction > 0), has no
-    case here: the execution validated is the reference itself, whose own run wrote the tests, so a rerun that passes
-    only some of them (e.g. a different answer, while the no-change test passes) is not reproducible, and its
+    Rejections (all that apply in `reasons`, `reason` the first; the cheap ones skip execution): "duplicate" (spec id or
+    task id in `known_task_ids`), "too_short" (< min_calls calls), "invalid_call" (a call that does not parse against
+    the API docs), "call_error" (the writer's reference run raised), "no_effect" (no database change and no answer),
+    "nondeterministic" (the server's rerun of the reference in a fresh initialize is not a success although the writer's
+    run of the same actions defined its tests). Accepted with "objective_met" when AppWorld's evaluator says success;
+    then, with `config.judge` and a `model`, the Fig. 13 judge reads the executed calls and their outputs and may reject
+    it ("judge_rejected"). The paper's other acceptance, a failed execution with positive reward (pass fraction > 0),
+    has no case here: the execution validated is the reference itself, whose own run wrote the tests, so a rerun that
+    passes only some of them (e.g. a different answer, while the no-change test passes) is not reproducible, and its
     reference would not solve its own task (docs/deviations.md).
     """
     known = known_task_ids or set()
@@ -199,4 +203,13 @@ def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServe
             if not score["success"]:
                 reasons.append("nondeterministic")
                 details.append("the server's rerun of the reference does not reproduce the writer's run")
-    return verdict(spec, task_id, actions, reasons, "objective_met", "; ".join(details), observations)
+    judged, judge_error, cost = None, None, Cost()
+    if config.judge and model is not None and not reasons:
+        steps = [{"calls": [a], "observations": [o]} for a, o in zip(actions, observations)]
+        judged, judge_error = judge(spec["intent"], spec["query"], actions, steps, model, config, cost,
+                                    lambda action: parse_appworld_call(action, api_docs).as_json())
+        if judged is not None and not judged["success"]:
+            reasons.append("judge_rejected")
+            details.append(f"judge: {judged['reason']}")
+    return verdict(spec, task_id, actions, reasons, "objective_met", "; ".join(details), observations, cost, judged,
+                   judge_error)
