@@ -11,7 +11,7 @@ from helpers import CodeModel, EveryFailure  # noqa: F401 (registers the every_f
 
 from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core.config import RolloutConfig
-from coevolve_lib.core.models import Generation
+from coevolve_lib.core.models import ChatModel, Generation
 from coevolve_lib.core.paths import repo_relative
 from coevolve_lib.core.records import read_jsonl
 from coevolve_lib.engine.contexts import build_context
@@ -196,3 +196,52 @@ def test_an_llm_abstracted_and_judged_round_on_appworld_replays_from_its_recordi
     for name in set(written) - {"timings.json"}:  # a replayed round measures its own wall times
         assert (tmp_path / "replayed" / name).read_text() == (tmp_path / "recorded" / name).read_text(), name
     assert replayed == recorded
+
+
+class Reflector(ChatModel):
+    """Writes the same reflection for every trial: a unit-test stand-in for the reflecting policy."""
+
+    name, native_tools = "scripted-reflector", False
+
+    def generate(self, conversations, tools=None, config=None):
+        return [Generation("I completed the task without running its steps; next time I run each step first.", None,
+                           20, 12, 0.0, "stop") for _ in conversations]
+
+
+def test_the_curriculum_and_reflexion_baselines_run_on_appworld(engine):
+    """Table 10's curriculum and Reflexion on AppWorld pool tasks and real AppWorld episodes that failed (the agent
+    completes each task without doing it): the curriculum ranks the pool by those outcomes and admits the easiest
+    share; Reflexion re-poses a failed task with its reflection as a new AppWorld task that AppWorld writes and its
+    evaluator accepts, with the source's reference calls and its answer rule (a task that asks for an answer keeps
+    asking for it)."""
+    from coevolve_lib.core.config import BaselinesConfig
+    from coevolve_lib.engine.pool_updates.curriculum import curriculum_round
+    from coevolve_lib.engine.pool_updates.reflexion import REFLECTIONS_HEADER, reflexion_round
+
+    d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
+    answering = [t for t in d0 if t["answer_from"] is not None]
+    assert answering, "D_0 has no task that asks for an answer"
+    tasks = [answering[0], next(t for t in d0 if t is not answering[0])]
+    env_tasks = engine.rollout_tasks(tasks)
+    give_up = "```python\napis.supervisor.complete_task()\n```"
+    records = run_rollouts(CodeModel(env_tasks, {t["task_id"]: [give_up] for t in tasks}), env_tasks,
+                           RolloutPhase(RolloutConfig(batch_size=2, max_steps_per_episode=1)), samples_per_task=1,
+                           progress=False, new_episode=engine.environment.new_episode)
+    assert [r["success"] for r in records] == [False, False]
+    stamp_rollouts(records, 1, tasks)
+
+    settings = BaselinesConfig()
+    report = reflexion_round(engine, 5, records[:1], settings, Reflector(), progress=False)  # the answering task's
+    assert report["targets"] == 1 and report["accepted"] == 1, report
+    [reposed] = [t for t in engine.pool.tasks if t["pool_version"] == 5]
+    assert reposed["query"].startswith(tasks[0]["query"]) and REFLECTIONS_HEADER in reposed["query"]
+    assert reposed["reference_actions"] == tasks[0]["reference_actions"]
+    assert reposed["answer_from"] == tasks[0]["answer_from"] and reposed["provenance"]["verdict"] == "objective_met"
+    folder = engine.environment.root / "data" / "tasks" / reposed["task_id"]
+    assert json.loads((folder / "specs.json").read_text())["instruction"] == reposed["query"]
+
+    report = curriculum_round(engine, 6, 1, records, 2, settings, minimum=1)
+    chosen = json.loads((engine.run_dir / "round_006" / "curriculum.json").read_text())
+    assert report["counts"]["tasks_seen"] == 2 and report["counts"]["mean_success"] == 0.0
+    assert 1 <= chosen["admitted"] == len(chosen["admitted_ids"]) < len(engine.pool.tasks)
+    assert set(chosen["admitted_ids"]) <= set(engine.pool.ids)

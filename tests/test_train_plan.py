@@ -69,6 +69,10 @@ def test_appworld_refuses_what_its_data_engine_lacks(capsys):
     assert code == 2
     assert "evaluation.environment_name=appworld needs data_engine.synthesis.validate=true (the unvalidated ablation " \
         "is BFCL-only so far" in err and "ArgsKwargs" not in err
+    code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "training.pool_updates=reflexion")
+    assert code == 0, err  # the curriculum and Reflexion run on AppWorld (tests/test_appworld_loop.py)
+    code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "training.pool_updates=rest")
+    assert code == 2 and "'curriculum', 'reflexion'] (ReST abstracts the policy's own calls" in err
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "evaluation.split=val")
     assert code == 2 and "'val' is a BFCL split" in err
 

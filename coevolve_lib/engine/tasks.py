@@ -72,6 +72,16 @@ def accept_unvalidated(spec: dict, config: SynthesisConfig, known_task_ids: set 
                    detail="validation off (synthesis.validate: false): not executed")
 
 
+CARRIED_FIELDS = ("answer_from",)
+"""An environment's own fields of a task, which a spec carries into its pool task and a task re-posed from a pool task
+(Reflexion) carries on (AppWorld's `answer_from`: what the task's answer is read from)."""
+
+
+def carried_fields(record: dict) -> dict:
+    """The `CARRIED_FIELDS` that `record` (a spec or a pool task) holds."""
+    return {name: record[name] for name in CARRIED_FIELDS if name in record}
+
+
 def to_pool_task(spec: dict, verdict: dict, pool_version: int, provenance_extra: dict | None = None) -> dict:
     """The task/v1 record of an accepted spec (its reference actions are the verdict's, see `validate`)."""
     if not verdict["accepted"] or verdict["spec_id"] != spec["spec_id"]:
@@ -87,7 +97,7 @@ def to_pool_task(spec: dict, verdict: dict, pool_version: int, provenance_extra:
         "data_version": spec["data_version"],
         "reference_actions": verdict["reference_actions"],
         "completion_criterion": spec["completion_criterion"],
-        **({"answer_from": spec["answer_from"]} if "answer_from" in spec else {}),  # AppWorld: what the answer is
+        **carried_fields(spec),
         "pool_version": pool_version,
         "provenance": {"signal": source.get("signal_id"), "context": source.get("context_id"),
                        "runs": source.get("run_ids", []), "spec": spec["spec_id"], "verdict": verdict["reason"],

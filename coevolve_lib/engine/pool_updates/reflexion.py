@@ -29,7 +29,7 @@ from coevolve_lib.engine.contexts import trajectory_calls
 from coevolve_lib.engine.data_engine import DataEngine
 from coevolve_lib.engine.feedback import screen_heldout, write_round
 from coevolve_lib.engine.pool_updates.base import PoolUpdate, RoundInputs, _report, _round_dir, register_pool_update
-from coevolve_lib.engine.tasks import content_id, to_pool_task
+from coevolve_lib.engine.tasks import carried_fields, content_id, to_pool_task
 from coevolve_lib.prompts import clip, load_prompt
 
 REFLECTIONS_HEADER = "Reflections on your earlier attempts at this task:"
@@ -113,6 +113,7 @@ def reflexion_spec(task: dict, reflection: str, record: dict, memory: int) -> di
                    "signal_type": "reflexion", "context_id": None, "run_ids": [record["rollout_id"]]},
         "abstraction": "reflexion",
         "reflexion": {"base_query": query, "reflections": reflections},
+        **carried_fields(task),
     }
 
 

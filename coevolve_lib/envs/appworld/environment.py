@@ -42,8 +42,9 @@ from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConf
 from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
 from coevolve_lib.envs.appworld.validation import overlay_root, validate_appworld, write_tasks
 
-APPWORLD_POOL_UPDATES = ("signals", "random", "none")
-"""The pool updates wired for AppWorld (the Table 10 baselines are BFCL-only so far)."""
+APPWORLD_POOL_UPDATES = ("signals", "random", "none", "curriculum", "reflexion")
+"""The pool updates wired for AppWorld. Not ReST: it abstracts the policy's own calls, and an AppWorld rollout records
+the APIs a reply's code names, not call strings with their arguments (docs/appworld.md)."""
 SOURCE_SPLIT = "train"
 """The AppWorld split whose tasks' start states D_0 explores (never their instructions or answers)."""
 APPS_CODE = 'print(",".join(p["account_name"] for p in apis.supervisor.show_account_passwords()))'
@@ -235,7 +236,9 @@ class AppWorldEnvironment(Environment):
         if data.d0_source_split != "train":
             needs.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
         if run.training.pool_updates not in APPWORLD_POOL_UPDATES:
-            needs.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
+            why = (" (ReST abstracts the policy's own calls; an AppWorld rollout records the APIs its code names, not "
+                   "call strings with their arguments)" if run.training.pool_updates == "rest" else "")
+            needs.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}{why}")
         if needs:
             problems.append("evaluation.environment_name=appworld needs " + "; ".join(needs))
         return problems
