@@ -57,10 +57,10 @@ def test_d0_holds_appworld_tasks_that_appworlds_evaluator_accepted(engine, world
     assert not (world.root / "data" / "tasks" / tasks[0]["task_id"]).exists()  # the source root is never written
 
 
-class HalfSolving(CodeModel):
-    """A task's first sampled episode gets its first reply (the reference solution), the second its second (complete
-    the task doing nothing); either ends the episode in one step: a group with one success and one failure, the
-    boundary signal's case. A unit-test stand-in for a policy on the boundary."""
+class PerEpisode(CodeModel):
+    """A task's n-th sampled episode gets its n-th reply (cyclically); with a reply that ends the episode in one step,
+    each episode is one scripted reply. A unit-test stand-in for a policy (e.g. on the boundary: the reference
+    solution, then completing the task doing nothing)."""
 
     def __init__(self, tasks, replies):
         super().__init__(tasks, replies)
@@ -69,7 +69,8 @@ class HalfSolving(CodeModel):
     def _reply(self, messages):
         task_id = self.task_of[messages[1]["content"].split("Task: ", 1)[1]]
         self.episodes[task_id] += 1
-        return Generation(self.replies[task_id][(self.episodes[task_id] - 1) % 2], None, 10, 5, 0.0, "stop")
+        replies = self.replies[task_id]
+        return Generation(replies[(self.episodes[task_id] - 1) % len(replies)], None, 10, 5, 0.0, "stop")
 
 
 def test_signals_and_contexts_read_real_appworld_rollouts(engine):
@@ -81,7 +82,7 @@ def test_signals_and_contexts_read_real_appworld_rollouts(engine):
              for t in tasks}
     give_up = "```python\napis.supervisor.complete_task()\n```"
     env_tasks = engine.rollout_tasks(tasks)
-    model = HalfSolving(env_tasks, {t["task_id"]: [solve[t["task_id"]], give_up] for t in tasks})
+    model = PerEpisode(env_tasks, {t["task_id"]: [solve[t["task_id"]], give_up] for t in tasks})
     records = run_rollouts(model, env_tasks, RolloutPhase(RolloutConfig(batch_size=2, max_steps_per_episode=3)),
                            samples_per_task=2, progress=False, new_episode=engine.environment.new_episode)
     assert [r["success"] for r in records] == [True, False, True, False]
@@ -94,6 +95,30 @@ def test_signals_and_contexts_read_real_appworld_rollouts(engine):
     context = build_context(target, run_config("tiny-appworld").data_engine.explore)
     called = {name for name in records[0]["steps"][0]["calls"] if not name.startswith("supervisor.")}
     assert called and called <= set(context["focus_pattern"])
+
+
+def test_the_prefix_and_format_rewards_read_real_appworld_episodes(engine):
+    """AppWorld's `prefix` and `format` rewards on real episodes of one pool task: the reference solution (1 for
+    both), its first call only, then completing the task (prefix: one reference API of the two it named, since the
+    login preamble's show_profile counts as an extra; format: its code ran), and code that fails (0 for both)."""
+    from coevolve_lib.envs.appworld.calls import parse_appworld_call
+    from coevolve_lib.envs.appworld.rewards import format_reward, prefix_reward
+
+    task = engine.pool.tasks[0]
+    wanted = [parse_appworld_call(action).name for action in task["reference_actions"]]
+    assert "supervisor.show_profile" not in wanted[:1]
+    docs = engine.environment.api_docs()
+    fenced = lambda code: f"```python\n{code}\n```"  # noqa: E731
+    replies = [fenced(solution_code(task["reference_actions"], docs, task["answer_from"])),
+               fenced(solution_code(task["reference_actions"][:1], docs, None)), fenced("print(undefined_name)")]
+    [env_task] = engine.rollout_tasks([task])
+    records = run_rollouts(PerEpisode([env_task], {task["task_id"]: replies}), [env_task],
+                           RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=1)), samples_per_task=3,
+                           progress=False, new_episode=engine.environment.new_episode)
+    assert [r["success"] for r in records] == [True, False, False]
+    assert [prefix_reward(r, task) for r in records] == [1.0, 1 / (max(len(wanted), 2) + 1), 0.0]
+    assert [format_reward(r, task) for r in records] == [1.0, 0.5, 0.0]
+    assert records[1]["steps"][0]["calls"][-1] == "supervisor.complete_task"
 
 
 def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world):

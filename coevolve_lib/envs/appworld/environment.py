@@ -38,6 +38,7 @@ from coevolve_lib.envs.appworld.client import AppWorldServerError
 from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
 from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.explore import make_appworld_explorer
+from coevolve_lib.envs.appworld.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
 from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
 from coevolve_lib.envs.appworld.validation import overlay_root, validate_appworld, write_tasks
@@ -80,6 +81,7 @@ class AppWorldEnvironment(Environment):
 
     name = "appworld"
     Settings = AppWorldSettings
+    rewards = {**Environment.rewards, "prefix": prefix_reward, "format": format_reward}
 
     def __init__(self, config, run_dir: str | Path, source_root: str | Path | None = None):
         super().__init__(config, run_dir)
@@ -221,7 +223,7 @@ class AppWorldEnvironment(Environment):
     @classmethod
     def check(cls, run) -> list[str]:
         """What the AppWorld environment supports so far: both explorers and context builders, both abstractions
-        and the judge, with validation, no held-out set, its one reward (binary) and the pool updates of
+        and the judge, with validation, no held-out set, its rewards (binary, prefix, format) and the pool updates of
         APPWORLD_POOL_UPDATES."""
         data, problems, needs = run.data_engine, [], []
         if run.evaluation.split in ("val", "all"):
