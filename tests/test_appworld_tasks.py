@@ -196,6 +196,29 @@ def test_rejections(server, api_docs, root, written):
     assert reason(looks) == ("no_effect", "no database change and no answer")  # a one-spec call writes it itself
 
 
+def test_without_validation_a_spec_is_written_even_when_its_reference_raises(server, api_docs, root, written):
+    """Table 11's "w/o validation" on AppWorld: what validation rejects is written and kept as abstracted, unchecked:
+    a reference that raised (its expected outcome: what it changed before it raised, nothing here) and one with no
+    effect. AppWorld's server loads the kept task, and its evaluator passes an episode that does nothing: the outcome
+    the broken reference defined. Validation still rejects the same spec; a call that cannot be rendered is refused."""
+    from coevolve_lib.envs.appworld.validation import accept_appworld_unvalidated
+
+    kept = accept_appworld_unvalidated(RAISES, CONFIG, api_docs, root, set())
+    assert kept["accepted"] and kept["reason"] == "unvalidated", kept
+    assert "The note with id 999 does not exist" in kept["detail"] and kept["task_id"] == appworld_task_id(RAISES)
+    env = AppWorldEnv(load_task(kept["task_id"], root), server)
+    env.reset()
+    env.execute("apis.supervisor.complete_task()")
+    assert env.score()["success"]
+    env.close()
+    assert validate_appworld(RAISES, CONFIG, server, api_docs, root, set())["reason"] == "call_error"
+    looks = _spec("looks-kept", "Look at notes 1, 2 and 3.", [f"simple_note.show_note(note_id={i})" for i in (1, 2, 3)])
+    assert accept_appworld_unvalidated(looks, CONFIG, api_docs, root, set())["accepted"]
+    unknown = _spec("unknown-kept", "Frobnicate.", ["simple_note.frobnicate(note_id=1)"] * 3)
+    assert accept_appworld_unvalidated(unknown, CONFIG, api_docs, root, set())["reason"] == "invalid_call"
+    assert accept_appworld_unvalidated(RAISES, CONFIG, api_docs, root, {kept["task_id"]})["reason"] == "duplicate"
+
+
 @pytest.mark.parametrize("says", [True, False])
 def test_the_judge_reads_appworlds_execution_and_may_reject_an_accepted_task(server, api_docs, root, written, says):
     """Fig. 13 on AppWorld, asked through a real OpenAI-compatible server (the kit's, replying with a scripted

@@ -63,12 +63,13 @@ def test_appworld_refuses_what_its_data_engine_lacks(capsys):
         "environment section (category, data_version, warm_start) is not appworld's settings" in err
     on_appworld = ["--profile", "paper-qwen3-4b", "--set", "evaluation.environment_name=appworld", "--set",
                    "environment={}", "--set", "evaluation.split=dev"]
-    code, plan, err = dry_run(capsys, *on_appworld)  # the LLM abstraction and the judge run on AppWorld too
+    # the LLM abstraction, the judge and the unvalidated ablation run on AppWorld too
+    code, plan, err = dry_run(capsys, *on_appworld, "--set", "data_engine.synthesis.validate=false")
     assert code == 0 and plan["environment"]["name"] == "appworld", err
-    code, _, err = dry_run(capsys, *on_appworld, "--set", "data_engine.synthesis.validate=false")
+    code, _, err = dry_run(capsys, *on_appworld, "--set", "data_engine.d0_source_split=all")
     assert code == 2
-    assert "evaluation.environment_name=appworld needs data_engine.synthesis.validate=true (the unvalidated ablation " \
-        "is BFCL-only so far" in err and "ArgsKwargs" not in err
+    assert "evaluation.environment_name=appworld needs data_engine.d0_source_split=train" in err
+    assert "ArgsKwargs" not in err
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "training.pool_updates=reflexion")
     assert code == 0, err  # the curriculum and Reflexion run on AppWorld (tests/test_appworld_loop.py)
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "training.pool_updates=rest")

@@ -38,8 +38,11 @@ class RoundStages:
     validate: Callable
     """`(spec, synthesis_config, model, known_task_ids) -> verdict`: execute a spec in a fresh environment."""
     prepare_validation: Callable[[list[dict]], None] | None = None
-    """Called once with the specs still to validate before the first of them is (e.g. to write them all in one
-    batch); None: nothing to prepare."""
+    """Called once with the specs still to judge before the first of them is, validated or not (e.g. to write them
+    all in one batch); None: nothing to prepare."""
+    accept_unvalidated: Callable | None = None
+    """`(spec, synthesis_config, known_task_ids) -> verdict`: a spec's verdict in the "w/o validation" ablation
+    (`synthesis.validate: false`); None: `engine.tasks.accept_unvalidated` (kept as abstracted, nothing run)."""
 
 
 RoundSteps = RoundStages  # deprecated alias: removed in the next release

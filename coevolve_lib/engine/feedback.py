@@ -311,12 +311,13 @@ class _Round:
         known = set(self.pool.ids) | ({v["task_id"] for v in recorded if v["accepted"]} if one_validator else set())
         validated = {v["spec_id"] for v in recorded}
         pending = [spec for spec in shards.share(self.specs, split) if spec["spec_id"] not in validated]
-        if pending and config.synthesis.validate and stages.prepare_validation is not None:
+        if pending and stages.prepare_validation is not None:
             stages.prepare_validation(pending)
+        unvalidated = stages.accept_unvalidated or accept_unvalidated
 
         def judge(spec: dict) -> dict:
             return (stages.validate(spec, config.synthesis, self.model, known_task_ids=known)
-                    if config.synthesis.validate else accept_unvalidated(spec, config.synthesis, known))
+                    if config.synthesis.validate else unvalidated(spec, config.synthesis, known))
 
         def done(spec: dict, judged: dict) -> dict:
             judged = screen_heldout(spec, screen_shape(spec, judged, config.synthesis.min_calls), config.excluded)

@@ -41,7 +41,12 @@ from coevolve_lib.envs.appworld.explore import make_appworld_explorer
 from coevolve_lib.envs.appworld.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
 from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
-from coevolve_lib.envs.appworld.validation import overlay_root, validate_appworld, write_tasks
+from coevolve_lib.envs.appworld.validation import (
+    accept_appworld_unvalidated,
+    overlay_root,
+    validate_appworld,
+    write_tasks,
+)
 
 APPWORLD_POOL_UPDATES = ("signals", "random", "none", "curriculum", "reflexion")
 """The pool updates wired for AppWorld. Not ReST: it abstracts the policy's own calls, and an AppWorld rollout records
@@ -154,7 +159,7 @@ class AppWorldEnvironment(Environment):
     # -- how a round runs ----------------------------------------------------------------------------------------
     def round_stages(self) -> RoundStages:
         return RoundStages(explore=self._explore, abstract=self._abstract, validate=self._validate,
-                          prepare_validation=self._write)
+                          prepare_validation=self._write, accept_unvalidated=self._accept_unvalidated)
 
     def tool_docs(self, target) -> list[dict]:
         """The involved apps' API docs, named `app.api`."""
@@ -171,7 +176,10 @@ class AppWorldEnvironment(Environment):
         return abstract_appworld(group_key, triplets, source, config, self.api_docs(), model)
 
     def _write(self, specs: list[dict]) -> None:
-        write_tasks(self.root, specs, self.api_docs())
+        write_tasks(self.root, specs, self.api_docs(), keep_failed=not self.config.synthesis.validate)
+
+    def _accept_unvalidated(self, spec, config, known_task_ids):
+        return accept_appworld_unvalidated(spec, config, self.api_docs(), self.root, known_task_ids)
 
     def _validate(self, spec, config, model, known_task_ids):
         try:
@@ -229,9 +237,6 @@ class AppWorldEnvironment(Environment):
         if run.evaluation.split in ("val", "all"):
             problems.append(f"evaluation.split {run.evaluation.split!r} is a BFCL split; AppWorld's are its dataset "
                             "files: dev, test_normal, test_challenge (the synthetic world: train, dev)")
-        if not data.synthesis.validate:
-            needs.append("data_engine.synthesis.validate=true (the unvalidated ablation is BFCL-only so far: an "
-                         "AppWorld task exists only once validation has written it)")
         if data.heldout.sets():
             needs.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
                          "are measured on evaluation.split)")

@@ -7,14 +7,16 @@ whose `data/` shows the writable root's data (`validation.write_tasks` sets one 
 under `APPWORLD_ROOT/data/tasks/<id>`, so each task is built there, then renamed into `INPUT["tasks_dir"]` when it is
 complete; the scratch root also takes AppWorld's experiment outputs.
 
-INPUT: `{"tasks_dir": ..., "tasks": [{"task_id", "source_task", "instruction", "answer_task": bool, "steps":
-[{"label", "code"}]}]}`, the steps rendered by the kit (`calls.solution_steps`): this script imports nothing
-of the kit. For each task it
+INPUT: `{"tasks_dir": ..., "tasks": [{"task_id", "source_task", "instruction", "answer_task": bool, "keep_failed":
+bool, "steps": [{"label", "code"}]}]}`, the steps rendered by the kit (`calls.solution_steps`): this script imports
+nothing of the kit. For each task it
 1. saves the start state: the source task's specs with the new id and instruction, and the source task's start
    databases with the supervisor's active `supervisor.Task` record given the new instruction (what
    `apis.supervisor.show_active_task()` shows);
 2. runs the steps in AppWorld, in-process, from that start state, and records each step's output, the database
-   changes (`change_summary`) and the answer passed to `complete_task`; a step that fails ends the task: no folder;
+   changes (`change_summary`) and the answer passed to `complete_task`; a step that fails ends the task: no folder,
+   unless `keep_failed` (the kit's "w/o validation" ablation), where the steps stop there and the task is written
+   with the changes made so far (and no answer) as its expected outcome;
 3. writes `ground_truth/` in AppWorld's minimal mode, with a generic `evaluation.py`: the end state's changes must
    equal the reference run's (computed by the same `change_summary`, whose source is embedded there) and, for an
    answer task, the answer must equal the reference's.
@@ -98,19 +100,23 @@ def save_start_state(task_id: str, source_task: str, instruction: str) -> None:
     task.close()
 
 
-def run_reference(task_id: str, steps: list[dict]) -> dict:
-    """Run the steps from the saved start state; the changes and answer as AppWorld's evaluator will see them."""
+def run_reference(task_id: str, steps: list[dict], keep_failed: bool = False) -> dict:
+    """Run the steps from the saved start state; the changes and answer as AppWorld's evaluator will see them. A
+    failing step ends the run: with `keep_failed`, the outcome so far is still measured (with the error)."""
     from appworld import AppWorld
     from appworld.apps.model_lib import get_db_home_path
     from appworld.collections.models import ModelCollection, ModelCollectionPair
 
     world = AppWorld(task_id=task_id, experiment_name=EXPERIMENT, load_ground_truth=False)
     try:
-        observations = []
+        observations, error = [], None
         for step in steps:
             output = world.execute(step["code"])
             if output.startswith(FAILED):
-                return {"error": f"{step['label']}: {output}", "observations": observations}
+                error = f"{step['label']}: {output}"
+                if not keep_failed:
+                    return {"error": error, "observations": observations}
+                break
             observations.append(output)
         # The start/end pair exactly as appworld.evaluator.evaluate_task builds it.
         end_in_memory = get_db_home_path(storage_type="memory", type="task_output", task_id=task_id)
@@ -120,8 +126,9 @@ def run_reference(task_id: str, steps: list[dict]) -> dict:
         models = ModelCollectionPair(start_db_home_path=world.task.model_collection.from_db_home_path,
                                      start_model_collection=world.task.model_collection,
                                      end_db_home_path=end_in_memory, end_model_collection=models_end)
-        answer = json.loads(models.end.supervisor.Task.find_one().answer)
-        return {"error": None, "observations": observations, "changes": change_summary(models), "answer": answer}
+        answer = models.end.supervisor.Task.find_one().answer  # None: complete_task never ran (a failed step)
+        answer = None if answer is None else json.loads(answer)
+        return {"error": error, "observations": observations, "changes": change_summary(models), "answer": answer}
     finally:
         world.close()
         world.task.close()
@@ -160,12 +167,12 @@ def write_task(spec: dict, tasks_dir: str) -> dict:
     shutil.rmtree(staged, ignore_errors=True)
     try:
         save_start_state(task_id, spec["source_task"], spec["instruction"])
-        run = run_reference(task_id, spec["steps"])
+        run = run_reference(task_id, spec["steps"], spec.get("keep_failed", False))
     except Exception:  # noqa: BLE001 - reported per task: one bad spec must not cost the batch
         shutil.rmtree(staged, ignore_errors=True)
         return {"written": False, "error": traceback.format_exc(limit=3)[-2000:], "answer": None, "changes": 0,
                 "observations": []}
-    if run["error"] is not None:
+    if run["error"] is not None and "changes" not in run:
         shutil.rmtree(staged, ignore_errors=True)
         return {"written": False, "error": run["error"], "answer": None, "changes": 0,
                 "observations": run["observations"]}
@@ -174,7 +181,7 @@ def write_task(spec: dict, tasks_dir: str) -> dict:
         os.rename(staged, os.path.join(tasks_dir, task_id))
     except OSError:  # written meanwhile by another writer: same id, same content
         shutil.rmtree(staged, ignore_errors=True)
-    return {"written": True, "error": None, "answer": run["answer"] if spec["answer_task"] else None,
+    return {"written": True, "error": run["error"], "answer": run["answer"] if spec["answer_task"] else None,
             "changes": len(run["changes"]), "observations": run["observations"]}
 
 

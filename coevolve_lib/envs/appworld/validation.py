@@ -76,20 +76,24 @@ def _written_path(root: Path, task_id: str) -> Path:
 
 
 def write_tasks(root: Path, specs: list[dict], api_docs: dict, venv: Path = APPWORLD_VENV,
-                timeout_s: float = 900) -> dict[str, dict]:
+                timeout_s: float = 900, keep_failed: bool = False) -> dict[str, dict]:
     """Write each spec as an AppWorld task under `root/data/tasks/` (one writer run in AppWorld's venv for all specs
     not written yet). Returns per spec id `{task_id, written, error, answer, changes, observations}`: `changes` is
     the number of models the reference changed, `observations` its calls' outputs; a spec whose calls do not parse or
-    whose reference raised gets no folder and an `error`. Results are kept in `root/synthesized/`: calling again
-    runs nothing for specs already done."""
+    whose reference raised gets no folder and an `error`, unless `keep_failed` (the "w/o validation" ablation): then
+    a reference that raised is written too, its expected outcome the changes made before it raised (and no answer),
+    with the `error`. Results are kept in `root/synthesized/`: calling again runs nothing for specs already done (or,
+    with `keep_failed`, already written)."""
     root = Path(root)
     results, todo = {}, {}
     for spec in specs:
         task_id = appworld_task_id(spec)
         stored = _written_path(root, task_id)
         if stored.exists():
-            results[spec["spec_id"]] = json.loads(stored.read_text())
-            continue
+            record = json.loads(stored.read_text())
+            if record["written"] or not keep_failed:  # a reference that raised is written now if kept
+                results[spec["spec_id"]] = record
+                continue
         try:
             steps = solution_steps(spec["action_sequence"], api_docs, spec.get("answer_from"))
         except (CallParseError, ValueError) as error:
@@ -99,6 +103,7 @@ def write_tasks(root: Path, specs: list[dict], api_docs: dict, venv: Path = APPW
         labels = ["login", *spec["action_sequence"], "complete_task"]
         todo.setdefault(task_id, {"task_id": task_id, "source_task": spec["initial_config"]["appworld_task"],
                                   "instruction": spec["query"], "answer_task": spec.get("answer_from") is not None,
+                                  "keep_failed": keep_failed,
                                   "steps": [{"label": label, "code": code} for label, code in zip(labels, steps)],
                                   "spec_ids": []})["spec_ids"].append(spec["spec_id"])
     if todo:
@@ -213,3 +218,35 @@ def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServe
             details.append(f"judge: {judged['reason']}")
     return verdict(spec, task_id, actions, reasons, "objective_met", "; ".join(details), observations, cost, judged,
                    judge_error)
+
+
+def accept_appworld_unvalidated(spec: dict, config: SynthesisConfig, api_docs: dict, root: Path,
+                                known_task_ids: set | None = None) -> dict:
+    """The "w/o validation" ablation's verdict on AppWorld (Table 11, `synthesis.validate: false`): an AppWorld task
+    exists only as a written task, so the spec is written (`write_tasks(keep_failed=True)`: a reference that raises is
+    written with what it changed before) and kept as abstracted, unchecked: no rerun, no evaluator, no no-effect
+    check. Rejected only as a duplicate, shorter than `min_calls`, with a call that does not parse against the API
+    docs (it cannot be rendered to code), or when AppWorld could not write it at all ("unwritable")."""
+    known = known_task_ids or set()
+    actions = list(spec["action_sequence"])
+    task_id = appworld_task_id(spec)
+    reasons, details = [], ["validation off (synthesis.validate: false): written, not checked"]
+    if spec["spec_id"] in known or task_id in known:
+        reasons.append("duplicate")
+    if len(actions) < config.min_calls:
+        reasons.append("too_short")
+    try:
+        for action in actions:
+            parse_appworld_call(action, api_docs)
+    except CallParseError as e:
+        reasons.append("invalid_call")
+        details.append(str(e))
+    observations = []
+    if not reasons:
+        written = write_tasks(root, [spec], api_docs, keep_failed=True)[spec["spec_id"]]
+        observations = written["observations"]
+        if not written["written"]:
+            reasons.append("unwritable")
+        if written["error"] is not None:
+            details.append(f"the reference raised: {written['error']}")
+    return verdict(spec, task_id, actions, reasons, "unvalidated", "; ".join(details), observations)
