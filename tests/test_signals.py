@@ -267,6 +267,19 @@ def test_a_user_signal_registers_and_runs(registered_long):
     assert records[-1]["evidence"] == {"calls": 3} and records[-1]["signal_id"] == "test_long/0/t/0"
 
 
+def test_a_signal_given_as_its_class_fires_under_its_type():
+    """`enabled: ["module:Class"]` (docs/architecture.md): its records carry the class's `type`, and are kept (they
+    were refused as "not a signal/v1 record of type 'module:Class'", so the type never fired)."""
+    try:
+        extractor = SignalExtractor(SignalConfig(enabled=("boundary", f"{__name__}:LongEpisode")))
+        records = extractor.observe(0, group("t", [0, 1], calls=["a()", "b()", "c()"]))
+        assert extractor.step_errors == {}
+        assert [r["type"] for r in records] == ["boundary", "boundary", "test_long"]
+        assert set(extractor.state_dict()["signals"]) == {"boundary", "test_long"}
+    finally:
+        SIGNALS.pop(LongEpisode.type, None)
+
+
 def test_unknown_signal_name_lists_the_registry():
     with pytest.raises(ValueError, match="unknown signal type.*'nope'.*'boundary'.*'forgetting'.*'rare'"):
         SignalExtractor(SignalConfig(enabled=("boundary", "nope")))

@@ -398,7 +398,8 @@ class SignalExtractor:
 
     def __init__(self, config: SignalConfig):
         self.config = config
-        self.signals: dict[str, Signal] = {name: signal_class(name)(config) for name in config.enabled}
+        # Keyed by each type's `type`, the name its records carry (a `module:Class` in `enabled` names its class).
+        self.signals: dict[str, Signal] = {cls.type: cls(config) for cls in map(signal_class, config.enabled)}
         self.required = tuple(sorted({f for signal in self.signals.values() for f in signal.required_fields()}))
         self.skipped = 0  # rollouts skipped as malformed so far
         self.step_errors: dict[str, str] = {}
