@@ -19,6 +19,7 @@ from coevolve_lib.envs.appworld.server import AppWorldServerConfig
 from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 
 SPLIT = "synthetic"
+SPLIT_TASK = "synnote_1"
 SYS = ("sys = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
        ".__init__.__globals__['sys']\n")
 """The route around AppWorld's guard found in issue 45: any function's globals lead to `sys`, and `sys.modules` to
@@ -96,6 +97,36 @@ def test_a_memory_grab_stops_at_the_limit_and_the_next_episode_gets_a_fresh_serv
     after = run_rollouts(model, tasks[1:], config, progress=False, new_episode=episodes)[0]
     assert after["steps"][0]["output"] == "next\n" and server.restarts == 1  # recycled before the next episode
     assert process_footprint(server.pid).memory_mb < AppWorldServerConfig(root=world.root).max_idle_memory_mb
+
+
+def test_the_environments_server_is_recycled_before_appworld_runs_out_of_open_files(world, tmp_path, monkeypatch):
+    """AppWorld keeps ~12 files open per task it has loaded, so the environment's one server, which D_0 and the rounds
+    load every validated task into, refused the next task with "Too many open files" after a few score (building a
+    200-task D_0). Between uses it is now recycled at three quarters of the sandbox's open-files limit: here 80, so
+    after a handful of tasks, before it fails one."""
+    from coevolve_lib.core.sandbox import SandboxLimits
+    from coevolve_lib.envs.appworld.environment import AppWorldEnvironment
+    from coevolve_lib.profiles import run_config
+
+    environment = AppWorldEnvironment(run_config("tiny-appworld").data_engine, tmp_path, source_root=world.root)
+    limits = SandboxLimits(open_files=80)
+    monkeypatch.setattr(environment, "server_config", lambda root: AppWorldServerConfig(
+        root=root, sandbox=SandboxConfig(limits=limits)))
+    try:
+        server, loaded = environment.server(), 0
+        for task in load_tasks(SPLIT, world.root):
+            server.client.initialize(task.task_id, experiment_name="open_files")
+            server.client.close(task.task_id)
+            loaded += 1
+            if server.recycle_reason():
+                break
+        assert "open files (limit 80" in server.recycle_reason() and loaded < 5
+        assert process_footprint(server.pid).open_files <= limits.open_files
+        assert environment.server() is server and server.restarts == 1 and server.recycle_reason() is None
+        server.client.initialize(SPLIT_TASK, experiment_name="open_files")  # the fresh server loads tasks again
+        server.client.close(SPLIT_TASK)
+    finally:
+        environment.close()
 
 
 def test_positive_control_the_escape_reaches_the_host_without_the_sandbox(world, tmp_path):

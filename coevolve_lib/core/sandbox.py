@@ -63,8 +63,9 @@ class SandboxLimits:
     (resident ~250 MB); the rest is what the code may allocate."""
     processes: int = 96
     """Processes and threads of the sandbox's user (RLIMIT_NPROC); AppWorld's server runs ~10 threads."""
-    open_files: int = 256
-    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    open_files: int = 1024
+    """Open file descriptors per process (RLIMIT_NOFILE). AppWorld's server keeps ~12 open per task it has loaded
+    (measured); its owners recycle it at three quarters of this (`AppWorldServer.recycle_reason`)."""
     file_size_mb: int = 256
     """Largest file a process may write (RLIMIT_FSIZE), in MiB."""
     cpu_seconds: int = 7200
@@ -208,6 +209,8 @@ class Footprint:
     """Resident memory, all processes together."""
     cpu_seconds: float
     """CPU time of its busiest process (what RLIMIT_CPU limits)."""
+    open_files: int = 0
+    """Open file descriptors of the process holding most (what RLIMIT_NOFILE limits)."""
 
 
 def process_footprint(pid: int) -> Footprint:
@@ -218,7 +221,7 @@ def process_footprint(pid: int) -> Footprint:
         tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         tree = []
-    processes = threads = 0
+    processes = threads = files = 0
     memory = cpu = 0.0
     for process in tree:
         try:
@@ -227,10 +230,11 @@ def process_footprint(pid: int) -> Footprint:
                 memory += process.memory_info().rss / 2 ** 20
                 times = process.cpu_times()
                 cpu = max(cpu, times.user + times.system)
+                files = max(files, process.num_fds())
             processes += 1
         except psutil.NoSuchProcess:
             continue
-    return Footprint(processes, threads, memory, cpu)
+    return Footprint(processes, threads, memory, cpu, files)
 
 
 def kill_sandbox(process: subprocess.Popen) -> None:

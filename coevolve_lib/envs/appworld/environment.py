@@ -20,6 +20,7 @@ accepted (`validation`).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,8 @@ from coevolve_lib.envs.appworld.validation import (
     validate_appworld,
     write_tasks,
 )
+
+log = logging.getLogger(__name__)
 
 APPWORLD_POOL_UPDATES = ("signals", "random", "none", "curriculum", "reflexion")
 """The pool updates wired for AppWorld. Not ReST: it abstracts the policy's own calls, and an AppWorld rollout records
@@ -110,12 +113,16 @@ class AppWorldEnvironment(Environment):
         return AppWorldServerConfig(root=root, sandbox=SandboxConfig(mode=self.settings.sandbox))
 
     def server(self) -> AppWorldServer:
-        """The environment's server (started on first use, restarted if it died)."""
+        """The environment's server (started on first use, restarted if it died, recycled between uses for what
+        `AppWorldServer.recycle_reason` names: D_0 and the rounds load every task they validate into it)."""
         if self._server is None:
             self._server = AppWorldServer(self.server_config(self.root))
             self._server.start()
-        else:
-            self._server.ensure_running()
+        elif not self._server.ensure_running():
+            reason = self._server.recycle_reason()
+            if reason is not None:
+                log.info("recycling the AppWorld server at %s: %s", self._server.client.address, reason)
+                self._server.restart()
         return self._server
 
     def api_docs(self) -> dict:

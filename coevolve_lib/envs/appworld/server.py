@@ -221,7 +221,9 @@ class AppWorldServer:
     def recycle_reason(self) -> str | None:
         """Why this server should not serve another episode, or None: threads beyond the server's own
         (`THREAD_SLACK`), resident memory above `max_idle_memory_mb`, half of its CPU-seconds limit spent (so that the
-        limit ends runaway code, not a server that served many episodes), or CPU spent while it waits for a request
+        limit ends runaway code, not a server that served many episodes), three quarters of its open-files limit
+        held (AppWorld keeps every task it loaded open: a server that validated a few score of tasks then refused
+        the next with "Too many open files"), or CPU spent while it waits for a request
         (watched for `IDLE_PROBE_S` when it holds more threads than when last found idle). Call it between
         episodes."""
         if self.process is None or self._baseline is None:
@@ -233,6 +235,9 @@ class AppWorldServer:
             return f"it holds {now.memory_mb:.0f} MB (> {self.config.max_idle_memory_mb} MB)"
         if now.cpu_seconds > self.config.sandbox.limits.cpu_seconds / 2:
             return f"it spent {now.cpu_seconds:.0f} CPU seconds (half of its limit)"
+        if now.open_files > self.config.sandbox.limits.open_files * 3 // 4:
+            return (f"it holds {now.open_files} open files (limit {self.config.sandbox.limits.open_files}; AppWorld "
+                    "keeps each task it loaded open)")
         if now.threads > self._idle_threads:  # watched only when it has more threads than when last found idle
             if self.busy_while_idle():
                 return "it spends CPU while idle (a thread left spinning)"
