@@ -26,10 +26,10 @@ from coevolve_lib.cli.openai_server import parse_tool_calls
 from coevolve_lib.core.llm_json import LLMOutputError, extract_json_object
 from coevolve_lib.core.safe_calls import CallParseError
 from coevolve_lib.engine.judge import parse_judge
+from coevolve_lib.engine.llm_abstraction import parse_task_blocks
 from coevolve_lib.envs.appworld.benchmark import extract_code
 from coevolve_lib.envs.appworld.calls import parse_appworld_call
 from coevolve_lib.envs.appworld.explore import focus_apis
-from coevolve_lib.envs.bfcl.abstraction import parse_task_blocks
 from coevolve_lib.envs.bfcl.explore_llm import parse_action
 from coevolve_lib.rollout.toolcalls import parse_native, parse_prompt_style
 
