@@ -25,9 +25,10 @@ from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.training.loop import train
 
 SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4",
-         'data_engine.signals.enabled=["every_failure"]', "data_engine.max_targets=1"]
+         'data_engine.signals.enabled=["every_failure"]', "data_engine.max_targets=1",
+         "environment.warm_start.enabled=false"]
 """The module's data engine: a small D_0; rounds target one failed trajectory (test-only `every_failure` signal:
-the random policy fails every episode)."""
+the random-init policy, without the profile's warm start, fails every episode)."""
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +122,51 @@ def test_the_prefix_and_format_rewards_read_real_appworld_episodes(engine):
     assert records[1]["steps"][0]["calls"][-1] == "supervisor.complete_task"
 
 
+def test_a_warm_start_conversation_is_an_episode_whose_one_reply_solves_its_task(engine):
+    """The AppWorld warm start's data for a pool task: the prompt an episode of it starts with, then one reply (the
+    reference code in a ```python block) that AppWorld's server runs and its evaluator passes."""
+    from coevolve_lib.envs.appworld.warm_start import sft_conversation
+
+    settings = RolloutConfig(batch_size=1, max_steps_per_episode=2)
+    docs = engine.environment.api_docs()
+    for task in engine.pool.tasks[:2]:
+        [env_task] = engine.rollout_tasks([task])
+        conversation = sft_conversation(env_task, task, docs, settings.max_steps_per_episode, settings.tool_docs)
+        prompt, [reply] = conversation["messages"][:2], conversation["messages"][2:]
+        [record] = run_rollouts(PerEpisode([env_task], {task["task_id"]: [reply["content"]]}), [env_task],
+                                RolloutPhase(settings), progress=False, new_episode=engine.environment.new_episode)
+        assert record["messages"][:3] == prompt + [reply]
+        assert record["success"] and len(record["steps"]) == 1, record["steps"]
+
+
+def test_the_tiny_appworld_warm_start_is_shipped_for_its_recipe(engine, tmp_path, monkeypatch):
+    """`tiny-appworld`'s policy is the shipped warm start (built from the profile's own recipe), found without
+    building anything; run sizes do not change the recipe, the warm start's settings do."""
+    import coevolve_lib.engine.warm_start as warmstart
+    from coevolve_lib.core.paths import MODELS_DIR
+    from coevolve_lib.core.records import config_hash
+
+    root = engine.environment.source_root
+    environment = AppWorldEnvironment(run_config("tiny-appworld").data_engine, tmp_path, source_root=root)
+    recipe = environment.warm_start_recipe()
+    shipped = warmstart.shipped_warm_start("tiny-appworld", config_hash(recipe))
+    assert shipped is not None, "the shipped tiny-appworld warm start has another recipe: rebuild and ship it"
+    monkeypatch.setattr(warmstart, "CACHE_DIR", tmp_path / "empty_cache")  # a fresh clone
+    monkeypatch.setattr("coevolve_lib.envs.appworld.environment.warm_start",
+                        lambda *a, **k: pytest.fail("the warm start was built"))
+    assert environment.warm_start(str(MODELS_DIR / "tiny")) == str(shipped)
+    assert recipe["data"] == {"data": "synthetic world", "builder_version": recipe["data"]["builder_version"]}
+    small = run_config("tiny-appworld", SMALL[:-1]).data_engine
+    assert AppWorldEnvironment(small, tmp_path / "small", source_root=root).warm_start_recipe() == recipe
+    shorter = run_config("tiny-appworld", ["environment.warm_start.max_steps=10"]).data_engine
+    assert AppWorldEnvironment(shorter, tmp_path / "other", source_root=root).warm_start_recipe() != recipe
+
+
 def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world):
     """TRL's GRPO on AppWorld pool tasks with the tiny policy, end to end: 2 steps, a feedback round (its targets:
     the test-only `every_failure` signal), TGC/SGC before and after. The run goes on from the module's D_0, in its
-    folder and with its servers (`train(engine=...)`). All rewards are 0, so GRPO's update is zero: this shows the
-    loop, not learning (docs/appworld.md)."""
+    folder and with its servers (`train(engine=...)`). The policy is the random-init tiny model (no warm start), so
+    all rewards are 0 and GRPO's update is zero: this shows the loop, not learning (docs/appworld.md)."""
     out = engine.run_dir
     run = run_config("tiny-appworld", SMALL + [
         "rollout.max_steps_per_episode=1", "training.tasks_per_step=1", "training.group_size=2",

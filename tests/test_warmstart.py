@@ -14,17 +14,12 @@ from coevolve_lib.core.config import SynthesisConfig
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.core.records import config_hash
+from coevolve_lib.engine import warm_start as warmstart
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.envs.bfcl import warm_start as warmstart
-from coevolve_lib.envs.bfcl.settings import WarmStartConfig
+from coevolve_lib.engine.warm_start import learning_rate_at, length_grouped_batches, warm_start_tasks
+from coevolve_lib.envs.bfcl.settings import BFCLWarmStartConfig
 from coevolve_lib.envs.bfcl.tasks import load_tasks, restrict_classes, split_tasks
-from coevolve_lib.envs.bfcl.warm_start import (
-    learning_rate_at,
-    length_grouped_batches,
-    sft_conversation,
-    warm_start,
-    warm_start_tasks,
-)
+from coevolve_lib.envs.bfcl.warm_start import sft_conversation, warm_start
 from coevolve_lib.profiles import data_engine_config
 from coevolve_lib.rollout.agent import rollout_phase
 from coevolve_lib.rollout.evaluation import task_outcomes
@@ -61,7 +56,7 @@ def test_conversation_holds_one_call_per_assistant_message_and_real_observations
 
 def test_warm_start_tasks_are_short_validated_tasks_of_the_given_environments(tmp_path):
     sources = _file_system_sources()
-    config = WarmStartConfig(data_seeds=2, data_runs=3, data_min_calls=1, data_max_calls=2)
+    config = BFCLWarmStartConfig(data_seeds=2, data_runs=3, data_min_calls=1, data_max_calls=2)
     tasks = warm_start_tasks(sources, tmp_path, config, SynthesisConfig(description_words=4), BFCL)
     assert tasks and all(1 <= len(t["reference_actions"]) <= 2 for t in tasks)
     assert {t["provenance"]["origin_task"] for t in tasks} <= {s.id for s in sources}
@@ -72,7 +67,7 @@ def test_warm_start_tasks_are_short_validated_tasks_of_the_given_environments(tm
 
 
 def test_learning_rate_warms_up_then_ends_at_the_final_ratio_on_the_last_step():
-    config = WarmStartConfig(max_steps=100, warmup_steps=10, learning_rate=1e-3, final_lr_ratio=0.1)
+    config = BFCLWarmStartConfig(max_steps=100, warmup_steps=10, learning_rate=1e-3, final_lr_ratio=0.1)
     assert learning_rate_at(0, config) == pytest.approx(1e-4)
     assert learning_rate_at(9, config) == pytest.approx(1e-3)
     assert learning_rate_at(100, config) == pytest.approx(1e-4)
@@ -90,7 +85,7 @@ def test_length_grouped_batches_cover_every_example_once_per_epoch_in_similar_le
 
 
 def test_a_short_warm_start_changes_the_parameters(tmp_path):
-    config = WarmStartConfig(enabled=True, max_steps=3, batch_size=2, warmup_steps=1, data_seeds=1, data_runs=2)
+    config = BFCLWarmStartConfig(enabled=True, max_steps=3, batch_size=2, warmup_steps=1, data_seeds=1, data_runs=2)
     summary = warm_start(MODELS_DIR / "tiny", _file_system_sources(2), tmp_path / "sft", config,
                          SynthesisConfig(), BFCL, progress=False)
     assert summary["steps"] == 3 and summary["tasks"] > 0 and summary["tokens"] > 0 and len(summary["loss"]) == 1
@@ -107,7 +102,7 @@ def test_the_tiny_warm_start_is_shipped_for_the_tiny_recipe_and_its_files_are_ch
     shipped = warmstart.shipped_warm_start("tiny", key)
     assert shipped is not None, "the shipped tiny warm start was built from another recipe: rebuild and ship it"
     # a fresh clone: no cache, so neither stage may be built when the whole warm start is shipped
-    monkeypatch.setattr(environment_lib, "CACHE_DIR", tmp_path / "empty_cache")
+    monkeypatch.setattr(warmstart, "CACHE_DIR", tmp_path / "empty_cache")
     monkeypatch.setattr(environment_lib, "warm_start", lambda *a, **k: pytest.fail("stage 1 was built"))
     monkeypatch.setattr(environment_lib, "worlds_stage", lambda *a, **k: pytest.fail("the worlds stage was built"))
     assert engine.policy() == str(shipped)

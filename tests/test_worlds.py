@@ -7,10 +7,9 @@ import re
 import pytest
 from helpers import BFCL
 
-from coevolve_lib.core.config import SynthesisConfig
+from coevolve_lib.core.config import SynthesisConfig, WarmStartConfig
+from coevolve_lib.engine.warm_start import warm_start_tasks
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
-from coevolve_lib.envs.bfcl.settings import WarmStartConfig
-from coevolve_lib.envs.bfcl.warm_start import warm_start_tasks
 from coevolve_lib.envs.bfcl.worlds import (
     CLASS_NAME,
     WORLD_SPLITS,

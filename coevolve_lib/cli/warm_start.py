@@ -1,5 +1,5 @@
 """`python -m coevolve_lib warm-start`: build (or find) a profile's warm start and check what it gives GRPO
-(`training.policy_check`); --ship copies it into the package (`envs.bfcl.warm_start.ship_warm_start`)."""
+(`training.policy_check`); --ship copies it into the package (`engine.warm_start.ship_warm_start`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import json
 from pathlib import Path
 
 from coevolve_lib.core.config import ConfigError
+from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.core.records import config_hash
+from coevolve_lib.engine import warm_start
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.envs.bfcl import warm_start
-from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
-from coevolve_lib.envs.bfcl.settings import BFCLSettings
-from coevolve_lib.envs.bfcl.warm_start import ship_warm_start
+from coevolve_lib.engine.warm_start import ship_warm_start
 from coevolve_lib.profiles import profile_parser, run_config_from_args
 from coevolve_lib.training.policy_check import check_policy
 
@@ -28,10 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     run = run_config_from_args(args)
-    bfcl = run.evaluation.environment_name == BFCLEnvironment.name
-    if not bfcl or not BFCLSettings(**run.environment).warm_start.enabled:
+    settings = environment_class(run.evaluation.environment_name).Settings(**run.environment)
+    if not getattr(settings, "warm_start", None) or not settings.warm_start.enabled:
         raise ConfigError(f"profile {args.profile} has no warm start (environment.warm_start.enabled is false, or "
-                          "its benchmark is not BFCL, whose warm start this builds)")
+                          f"its environment, {run.evaluation.environment_name}, has none)")
     set_torch_threads(run.training.torch_threads)
     engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{profile_label(args.profile)}",
                         run.evaluation.environment_name)

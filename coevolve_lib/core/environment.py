@@ -37,9 +37,9 @@ class RoundStages:
     """`(group_key, triplets, source, synthesis_config, model) -> (specs, cost)`: triplets into task specs."""
     validate: Callable
     """`(spec, synthesis_config, model, known_task_ids) -> verdict`: execute a spec in a fresh environment."""
-    prepare_validation: Callable[[list[dict]], None] | None = None
-    """Called once with the specs still to judge before the first of them is, validated or not (e.g. to write them
-    all in one batch); None: nothing to prepare."""
+    prepare_validation: Callable[[list[dict], object], None] | None = None
+    """`(specs, synthesis_config)`: called once with the specs still to judge before the first of them is, validated
+    or not (e.g. to write them all in one batch); None: nothing to prepare."""
     accept_unvalidated: Callable | None = None
     """`(spec, synthesis_config, known_task_ids) -> verdict`: a spec's verdict in the "w/o validation" ablation
     (`synthesis.validate: false`); None: `engine.tasks.accept_unvalidated` (kept as abstracted, nothing run)."""
@@ -162,6 +162,11 @@ class Environment(ABC):
     def heldout_identity(self) -> dict:
         """What, besides the exploration settings, decides which tasks a held-out set holds (part of its key)."""
         return {"benchmark": self.name}
+
+    def warm_start_recipe(self) -> dict | None:
+        """Everything that decides the warm start's weights (`engine.warm_start.cached_warm_start` keys its cache and
+        shipped copy by it); None: the environment has no warm start."""
+        return None
 
     def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str | None:
         """The policy's starting weights when the environment's settings ask for a warm start (a model folder); None

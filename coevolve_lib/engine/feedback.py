@@ -312,7 +312,7 @@ class _Round:
         validated = {v["spec_id"] for v in recorded}
         pending = [spec for spec in shards.share(self.specs, split) if spec["spec_id"] not in validated]
         if pending and stages.prepare_validation is not None:
-            stages.prepare_validation(pending)
+            stages.prepare_validation(pending, config.synthesis)
         unvalidated = stages.accept_unvalidated or accept_unvalidated
 
         def judge(spec: dict) -> dict:

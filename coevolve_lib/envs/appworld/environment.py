@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
 from pydantic.dataclasses import dataclass as settings_dataclass
 
-from coevolve_lib.core.config import STRICT
+from coevolve_lib.core.config import STRICT, WarmStartConfig
 from coevolve_lib.core.environment import Environment, RoundStages
 from coevolve_lib.core.sandbox import SandboxConfig
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target
+from coevolve_lib.engine.warm_start import cached_warm_start
 from coevolve_lib.envs.appworld.abstraction import abstract_appworld
 from coevolve_lib.envs.appworld.benchmark import AppWorldTask, load_task, load_tasks
 from coevolve_lib.envs.appworld.calls import DATA_VERSION, api_tool_docs, is_failed_output
@@ -41,13 +43,14 @@ from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.explore import make_appworld_explorer
 from coevolve_lib.envs.appworld.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
-from coevolve_lib.envs.appworld.synthetic import build_synthetic_world
+from coevolve_lib.envs.appworld.synthetic import build_synthetic_world, builder_version
 from coevolve_lib.envs.appworld.validation import (
     accept_appworld_unvalidated,
     overlay_root,
     validate_appworld,
     write_tasks,
 )
+from coevolve_lib.envs.appworld.warm_start import warm_start, warm_start_recipe
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,9 @@ class AppWorldSettings:
     """How AppWorld's servers, which run the policy's code, are isolated (`core/sandbox.py`): "bwrap", the OS-level
     sandbox (refused in one line where it cannot run); "none", an opt-in without isolation (the code then runs as
     the kit's user, with its network and files: only for code you trust or a machine you can lose)."""
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """Supervised fine-tuning before RL on the reference code of synthetic AppWorld tasks (a kit addition,
+    `envs/appworld/warm_start.py`; `tiny-appworld`'s policy starts from it)."""
 
 
 def appworld_source_root(root: str | None = None) -> Path:
@@ -135,6 +141,13 @@ class AppWorldEnvironment(Environment):
         return {"benchmark": self.name, "data_root": str(self.source_root),
                 "data": "synthetic world" if synthetic else "official"}
 
+    def data_identity(self) -> dict:
+        """What decides the tasks the data root holds: the synthetic world's builder version (the same world on every
+        machine), else the official data's root."""
+        if (self.source_root / "world.json").exists():
+            return {"data": "synthetic world", "builder_version": builder_version()}
+        return {"data": "official", "data_root": str(self.source_root)}
+
     def close(self) -> None:
         if self._server is not None:
             self._server.stop()
@@ -182,8 +195,9 @@ class AppWorldEnvironment(Environment):
     def _abstract(self, group_key, triplets, source, config, model):
         return abstract_appworld(group_key, triplets, source, config, self.api_docs(), model)
 
-    def _write(self, specs: list[dict]) -> None:
-        write_tasks(self.root, specs, self.api_docs(), keep_failed=not self.config.synthesis.validate)
+    def _write(self, specs: list[dict], config) -> None:
+        """Write a round's specs in one batch; without validation (Table 11) a reference that raises is written too."""
+        write_tasks(self.root, specs, self.api_docs(), keep_failed=not config.validate)
 
     def _accept_unvalidated(self, spec, config, known_task_ids):
         return accept_appworld_unvalidated(spec, config, self.api_docs(), self.root, known_task_ids)
@@ -193,6 +207,24 @@ class AppWorldEnvironment(Environment):
             return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids, model)
         except AppWorldServerError:  # a server that died mid-validation: restart it and judge the spec again
             return validate_appworld(spec, config, self.server(), self.api_docs(), self.root, known_task_ids, model)
+
+    # -- the warm start (a kit addition: tiny-appworld's policy starts from it) -------------------------------------
+    def warm_start_recipe(self) -> dict:
+        cfg = self.config
+        return warm_start_recipe(cfg.model, self.settings.warm_start, self.data_identity(),
+                                 {"min_calls": cfg.synthesis.min_calls, "max_calls": cfg.synthesis.max_calls,
+                                  "abstraction": cfg.synthesis.abstraction},
+                                 {"max_steps_per_episode": cfg.rollout.max_steps_per_episode,
+                                  "tool_docs": cfg.rollout.tool_docs})
+
+    def warm_start(self, base: str, progress: bool = True, use_shipped: bool = True) -> str | None:
+        """None when `warm_start.enabled` is off; else the warm start's model folder: the shipped copy of the profile
+        when it was built from the same recipe, else the cached one, else built (minutes: docs/appworld.md)."""
+        warm = self.settings.warm_start
+        if not warm.enabled:
+            return None
+        return cached_warm_start(self.config.profile, self.warm_start_recipe(),
+                                 lambda out: warm_start(base, self, out, warm, progress), use_shipped)
 
     # -- rollouts of pool tasks ----------------------------------------------------------------------------------
     def rollout_tasks(self, pool_tasks: list[dict]) -> list[AppWorldTask]:

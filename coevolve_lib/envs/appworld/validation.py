@@ -155,25 +155,11 @@ def _run_on_server(server: AppWorldServer, root: Path, task_id: str, steps: list
         env.close()
 
 
-def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServer, api_docs: dict, root: Path,
-                      known_task_ids: set | None = None, model: ChatModel | None = None) -> dict:
-    """Validate an AppWorld task spec by AppWorld's own execution and evaluator (verdict/v1, `engine.tasks.verdict`).
-    The spec is written first if it is not yet (`write_tasks`; call that with a round's specs to batch).
-
-    Rejections (all that apply in `reasons`, `reason` the first; the cheap ones skip execution): "duplicate" (spec id or
-    task id in `known_task_ids`), "too_short" (< min_calls calls), "invalid_call" (a call that does not parse against
-    the API docs), "call_error" (the writer's reference run raised), "no_effect" (no database change and no answer),
-    "nondeterministic" (the server's rerun of the reference in a fresh initialize is not a success although the writer's
-    run of the same actions defined its tests). Accepted with "objective_met" when AppWorld's evaluator says success;
-    then, with `config.judge` and a `model`, the Fig. 13 judge reads the executed calls and their outputs and may reject
-    it ("judge_rejected"). The paper's other acceptance, a failed execution with positive reward (pass fraction > 0),
-    has no case here: the execution validated is the reference itself, whose own run wrote the tests, so a rerun that
-    passes only some of them (e.g. a different answer, while the no-change test passes) is not reproducible, and its
-    reference would not solve its own task (docs/deviations.md).
-    """
-    known = known_task_ids or set()
-    actions = list(spec["action_sequence"])
-    task_id = appworld_task_id(spec)
+def _cheap_rejections(spec: dict, actions: list[str], task_id: str, config: SynthesisConfig, api_docs: dict,
+                      known: set) -> tuple[list[str], list[str]]:
+    """(reasons, details) of the checks that need no execution: "duplicate" (spec id or task id in `known`),
+    "too_short" (< min_calls calls), "invalid_call" (a call that does not parse against the API docs: it cannot be
+    rendered to code)."""
     reasons, details = [], []
     if spec["spec_id"] in known or task_id in known:
         reasons.append("duplicate")
@@ -190,6 +176,28 @@ def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServe
             details.append(f"call {index} rejected: {e}")
     if invalid:
         reasons.append("invalid_call")
+    return reasons, details
+
+
+def validate_appworld(spec: dict, config: SynthesisConfig, server: AppWorldServer, api_docs: dict, root: Path,
+                      known_task_ids: set | None = None, model: ChatModel | None = None) -> dict:
+    """Validate an AppWorld task spec by AppWorld's own execution and evaluator (verdict/v1, `engine.tasks.verdict`).
+    The spec is written first if it is not yet (`write_tasks`; call that with a round's specs to batch).
+
+    Rejections (all that apply in `reasons`, `reason` the first; the cheap ones skip execution): "duplicate" (spec id or
+    task id in `known_task_ids`), "too_short" (< min_calls calls), "invalid_call" (a call that does not parse against
+    the API docs), "call_error" (the writer's reference run raised), "no_effect" (no database change and no answer),
+    "nondeterministic" (the server's rerun of the reference in a fresh initialize is not a success although the writer's
+    run of the same actions defined its tests). Accepted with "objective_met" when AppWorld's evaluator says success;
+    then, with `config.judge` and a `model`, the Fig. 13 judge reads the executed calls and their outputs and may reject
+    it ("judge_rejected"). The paper's other acceptance, a failed execution with positive reward (pass fraction > 0),
+    has no case here: the execution validated is the reference itself, whose own run wrote the tests, so a rerun that
+    passes only some of them (e.g. a different answer, while the no-change test passes) is not reproducible, and its
+    reference would not solve its own task (docs/deviations.md).
+    """
+    actions = list(spec["action_sequence"])
+    task_id = appworld_task_id(spec)
+    reasons, details = _cheap_rejections(spec, actions, task_id, config, api_docs, known_task_ids or set())
     observations = []
     if not reasons:
         written = write_tasks(root, [spec], api_docs, server.config.venv)[spec["spec_id"]]
@@ -227,20 +235,10 @@ def accept_appworld_unvalidated(spec: dict, config: SynthesisConfig, api_docs: d
     written with what it changed before) and kept as abstracted, unchecked: no rerun, no evaluator, no no-effect
     check. Rejected only as a duplicate, shorter than `min_calls`, with a call that does not parse against the API
     docs (it cannot be rendered to code), or when AppWorld could not write it at all ("unwritable")."""
-    known = known_task_ids or set()
     actions = list(spec["action_sequence"])
     task_id = appworld_task_id(spec)
-    reasons, details = [], ["validation off (synthesis.validate: false): written, not checked"]
-    if spec["spec_id"] in known or task_id in known:
-        reasons.append("duplicate")
-    if len(actions) < config.min_calls:
-        reasons.append("too_short")
-    try:
-        for action in actions:
-            parse_appworld_call(action, api_docs)
-    except CallParseError as e:
-        reasons.append("invalid_call")
-        details.append(str(e))
+    reasons, details = _cheap_rejections(spec, actions, task_id, config, api_docs, known_task_ids or set())
+    details.insert(0, "validation off (synthesis.validate: false): written, not checked")
     observations = []
     if not reasons:
         written = write_tasks(root, [spec], api_docs, keep_failed=True)[spec["spec_id"]]

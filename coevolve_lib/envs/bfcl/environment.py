@@ -12,15 +12,12 @@ held-out identity and its warm start.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 
 from coevolve_lib.core.environment import Environment, RoundStages
-from coevolve_lib.core.paths import CACHE_DIR
-from coevolve_lib.core.records import config_hash, write_json_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
+from coevolve_lib.engine.warm_start import RECIPE_VERSION, cached_warm_start
 from coevolve_lib.envs.bfcl.abstraction import abstract
 from coevolve_lib.envs.bfcl.backend import CLASSES, normalize_category
 from coevolve_lib.envs.bfcl.benchmark import is_error_observation
@@ -32,14 +29,7 @@ from coevolve_lib.envs.bfcl.settings import BFCLSettings
 from coevolve_lib.envs.bfcl.tasks import docs_by_name, load_tasks, restrict_classes, split_tasks
 from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
 from coevolve_lib.envs.bfcl.validation import validate
-from coevolve_lib.envs.bfcl.warm_start import (
-    RECIPE_VERSION,
-    WORLDS_VERSION,
-    partition_environments,
-    shipped_warm_start,
-    warm_start,
-    worlds_stage,
-)
+from coevolve_lib.envs.bfcl.warm_start import WORLDS_VERSION, partition_environments, warm_start, worlds_stage
 
 log = logging.getLogger(__name__)
 
@@ -161,28 +151,11 @@ class BFCLEnvironment(Environment):
                               tool_docs=cfg.rollout.tool_docs, progress=progress)
 
         def first() -> str:
-            return self._warm_start_stage(self.warm_start_recipe("first"), first_stage, use_shipped)
+            return cached_warm_start(cfg.profile, self.warm_start_recipe("first"), first_stage, use_shipped)
 
         if not warm.worlds.count:
             return first()
         # the first stage is needed (found or built) only when the whole warm start is neither shipped nor cached
-        return self._warm_start_stage(self.warm_start_recipe(), lambda out: worlds_stage(
+        return cached_warm_start(cfg.profile, self.warm_start_recipe(), lambda out: worlds_stage(
             first(), out, warm, cfg.synthesis, self, self.settings.data_version, cfg.rollout.tool_docs, progress),
             use_shipped)
-
-    def _warm_start_stage(self, recipe: dict, build, use_shipped: bool) -> str:
-        """The model folder of a warm-start `recipe`: the shipped copy, the cached one, or `build(folder)` run into a
-        `.partial` folder that is moved into the cache when it finishes."""
-        key = config_hash(recipe)
-        shipped = shipped_warm_start(self.config.profile, key) if use_shipped else None
-        if shipped is not None:
-            return str(shipped)
-        out = CACHE_DIR / "warm_start" / key
-        if not (out / "warm_start.json").exists():
-            partial = out.with_name(key + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            summary = build(partial)
-            write_json_atomic(partial / "warm_start.json", {**summary, "recipe_key": key, "recipe": recipe})
-            shutil.rmtree(out, ignore_errors=True)
-            os.replace(partial, out)
-        return str(out)

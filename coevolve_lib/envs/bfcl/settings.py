@@ -25,6 +25,7 @@ from coevolve_lib.core.config import (
     PositiveFloat,
     PositiveInt,
     Seed,
+    WarmStartConfig,
 )
 
 
@@ -55,42 +56,10 @@ class WorldsStageConfig:
 
 
 @dataclass(config=STRICT)
-class WarmStartConfig:
-    """Supervised fine-tuning before RL, and the synthetic tasks it trains on."""
+class BFCLWarmStartConfig(WarmStartConfig):
+    """BFCL's warm start: the shared schedule and data settings (`core.config.WarmStartConfig`), the share of
+    environments it takes, and an optional second stage on generated worlds."""
 
-    enabled: bool = False
-    """Run the warm start (tiny profile: on; paper profiles: off)."""
-    max_steps: PositiveInt = 600
-    """Optimizer steps; the cosine schedule ends exactly here."""
-    batch_size: PositiveInt = 16
-    """Conversations per step."""
-    learning_rate: PositiveFloat = 3e-3
-    """Peak learning rate (a random-init 2M-parameter model needs a large one)."""
-    final_lr_ratio: Fraction = 0.1
-    """The cosine decay ends at this fraction of the peak learning rate."""
-    warmup_steps: NonNegativeInt = 30
-    """Linear warm-up steps before the cosine decay."""
-    adam_beta2: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95
-    """AdamW's second-moment decay (0.95 adapts faster than 0.999 in a short run)."""
-    max_grad_norm: PositiveFloat = 1.0
-    """Gradient clipping norm."""
-    max_length: PositiveInt = 512
-    """Tokens per conversation (longer ones are cut)."""
-    seed: Seed = 0
-    """Seed of the data order."""
-    data_seeds: PositiveInt = 12
-    """Unguided schema explorations of every source environment, one per seed (`first_data_seed` + i), each
-    giving ~10 tasks per environment. More seeds: more distinct call sequences and argument values."""
-    first_data_seed: Seed = 100
-    """Seed of the first exploration (D_0 uses the profile's exploration seed; keep them apart)."""
-    data_runs: PositiveInt = 10
-    """Exploration runs R per environment and seed."""
-    data_calls_per_run: PositiveInt = 5
-    """Exploration calls S per run (short runs give short tasks)."""
-    data_min_calls: PositiveInt = 1
-    """Shortest reference of a warm-start task (1-call tasks teach the format; the RL pool keeps >= 3)."""
-    data_max_calls: PositiveInt = 4
-    """Longest reference of a warm-start task."""
     environment_share: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
     """Share of the train-split environments the warm start's tasks come from; D_0 and every round use only the
     others, so the RL pool, like the held-out set, is in environments the warm start never saw (a policy that has
@@ -112,5 +81,5 @@ class BFCLSettings:
     """BFCL classes of the profile's world (None: all eight). The training pool, the held-out sets and the warm
     start are built from benchmark environments restricted to these classes (`tasks.restrict_classes`); the
     BFCL val split is always evaluated as it is."""
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    warm_start: BFCLWarmStartConfig = field(default_factory=BFCLWarmStartConfig)
     """Supervised fine-tuning before RL (a kit addition; the tiny profile's policy starts from it)."""

@@ -7,10 +7,10 @@ config's stop tokens (`core.paper_models`). `python -m coevolve_lib rehearse` ru
 
 A random-init model never writes a tool call, so each stand-in gets a short **format warm start**: supervised
 fine-tuning on the reference solutions of validated synthetic BFCL tasks (built by D_0's exploration, abstraction and
-validation, `warm_start.warm_start_tasks`), rendered with compact tool docs by the family's own template, the loss on
-the assistant tokens only (`warm_start.train_sft(assistant_only=True)`: the 151,936-wide head only where a token is
-learned). After it, rollouts emit real `<tool_call>{json}</tool_call>` blocks, most with a known function name; they
-are not expected to solve tasks.
+validation, `engine.warm_start.warm_start_tasks`), rendered with compact tool docs by the family's own template, the
+loss on the assistant tokens only (`engine.warm_start.train_sft(assistant_only=True)`: the 151,936-wide head only where
+a token is learned). After it, rollouts emit real `<tool_call>{json}</tool_call>` blocks, most with a known function
+name; they are not expected to solve tasks.
 
 `make standins` (a step of `make test`) builds the Qwen3-4B stand-in (what its stand-in tests load), `rehearse` the
 others on first use (build times: docs/log.md), into `.cache/models/<standin>`; `standin.json` there records the dims,
@@ -28,14 +28,14 @@ from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, SynthesisConfig
+from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, SynthesisConfig, WarmStartConfig
 from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.core.paper_models import PAPER_MODELS, PaperModel
 from coevolve_lib.core.paths import CACHE_DIR, MODELS_DIR
+from coevolve_lib.engine.warm_start import train_sft, warm_start_tasks
 from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
-from coevolve_lib.envs.bfcl.settings import WarmStartConfig
 from coevolve_lib.envs.bfcl.tiny_model import QWEN_SPLIT_PATTERN
-from coevolve_lib.envs.bfcl.warm_start import sft_conversation, train_sft, warm_start_tasks
+from coevolve_lib.envs.bfcl.warm_start import sft_conversation
 
 QWEN_ADDED_TOKENS = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
@@ -78,7 +78,7 @@ FORMAT_WARM_START = WarmStartConfig(
 """The format warm start: 300 steps of 8 conversations (~1,400 tokens each with compact docs, ~100 of them the
 assistant's) on the 295 tasks of two explorations of the GorillaFileSystem train-split environments (300: at 200
 steps the Qwen3 stand-in's greedy replies still loop inside the JSON, at 300 most are calls that parse; docs/log.md).
-The head is applied to the data's tokens only (`warm_start.DataVocabulary`, exact)."""
+The head is applied to the data's tokens only (`engine.warm_start.DataVocabulary`, exact)."""
 BUILD_THREADS = 2
 """torch threads of a build (`make standins` runs alone)."""
 FORMAT_CLASSES = ["GorillaFileSystem"]
