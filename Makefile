@@ -80,9 +80,9 @@ vllm: setup $(VLLM_STAMP)
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay). The unit tests in
 # TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines, the output-path tests and the
-# sandbox's attacks) run after the notebooks, in their half, so that the two halves end together.
+# ReST baseline's run) run after the notebooks, in their half, so that the two halves end together.
 TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py tests/test_outside_environment.py tests/test_outputs.py \
-	tests/test_appworld_sandbox.py
+	tests/test_baselines.py::test_rest_run_filters_the_policys_own_rollouts
 
 test: standins appworld
 	rm -rf runs/nbval
@@ -92,7 +92,7 @@ test-unit:
 	$(PY) -m pytest tests -m "not paper and not vllm"
 
 test-unit-half:
-	$(PY) -m pytest tests -m "not paper and not vllm" --durations=10 $(addprefix --ignore=,$(TESTS_AFTER_NOTEBOOKS))
+	$(PY) -m pytest tests -m "not paper and not vllm" --durations=10 $(addprefix --deselect=,$(TESTS_AFTER_NOTEBOOKS))
 
 test-notebooks-half: test-notebooks
 	$(PY) -m pytest $(TESTS_AFTER_NOTEBOOKS) -m "not paper and not vllm" --durations=5
@@ -101,9 +101,10 @@ test-notebooks:
 	COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
 	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --durations=5 notebooks
 
-# The paper profiles' CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
-# evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not). Even the fastest
-# would take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
+# The paper path's CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
+# evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not; and
+# tests/test_multiprocess.py's two nodes and process-group timeout, 45 s). They would take `make test` past its 8
+# minutes, so `.ci/run` runs this after `make test`.
 test-paper: standins
 	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
 

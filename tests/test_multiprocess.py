@@ -131,7 +131,7 @@ print(f"process {state.process_index} waited", flush=True)
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.paper  # 25 s: `make test-paper`, beside the paper profiles' multi-process rehearsals
 def test_the_process_group_waits_for_work_longer_than_the_default_timeout(tmp_path):
     """Issue 28: the run's process group is made with the timeout sized from its rounds (at least 30 minutes), so a
     process that waits 8 s for the main one passes where the default (here 3 s) kills the run."""
@@ -180,7 +180,7 @@ def test_fsdp_with_local_rollouts_is_refused_in_one_line(tmp_path):
     assert "fsdp2_1x8.yaml: FSDP shards the policy" in planned.stderr and "use_vllm=true" in planned.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.paper  # 20 s: `make test-paper`, beside the paper profiles' multi-process rehearsals
 def test_two_nodes_sharing_one_folder_train_on_the_same_pool(tmp_path):
     """Issue 46: a multi-node run's printed command, run as two "nodes" (two `accelerate launch` groups of one process
     each, machine ranks 0 and 1 over loopback) on one shared run folder: every file one process reads is settled by
