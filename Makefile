@@ -79,9 +79,9 @@ vllm: setup $(VLLM_STAMP)
 # The unit tests and the notebooks (under nbval, at the smoke scale: configs/scales/smoke.yaml, the same profile with
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay). The unit tests in
-# TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines, the output-path tests and the
-# ReST baseline's run) run after the notebooks, in their half, so that the two halves end together.
-TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py tests/test_outside_environment.py tests/test_outputs.py \
+# TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines and the ReST baseline's run)
+# run after the notebooks, in their half, so that the two halves end together.
+TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py tests/test_outside_environment.py \
 	tests/test_baselines.py::test_rest_run_filters_the_policys_own_rollouts
 
 test: standins appworld
@@ -103,8 +103,8 @@ test-notebooks:
 
 # The paper path's CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
 # evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not; and
-# tests/test_multiprocess.py's two nodes and process-group timeout, 45 s). They would take `make test` past its 8
-# minutes, so `.ci/run` runs this after `make test`.
+# tests/test_multiprocess.py's launches of the tiny profile on two processes and two nodes and the process group's
+# timeout, 70 s). They would take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
 test-paper: standins
 	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
 

@@ -60,7 +60,7 @@ def episodes(out: Path, step: int) -> list:
             for r in read_jsonl(out / "rollouts" / f"step_{step:05d}.jsonl")]
 
 
-@pytest.mark.slow
+@pytest.mark.paper  # 26 s: `make test-paper`, with every other `accelerate launch` of two processes
 def test_the_printed_two_process_command_trains_feeds_back_and_resumes(tmp_path):
     out = tmp_path / "run"
     command = shlex.split(plan(run_config("tiny", OVERRIDES), out, OVERRIDES)["commands"]["train"])
