@@ -145,6 +145,7 @@ def test_the_tiny_appworld_warm_start_is_shipped_for_its_recipe(engine, tmp_path
     import coevolve_lib.engine.warm_start as warmstart
     from coevolve_lib.core.paths import MODELS_DIR
     from coevolve_lib.core.records import config_hash
+    from coevolve_lib.envs.appworld.synthetic import builder_version
 
     root = engine.environment.source_root
     environment = AppWorldEnvironment(run_config("tiny-appworld").data_engine, tmp_path, source_root=root)
@@ -155,7 +156,7 @@ def test_the_tiny_appworld_warm_start_is_shipped_for_its_recipe(engine, tmp_path
     monkeypatch.setattr("coevolve_lib.envs.appworld.environment.warm_start",
                         lambda *a, **k: pytest.fail("the warm start was built"))
     assert environment.warm_start(str(MODELS_DIR / "tiny")) == str(shipped)
-    assert recipe["data"] == {"data": "synthetic world", "builder_version": recipe["data"]["builder_version"]}
+    assert recipe["data"] == {"data": "synthetic world", "builder_version": builder_version()}  # no machine path
     small = run_config("tiny-appworld", SMALL[:-1]).data_engine
     assert AppWorldEnvironment(small, tmp_path / "small", source_root=root).warm_start_recipe() == recipe
     shorter = run_config("tiny-appworld", ["environment.warm_start.max_steps=10"]).data_engine

@@ -13,7 +13,6 @@ from coevolve_lib.core.paths import RUNS_DIR, profile_label
 from coevolve_lib.core.records import config_hash
 from coevolve_lib.engine import warm_start
 from coevolve_lib.engine.data_engine import DataEngine
-from coevolve_lib.engine.warm_start import ship_warm_start
 from coevolve_lib.profiles import profile_parser, run_config_from_args
 from coevolve_lib.training.policy_check import check_policy
 
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         command = " ".join(["python -m coevolve_lib warm-start", f"--profile {args.profile}",
                             *[f"--set {s}" for s in args.set], "--ship"])
         recipe = engine.environment.warm_start_recipe()
-        folder = ship_warm_start(path, args.profile, recipe, config_hash(recipe),
+        folder = warm_start.ship_warm_start(path, args.profile, recipe, config_hash(recipe),
                                  {**{k: v for k, v in built.items() if k not in ("recipe", "recipe_key")},
                                   "check": check}, command)
         print(f"shipped to {folder}")

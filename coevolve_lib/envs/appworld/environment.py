@@ -137,14 +137,12 @@ class AppWorldEnvironment(Environment):
         return self._api_docs
 
     def describe(self) -> dict:
-        synthetic = (self.source_root / "world.json").exists()  # the synthetic world's marker (appworld_synthetic)
-        return {"benchmark": self.name, "data_root": str(self.source_root),
-                "data": "synthetic world" if synthetic else "official"}
+        return {"benchmark": self.name, "data_root": str(self.source_root), "data": self.data_identity()["data"]}
 
     def data_identity(self) -> dict:
         """What decides the tasks the data root holds: the synthetic world's builder version (the same world on every
         machine), else the official data's root."""
-        if (self.source_root / "world.json").exists():
+        if (self.source_root / "world.json").exists():  # the synthetic world's marker (synthetic.py)
             return {"data": "synthetic world", "builder_version": builder_version()}
         return {"data": "official", "data_root": str(self.source_root)}
 
