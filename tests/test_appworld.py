@@ -204,20 +204,25 @@ def test_the_synthetic_world_loads_through_the_kits_data_path(world):
     assert sorted(load_task_ids("train", world.root) + load_task_ids("dev", world.root)) == sorted(world.solutions)
     tasks = load_tasks(SYNTHETIC_SPLIT, world.root)
     assert {task.scenario_id for task in tasks} == {"synnote", "synask"}
-    assert all(task.supervisor["email"] == "ada.okafor@example.com" for task in tasks)
+    households = {task.task_id: task.supervisor["email"] for task in tasks}
+    assert len(set(households.values())) == 8  # Ada's and 7 drawn: the world's start states
+    train, dev = ({households[t] for t in world.splits[split]} for split in ("train", "dev"))
+    assert not train & dev  # the dev split starts in households the train split never holds
+    assert world.start_states == {t: world.start_states[t] for t in world.splits[SYNTHETIC_SPLIT]}
+    assert len(set(world.start_states.values())) == len(set(households.values()))
     with pytest.raises(FileNotFoundError, match="splits there"):
         load_task_ids("test_normal", world.root)
 
 
-def test_correct_solutions_succeed_and_tgc_sgc_on_the_synthetic_split(server, world):
-    records = []
-    for task_id in load_task_ids(SYNTHETIC_SPLIT, world.root):
+def test_correct_solutions_succeed_and_tgc_sgc_on_the_dev_split(server, world):
+    records = []  # (every task's solution runs in the next module's evaluation, two episodes at a time)
+    for task_id in load_task_ids("dev", world.root):
         solve = task_id != "synask_2"  # one unsolved task: its scenario is not complete
         env, output, score = _episode(server, world, task_id, world.solutions[task_id] if solve else None)
         assert score["success"] is solve, (task_id, output, score)
         assert env.completed is solve
         records.append({"task_id": task_id, "success": score["success"]})
-    assert tgc(records) == 4 / 5
+    assert tgc(records) == 5 / 6
     assert sgc(records) == 1 / 2
 
 
@@ -340,7 +345,7 @@ def test_the_solutions_model_solves_every_synthetic_task(world, episodes, tmp_pa
     result = evaluate_appworld(model, SYNTHETIC_SPLIT, world.root, RolloutPhase(RolloutConfig(batch_size=2)),
                                out=tmp_path / "appworld.json", episodes=episodes)
     rows = {row["metric"]: row for row in result["metrics"]}
-    assert (rows["tgc"]["value"], rows["tgc"]["n"], rows["sgc"]["value"], rows["sgc"]["n"]) == (100.0, 5, 100.0, 2)
+    assert (rows["tgc"]["value"], rows["tgc"]["n"], rows["sgc"]["value"], rows["sgc"]["n"]) == (100.0, 13, 100.0, 2)
     assert result["details"]["environment_errors"] == 0 and result["details"]["format_errors"] == 0
     assert result["config_hash"] == config_hash(result["config"])  # of what it records, not of machine paths
     records = list(read_jsonl(tmp_path / "appworld.rollouts.jsonl"))
@@ -351,11 +356,12 @@ def test_the_solutions_model_solves_every_synthetic_task(world, episodes, tmp_pa
         assert record["pass_fraction"] == 1.0 and record["positive_reward"] and len(record["steps"]) == 1
         assert record["steps"][0]["code"] == world.solutions[record["task_id"]].strip()
     assert len(episodes.owned) + 1 == len(episodes.idle) == 2  # one server per live episode, then reused
-    assert model.calls == 3  # 5 one-step episodes, two at a time
+    assert model.calls == 7  # 13 one-step episodes, two at a time
 
 
 def test_wrong_and_codeless_replies_fail_and_count_format_errors(world, episodes):
-    tasks = load_tasks(SYNTHETIC_SPLIT, world.root)
+    tasks = [load_task(task_id, world.root) for task_id in ("synnote_1", "synnote_2", "synask_1", "synnote_3",
+                                                             "synask_2")]
     no_op = _block("apis.supervisor.complete_task()")
     replies = {task.task_id: [no_op] for task in tasks}
     replies["synask_1"] = ["I would look up the note now."]  # never a code block

@@ -24,11 +24,13 @@ from coevolve_lib.profiles import run_config
 from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.training.loop import train
 
-SMALL = ["data_engine.d0_size=6", "data_engine.explore.runs=2", "data_engine.explore.calls_per_run=4",
+SMALL = ["data_engine.d0_size=8", "data_engine.explore.runs=3", "data_engine.explore.calls_per_run=4",
          'data_engine.signals.enabled=["every_failure"]', "data_engine.max_targets=1",
+         "data_engine.heldout.new_tasks.size=0", "data_engine.heldout.new_envs.size=0",
          "environment.warm_start.enabled=false"]
-"""The module's data engine: a small D_0; rounds target one failed trajectory (test-only `every_failure` signal:
-the random-init policy, without the profile's warm start, fails every episode)."""
+"""The module's data engine: a small D_0 and no held-out set (one test builds its own); rounds target one failed
+trajectory (test-only `every_failure` signal: the random-init policy, without the profile's warm start, fails every
+episode)."""
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def engine(world, tmp_path_factory):
 def test_d0_holds_appworld_tasks_that_appworlds_evaluator_accepted(engine, world):
     report = json.loads((engine.run_dir / "round_000" / "report.json").read_text())
     tasks = engine.pool.tasks
-    assert 0 < len(tasks) <= 6 and report["added_to_pool"] == len(tasks)
+    assert 0 < len(tasks) <= 8 and report["added_to_pool"] == len(tasks)
     sources = {t["provenance"]["origin_task"] for t in tasks}
     assert sources <= set(world.splits["train"])  # D_0 explores the train split's start states only
     verdicts = {v["task_id"]: v for v in read_jsonl(engine.run_dir / "round_000" / "verdicts.jsonl")}
@@ -56,6 +58,41 @@ def test_d0_holds_appworld_tasks_that_appworlds_evaluator_accepted(engine, world
         folder = engine.environment.root / "data" / "tasks" / task["task_id"]
         assert json.loads((folder / "specs.json").read_text())["instruction"] == task["query"]
     assert not (world.root / "data" / "tasks" / tasks[0]["task_id"]).exists()  # the source root is never written
+
+
+def test_a_held_out_set_explores_unseen_households_and_another_run_can_roll_it_out(engine, world, tmp_path,
+                                                                                   monkeypatch):
+    """The held-out sources: one task per start state (household), the pool's in the train split and the unseen
+    set's in the dev split, no household in both. A set built in one run folder (cached) is written into another
+    run's data root when that run reads it (`install_tasks`), where AppWorld's server runs its reference."""
+    monkeypatch.setattr("coevolve_lib.engine.heldout.CACHE_DIR", tmp_path / "cache")  # built here, not reused
+    households = {name: {world.start_states[s.task_id] for s in engine.sources(name)} for name in ("pool", "unseen")}
+    assert len(households["pool"]) == len(engine.sources("pool")) == 5 and len(households["unseen"]) == 3
+    assert not households["pool"] & households["unseen"]
+    run = run_config("tiny-appworld", SMALL + ["data_engine.heldout.new_tasks.size=0",
+                                              "data_engine.heldout.new_envs.size=2",
+                                              "data_engine.heldout.new_envs.runs=1"])
+    built = DataEngine(run.data_engine, tmp_path / "a", engine.environment).heldout("new_envs")
+    assert len(built[1]) == 2
+    assert {world.start_states[t["initial_config"]["appworld_task"]] for t in built[1]} <= households["unseen"]
+    other = DataEngine(run.data_engine, tmp_path / "b", AppWorldEnvironment(run.data_engine, tmp_path / "b",
+                                                                          source_root=world.root))
+    try:
+        key, tasks = other.heldout("new_envs")
+        assert (key, tasks) == built
+        docs = other.environment.api_docs()
+        for task in tasks:
+            folder = other.environment.root / "data" / "tasks" / task["task_id"]
+            assert json.loads((folder / "specs.json").read_text())["instruction"] == task["query"]
+        task = tasks[0]
+        [env_task] = other.rollout_tasks([task])
+        reply = f"```python\n{solution_code(task['reference_actions'], docs, task['answer_from'])}\n```"
+        [record] = run_rollouts(PerEpisode([env_task], {task["task_id"]: [reply]}), [env_task],
+                                RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=1)), progress=False,
+                                new_episode=other.environment.new_episode)
+        assert record["success"], record["steps"]
+    finally:
+        other.close()
 
 
 class PerEpisode(CodeModel):

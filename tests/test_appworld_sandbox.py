@@ -55,8 +55,8 @@ def episodes(world):
 
 def test_model_code_cannot_reach_the_host_and_its_faults_are_the_policys(world, episodes, tmp_path, monkeypatch):
     monkeypatch.setattr(benchmark, "EXECUTION_GRACE_S", 2)  # the hang is noticed 2 s after AppWorld's time-out
-    tasks = load_tasks(SPLIT, world.root)
     attacks = _attacks(tmp_path)
+    tasks = load_tasks(SPLIT, world.root)[:len(attacks)]  # one attack per task
     names = dict(zip([task.task_id for task in tasks], attacks))
     replies = {task_id: [_block(attacks[name]), _block("print('after')")] for task_id, name in names.items()}
     config = RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=2, tool_docs="none",
@@ -192,7 +192,7 @@ def test_sigterm_stops_a_command_like_ctrl_c_and_its_servers_with_it(world, tmp_
 
     from coevolve_lib.core.paths import REPO_ROOT
 
-    command = [sys.executable, "-m", "coevolve_lib", "evaluate", "--profile", "tiny-appworld", "--out",
+    command = [sys.executable, "-m", "coevolve_lib", "evaluate", "--profile", "tiny-appworld", "--limit", "1", "--out",
                str(tmp_path / "results.json")]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     servers, deadline = [], time.time() + 120

@@ -6,13 +6,14 @@ Needs `.venv-appworld` (`make appworld`), as tests/test_appworld.py's real-serve
 
 import os
 import re
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from coevolve_lib.core.config import SynthesisConfig
+from coevolve_lib.core.config import RunError, SynthesisConfig
 from coevolve_lib.engine.tasks import accept_unvalidated
 from coevolve_lib.envs.appworld.benchmark import AppWorldEnv, load_task
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
@@ -104,6 +105,11 @@ def test_the_overlay_links_the_source_and_is_idempotent(tmp_path):
     assert sorted(p.name for p in (root / "data" / "tasks").iterdir()) == ["a_1", "b_1", "syn0_1"]
     assert (root / "data" / "tasks" / "b_1").is_symlink() and (root / "data" / "tasks" / "syn0_1").is_dir()
     assert sorted(p.name for p in (source / "data" / "tasks").iterdir()) == ["a_1", "b_1"]
+    # the same run folder on a rebuilt world (another cache folder): its tasks came from the old one, so it stops
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(source, rebuilt)
+    with pytest.raises(RunError, match="was made on the AppWorld data root .*/source, not .*/rebuilt"):
+        overlay_root(rebuilt, tmp_path / "out")
 
 
 def test_processes_making_the_same_overlay_at_once_do_not_collide(tmp_path):

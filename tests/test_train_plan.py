@@ -76,6 +76,13 @@ def test_appworld_refuses_what_its_data_engine_lacks(capsys):
     assert code == 2 and "'curriculum', 'reflexion'] (ReST abstracts the policy's own calls" in err
     code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "evaluation.split=val")
     assert code == 2 and "'val' is a BFCL split" in err
+    # held-out set (a) shares the warm start's start states, whose data is not screened against it
+    code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "data_engine.heldout.new_tasks.size=4")
+    assert code == 2 and "data_engine.heldout.new_tasks.size=0 with the warm start on" in err
+    warm_start_off = ["--set", "environment.warm_start.enabled=false"]
+    code, _, err = dry_run(capsys, "--profile", "tiny-appworld", "--set", "data_engine.heldout.new_tasks.size=4",
+                           *warm_start_off)
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("profile", PAPER_PROFILES)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coevolve_lib.core.config import ConfigError
+from coevolve_lib.core.config import ConfigError, run_identity
 from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.models import set_torch_threads
 from coevolve_lib.core.paths import RUNS_DIR, profile_label
@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"profile {args.profile} has no warm start (environment.warm_start.enabled is false, or "
                           f"its environment, {run.evaluation.environment_name}, has none)")
     set_torch_threads(run.training.torch_threads)
-    engine = DataEngine(run.data_engine, RUNS_DIR / f"warm_start_{profile_label(args.profile)}",
-                        run.evaluation.environment_name)
+    # the check's D_0 and held-out sets live in a folder of the run's own settings (a --set changes them)
+    folder = RUNS_DIR / f"warm_start_{profile_label(args.profile)}_{config_hash(run_identity(run))}"
+    engine = DataEngine(run.data_engine, folder, run.evaluation.environment_name)
     engine.initial_pool(progress=not args.quiet)
     path = engine.policy(progress=not args.quiet, use_shipped=not args.ship)
     check = check_policy(engine, path, max_completion_tokens=run.training.max_completion_tokens,

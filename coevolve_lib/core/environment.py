@@ -163,6 +163,10 @@ class Environment(ABC):
         """What, besides the exploration settings, decides which tasks a held-out set holds (part of its key)."""
         return {"benchmark": self.name}
 
+    def install_tasks(self, tasks: list[dict]) -> None:
+        """Make pool tasks that another run folder built (a cached held-out set) runnable in this one. Nothing to do
+        where a task is whole in its record (BFCL); AppWorld writes its task files into the run's data root."""
+
     def warm_start_recipe(self) -> dict | None:
         """Everything that decides the warm start's weights (`engine.warm_start.cached_warm_start` keys its cache and
         shipped copy by it); None: the environment has no warm start."""

@@ -185,13 +185,16 @@ class DataEngine:
 
     def heldout(self, name: str, progress: bool = False) -> tuple[str, list[dict]]:
         """(key, tasks) of the held-out set `name` (`engine.heldout`): `new_tasks` explores the pool's own
-        environments with the set's seed, `new_envs` the environment's unseen ones."""
+        environments with the set's seed, `new_envs` the environment's unseen ones; a set cached by another run folder
+        is made runnable in this one (`Environment.install_tasks`)."""
         env, cfg = self.environment, self.config
         sources = self.sources("pool" if name == "new_tasks" else "unseen")
-        return heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
-                             getattr(cfg.heldout, name), env.target, env.round_stages(), progress=progress,
-                             max_observation_chars=cfg.rollout.budget.max_observation_chars,
-                             environment_name=f"environment {env.name}")
+        key, tasks = heldout_tasks(name, sources, env.heldout_identity(), cfg.explore, cfg.synthesis,
+                                   getattr(cfg.heldout, name), env.target, env.round_stages(), progress=progress,
+                                   max_observation_chars=cfg.rollout.budget.max_observation_chars,
+                                   environment_name=f"environment {env.name}")
+        env.install_tasks(tasks)
+        return key, tasks
 
     def heldout_sets(self) -> dict[str, tuple[str, list[dict]]]:
         """Every held-out set the profile has (size > 0): name -> (key, tasks)."""

@@ -66,7 +66,7 @@ FIGURES = {
     "interaction_turns": "calls per task of the pool's rounds (paper Fig. 7; notebook 05)",
     "training": "one CoEvolve run: reward, mixed groups, signals, pool size (notebook 06)",
     "training_curve": "that run's success on the held-out sets and D_0 over its steps (notebook 06)",
-    "fig3_dynamics": "training dynamics (paper Fig. 3; notebook 20)",
+    "fig3_dynamics": "training dynamics (paper Fig. 3): the BFCL run's (notebook 20), the AppWorld run's (notebook 14)",
     "similarity": "synthesized tasks' similarity to the val tasks by round (paper Fig. 5; notebook 11)",
     "comparison": "learning curves of the comparison study, Tables 2-3 (notebook 07)",
     "signals/": "learning curves of the signal and validation ablations, Tables 5 and 11 (notebook 08)",

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic.dataclasses import dataclass as settings_dataclass
 
-from coevolve_lib.core.config import STRICT, WarmStartConfig
+from coevolve_lib.core.config import STRICT, RunError, WarmStartConfig
 from coevolve_lib.core.environment import Environment, RoundStages
 from coevolve_lib.core.sandbox import SandboxConfig
 from coevolve_lib.engine.contexts import ExplorationTarget
@@ -43,7 +43,7 @@ from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.explore import make_appworld_explorer
 from coevolve_lib.envs.appworld.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
-from coevolve_lib.envs.appworld.synthetic import build_synthetic_world, builder_version
+from coevolve_lib.envs.appworld.synthetic import build_synthetic_world, builder_version, synthetic_start_states
 from coevolve_lib.envs.appworld.validation import (
     accept_appworld_unvalidated,
     overlay_root,
@@ -57,8 +57,10 @@ log = logging.getLogger(__name__)
 APPWORLD_POOL_UPDATES = ("signals", "random", "none", "curriculum", "reflexion")
 """The pool updates wired for AppWorld. Not ReST: it abstracts the policy's own calls, and an AppWorld rollout records
 the APIs a reply's code names, not call strings with their arguments (docs/appworld.md)."""
-SOURCE_SPLIT = "train"
-"""The AppWorld split whose tasks' start states D_0 explores (never their instructions or answers)."""
+SOURCE_SPLITS = {"pool": "train", "unseen": "dev"}
+"""Whose tasks' start states each kind of source is (`sources`): D_0, the rounds, the warm start and held-out set (a)
+explore the train split's; the unseen-environment held-out set (b) the dev split's (nothing trains on it or explores
+it)."""
 APPS_CODE = 'print(",".join(p["account_name"] for p in apis.supervisor.show_account_passwords()))'
 """What a task's apps are: those its supervisor has an account in (AppWorld's tasks name no apps of their own)."""
 
@@ -142,9 +144,12 @@ class AppWorldEnvironment(Environment):
     def data_identity(self) -> dict:
         """What decides the tasks the data root holds: the synthetic world's builder version (the same world on every
         machine), else the official data's root."""
-        if (self.source_root / "world.json").exists():  # the synthetic world's marker (synthetic.py)
+        if synthetic_start_states(self.source_root) is not None:
             return {"data": "synthetic world", "builder_version": builder_version()}
         return {"data": "official", "data_root": str(self.source_root)}
+
+    def heldout_identity(self) -> dict:
+        return {"benchmark": self.name, **self.data_identity()}
 
     def close(self) -> None:
         if self._server is not None:
@@ -166,8 +171,19 @@ class AppWorldEnvironment(Environment):
 
     # -- where tasks come from -----------------------------------------------------------------------------------
     def sources(self, part: str) -> list[AppWorldTask]:
-        """The `train` split's tasks (their start states) for the pool; no unseen environments (no held-out set)."""
-        return load_tasks(SOURCE_SPLIT, self.root) if part == "pool" else []
+        """One task per start state of the split `SOURCE_SPLITS` names for `part` (only the start states are used,
+        never the tasks' instructions or answers). In the synthetic world a household's tasks share a start state
+        (`world.json`): its first task stands for it, so that each start state is explored once and a task
+        abstracted from it has one `initial_config` (what the held-out leak guard compares); on official data every
+        task is its own."""
+        if part not in SOURCE_SPLITS:
+            return []
+        tasks = load_tasks(SOURCE_SPLITS[part], self.root)
+        states = synthetic_start_states(self.source_root) or {}
+        first = {}
+        for task in tasks:
+            first.setdefault(states.get(task.task_id, task.task_id), task)
+        return list(first.values())
 
     def target(self, source: AppWorldTask) -> ExplorationTarget:
         """An unguided exploration target: the task's start state and its apps (the instruction is only context)."""
@@ -225,6 +241,24 @@ class AppWorldEnvironment(Environment):
                                  lambda out: warm_start(base, self, out, warm, progress), use_shipped)
 
     # -- rollouts of pool tasks ----------------------------------------------------------------------------------
+    def install_tasks(self, pool_tasks: list[dict]) -> None:
+        """Write into this run's data root the tasks another run folder validated (a cached held-out set): from their
+        records, by AppWorld's code, in one writer run (the start states and the reference are the same, so the
+        written task, its id included, is the same; it was validated when the set was built)."""
+        specs = [{"spec_id": task["provenance"]["spec"], "query": task["query"],
+                  "action_sequence": task["reference_actions"], "initial_config": task["initial_config"],
+                  "answer_from": task.get("answer_from")}
+                 for task in pool_tasks if not (self.root / "data" / "tasks" / task["task_id"]).exists()]
+        if not specs:
+            return
+        written = write_tasks(self.root, specs, self.api_docs())
+        for task in pool_tasks:
+            record = written.get(task["provenance"]["spec"])
+            if record is not None and not (record["written"] and record["task_id"] == task["task_id"]):
+                raise RunError(f"AppWorld task {task['task_id']} could not be written again in {self.root} "
+                               f"({record['error'] or 'it got id ' + record['task_id']}): delete the held-out set's "
+                               "cache folder (.cache/heldout/) to build it again")
+
     def rollout_tasks(self, pool_tasks: list[dict]) -> list[AppWorldTask]:
         """Pool tasks as the AppWorld tasks written for them (the pool task id is the AppWorld task id)."""
         return [load_task(task["task_id"], self.root) for task in pool_tasks]
@@ -268,16 +302,16 @@ class AppWorldEnvironment(Environment):
     @classmethod
     def check(cls, run) -> list[str]:
         """What the AppWorld environment supports so far: both explorers and context builders, both abstractions
-        and the judge, with validation, no held-out set, its rewards (binary, prefix, format) and the pool updates of
-        APPWORLD_POOL_UPDATES."""
+        and the judge, with validation, both held-out sets, its rewards (binary, prefix, format) and the pool updates
+        of APPWORLD_POOL_UPDATES."""
         data, problems, needs = run.data_engine, [], []
         if run.evaluation.split in ("val", "all"):
             problems.append(f"evaluation.split {run.evaluation.split!r} is a BFCL split; AppWorld's are its dataset "
                             "files: dev, test_normal, test_challenge (the synthetic world: train, dev)")
-        if data.heldout.sets():
-            needs.append("no held-out sets, data_engine.heldout.new_tasks.size=0 and new_envs.size=0 (AppWorld runs "
-                         "are measured on evaluation.split)")
-        if data.d0_source_split != "train":
+        if AppWorldSettings(**run.environment).warm_start.enabled and data.heldout.new_tasks.size:
+            needs.append("data_engine.heldout.new_tasks.size=0 with the warm start on (it explores the pool's start "
+                         "states, and its data is not screened against held-out set (a): docs/appworld.md)")
+        if data.d0_source_split != SOURCE_SPLITS["pool"]:
             needs.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
         if run.training.pool_updates not in APPWORLD_POOL_UPDATES:
             why = (" (ReST abstracts the policy's own calls; an AppWorld rollout records the APIs its code names, not "

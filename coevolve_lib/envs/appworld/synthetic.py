@@ -1,12 +1,13 @@
 """A small synthetic AppWorld world, built at test time by AppWorld's own code, cached by the builder's version.
 
 AppWorld's task data downloads only from AWS S3, so offline the kit's AppWorld path (server, client, env, metrics) is
-tested on a world that `envs/appworld/world_builder.py` builds inside AppWorld's venv: api_docs, base and task
-databases, two scenarios (`synnote`: create a note, 3 tasks; `synask`: answer a question, 2 tasks) with AppWorld-format
-ground truth, and splits `train`, `dev` and `synthetic` (all five). Nothing AppWorld generates is committed: the world
-goes to `<cache>/appworld_synthetic/<builder version>/` (about 17 MB; its build time: docs/log.md), and a changed
-builder gets a new folder. Each task's known correct solution is in `solutions.json` beside `data/`, outside AppWorld's
-data.
+tested on a world that `envs/appworld/world_builder.py` builds inside AppWorld's venv: api_docs, 8 households (a
+supervisor and their Simple Note notes: Ada's by hand, 7 drawn from a fixed seed) as the tasks' start states, two
+scenarios (`synnote`: create a note; `synask`: answer a question) with AppWorld-format ground truth, and splits `train`
+(7 tasks in 5 households), `dev` (6 tasks in the 3 other households) and `synthetic` (all 13). Nothing AppWorld
+generates is committed: the world goes to `<cache>/appworld_synthetic/<builder version>/` (about 50 MB; its build time:
+docs/appworld.md), and a changed builder gets a new folder. Each task's known correct solution is in `solutions.json`
+beside `data/`, outside AppWorld's data.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from coevolve_lib.core.paths import CACHE_DIR
 from coevolve_lib.envs.appworld.server import APPWORLD_VENV, appworld_python
 
 BUILDER = Path(__file__).with_name("world_builder.py")
+WORLD_MARKER = "world.json"
+"""The file a complete build writes last, beside `data/`: the synthetic world's marker."""
 SYNTHETIC_SPLIT = "synthetic"
-"""The split holding every synthetic task (`train` and `dev` split them 3 / 2)."""
+"""The split holding every synthetic task (`train` and `dev` split them 7 / 6)."""
 
 
 def builder_version() -> str:
@@ -40,6 +43,9 @@ class SyntheticWorld:
     """Task ids per split, as in `data/datasets/<split>.txt`."""
     solutions: dict[str, str]
     """Each task's known correct solution code (Python calling `apis.*`), for tests."""
+    start_states: dict[str, str]
+    """Each task's household (its start state, but for the supervisor's active-task record): tasks of one household
+    are one environment to explore."""
 
 
 def build_synthetic_world(cache_dir: Path | None = None, venv: Path = APPWORLD_VENV,
@@ -47,7 +53,7 @@ def build_synthetic_world(cache_dir: Path | None = None, venv: Path = APPWORLD_V
     """The synthetic world under `<cache_dir>/<builder version>/`, built there first if it is not yet (in a side
     folder renamed into place when complete, so a killed build is never taken for a world)."""
     root = Path(cache_dir or CACHE_DIR / "appworld_synthetic") / builder_version()
-    if not (root / "world.json").exists():
+    if not (root / WORLD_MARKER).exists():
         partial = root.with_name(f"{root.name}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
@@ -63,6 +69,14 @@ def build_synthetic_world(cache_dir: Path | None = None, venv: Path = APPWORLD_V
             partial.rename(root)
         except OSError:  # another process finished the same build first
             shutil.rmtree(partial, ignore_errors=True)
-    world = json.loads((root / "world.json").read_text())
+    world = json.loads((root / WORLD_MARKER).read_text())
     return SyntheticWorld(root=root, splits=world["splits"],
-                          solutions=json.loads((root / "solutions.json").read_text()))
+                          solutions=json.loads((root / "solutions.json").read_text()),
+                          start_states=world["start_states"])
+
+
+def synthetic_start_states(root: Path) -> dict[str, str] | None:
+    """Each task's start state (household) when `root` is the synthetic world; None for other data (AppWorld's
+    official tasks: each task is its own start state)."""
+    marker = Path(root) / WORLD_MARKER
+    return json.loads(marker.read_text())["start_states"] if marker.exists() else None

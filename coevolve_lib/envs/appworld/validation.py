@@ -27,9 +27,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from coevolve_lib.core.config import SynthesisConfig
+from coevolve_lib.core.config import RunError, SynthesisConfig
 from coevolve_lib.core.cost import Cost
 from coevolve_lib.core.models import ChatModel
+from coevolve_lib.core.paths import shown_path
 from coevolve_lib.core.safe_calls import CallParseError
 from coevolve_lib.engine.judge import judge
 from coevolve_lib.engine.tasks import content_id, verdict
@@ -39,6 +40,8 @@ from coevolve_lib.envs.appworld.server import APPWORLD_VENV, AppWorldServer, app
 
 WRITER = Path(__file__).with_name("task_writer.py")
 OVERLAY = "appworld_root"
+SOURCE_MARKER = "source_root.txt"
+"""File beside `data/` naming the source root the overlay links (`overlay_root`)."""
 WRITTEN = "synthesized"
 """Folder beside `data/` holding the writer's result per synthesized task (`<task id>.json`), so that a spec is
 written (or found failing) once."""
@@ -47,11 +50,23 @@ written (or found failing) once."""
 def overlay_root(source_root: Path, out_dir: Path) -> Path:
     """A writable AppWorld data root at `out_dir/appworld_root`: `data/` links every entry of the source root's
     `data/` but `tasks/`, a real folder with a link per source task beside the synthesized tasks. Idempotent: a new
-    call links the source tasks added since and keeps the synthesized ones; the source root is only read."""
+    call links the source tasks added since and keeps the synthesized ones; the source root is only read. A folder
+    made on another source root (a rebuilt synthetic world, another APPWORLD_ROOT) is a RunError: its tasks were
+    written from that root's start states."""
     source = Path(source_root).resolve() / "data"
     data = Path(out_dir) / OVERLAY / "data"
+    marker = data.parent / SOURCE_MARKER
+    if marker.exists() and marker.read_text().strip() != str(source.parent):
+        raise RunError(f"{shown_path(out_dir)} was made on the AppWorld data root {marker.read_text().strip()}, not "
+                       f"{source.parent} (a rebuilt synthetic world or another APPWORLD_ROOT): delete the folder, or "
+                       "use another one")
     tasks = data / "tasks"
     tasks.mkdir(parents=True, exist_ok=True)
+    if not marker.exists():  # several processes (or threads) of one run may write it at once: the same text
+        handle, partial = tempfile.mkstemp(prefix=f".{SOURCE_MARKER}.", dir=marker.parent)
+        with os.fdopen(handle, "w") as file:
+            file.write(f"{source.parent}\n")
+        os.replace(partial, marker)
     links = [(data / entry.name, entry) for entry in source.iterdir() if entry.name != "tasks"]
     if (source / "tasks").is_dir():
         links += [(tasks / task.name, task) for task in (source / "tasks").iterdir()]

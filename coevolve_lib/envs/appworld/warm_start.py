@@ -9,8 +9,11 @@ with the task's reference solution (`calls.solution_code`: the login preamble, t
 answer its rule names). So the policy learns AppWorld's protocol and to read the query's APIs and arguments; it does
 not learn to read an observation and go on, since a reference needs none.
 
-D_0 and the rounds explore the same start states (the synthetic world has one base world), so the warm start sees
-them; its tasks are other tasks (other exploration seeds). The policy meets them as new tasks in seen start states.
+D_0 and the rounds explore the same start states with other seeds, so the policy meets new tasks in seen start states;
+held-out set (a) would too, and the warm start's data is not screened against it, so an AppWorld profile with the warm
+start has only set (b) (`AppWorldEnvironment.check`). A warm start on households of its own (3, then 16, nothing else
+explored) was tried: the tiny model filled arguments with values common in its data instead of copying the query's,
+and reached 2% sampled success on D_0 (docs/log.md).
 """
 
 from __future__ import annotations
