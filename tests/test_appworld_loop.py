@@ -207,8 +207,8 @@ def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world):
     all rewards are 0 and GRPO's update is zero: this shows the loop, not learning (docs/appworld.md)."""
     out = engine.run_dir
     run = run_config("tiny-appworld", SMALL + [
-        "rollout.max_steps_per_episode=1", "training.max_steps=2", "training.tasks_per_step=1",
-        "training.draw_factor=1", "training.group_size=2",
+        "rollout.max_steps_per_episode=1", "rollout.max_new_tokens=64", "training.max_steps=2",
+        "training.tasks_per_step=1", "training.draw_factor=1", "training.group_size=2",
         "training.feedback_every=1", "training.eval_limit=1", "training.eval_pool_tasks=1"])
     d0 = [t["task_id"] for t in engine.pool.tasks]
     summary = train(run, out, progress=False, engine=engine)

@@ -328,7 +328,7 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     assert recipes[0] == recipes[1]
     # the scale only shrinks: an AppWorld profile keeps its smaller episode batch; its held-out sets are capped
     appworld = run_config("tiny-appworld")
-    assert {name: cfg.size for name, cfg in appworld.data_engine.heldout.sets().items()} == {"new_envs": 4}
+    assert {name: cfg.size for name, cfg in appworld.data_engine.heldout.sets().items()} == {"new_envs": 2}
     assert appworld.rollout.batch_size == 1
     assert appworld.training.group_size == 4 and appworld.evaluation.limit == 2  # capped; None (all) becomes 2
     with pytest.raises(ConfigError, match="training.max_steps: Input should be a valid integer"):
