@@ -60,6 +60,27 @@ def episodes(out: Path, step: int) -> list:
             for r in read_jsonl(out / "rollouts" / f"step_{step:05d}.jsonl")]
 
 
+def assert_step_2_is_trained_again_exactly(command: list[str], out: Path, pool: TaskPool) -> None:
+    """The 2-step run in `out` dies after its step-1 checkpoint (the later checkpoint and the model are gone, the later
+    records stay); `command` again keeps step 1 as it was (not trained again) and trains step 2 again from the
+    checkpoint, exactly: the same episodes, and no round after the last step."""
+    shutil.rmtree(out / "trainer" / "checkpoint-2")
+    shutil.rmtree(out / "final")
+    (out / "summary.json").unlink()
+    metrics, files, step2 = (out / "metrics.jsonl").read_text(), step_files(out), episodes(out, 2)
+
+    resumed = launch(command)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    assert (out / "metrics.jsonl").read_text().splitlines()[0] == metrics.splitlines()[0]
+    after = step_files(out)
+    assert after.keys() == files.keys()
+    assert all((after[name] == files[name]) == ("step_00001" in name) for name in files), (files, after)
+    assert episodes(out, 2) == step2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert TaskPool(out / "pool.jsonl").tasks == pool.tasks
+
+
 @pytest.mark.paper  # 26 s: `make test-paper`, with every other `accelerate launch` of two processes
 def test_the_printed_two_process_command_trains_feeds_back_and_resumes(tmp_path):
     out = tmp_path / "run"
@@ -87,24 +108,46 @@ def test_the_printed_two_process_command_trains_feeds_back_and_resumes(tmp_path)
 
     assert moved(load_file(out / "final" / "model.safetensors")) > len(start) // 2
 
-    # The run dies after its step-1 checkpoint: the later checkpoint and the model are gone, the later records stay.
-    shutil.rmtree(out / "trainer" / "checkpoint-2")
-    shutil.rmtree(out / "final")
-    (out / "summary.json").unlink()
-    metrics, files, step2 = (out / "metrics.jsonl").read_text(), step_files(out), episodes(out, 2)
-
-    resumed = launch(command)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    # Step 1 is kept as it was (not trained again); step 2 is trained again from the checkpoint, exactly.
-    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
-    assert (out / "metrics.jsonl").read_text().splitlines()[0] == metrics.splitlines()[0]
-    after = step_files(out)
-    assert after.keys() == files.keys()
-    assert all((after[name] == files[name]) == ("step_00001" in name) for name in files), (files, after)
-    assert episodes(out, 2) == step2
-    assert json.loads((out / "summary.json").read_text())["steps"] == 2
-    assert TaskPool(out / "pool.jsonl").tasks == pool.tasks  # the resumed run adds no round after its last step
+    assert_step_2_is_trained_again_exactly(command, out, pool)
     assert moved(load_file(out / "trainer" / "checkpoint-2" / "model.safetensors")) > len(start) // 2
+
+
+APPWORLD_OVERRIDES = ["training.launch.num_processes=2", "training.max_steps=2", "training.feedback_every=1",
+                      "training.tasks_per_step=2", "training.group_size=4", "training.draw_factor=1",
+                      "training.reward=prefix", 'data_engine.signals.enabled=["boundary"]', "data_engine.d0_size=8",
+                      "data_engine.max_targets=2", "data_engine.heldout.new_envs.size=0"]
+"""`tiny-appworld` made tiny: its shipped warm start, the prefix reward (it varies within groups more often than the
+binary one, so the weights move and the boundary signal finds round 1's targets), no held-out set."""
+
+
+@pytest.mark.paper  # ~3 min: `make test-paper`, with every other `accelerate launch` of two processes
+def test_appworld_on_two_processes_each_with_its_servers_trains_feeds_back_and_resumes(tmp_path):
+    """The AppWorld profile's printed 2-process command: each process rolls out its share of a step's groups on
+    AppWorld servers of its own, explores its share of D_0's and round 1's start states, and the main process writes
+    and validates the round's tasks into the run's one data root; a run that died after its step-1 checkpoint
+    resumes and trains step 2 again exactly."""
+    out = tmp_path / "run"
+    command = shlex.split(plan(run_config("tiny-appworld", APPWORLD_OVERRIDES), out,
+                               APPWORLD_OVERRIDES)["commands"]["train"])
+    first = launch(command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and all(r["train/episodes"] == EPISODES for r in rows)
+    # D_0's 5 start states: both processes explored their share, each on its own server
+    shares = [read_jsonl(out / "round_000" / f"explorations.p{index}.jsonl") for index in (0, 1)]
+    assert all(shares) and not (out / "round_000" / "explorations.jsonl").exists()
+    for round_dir in (out / "round_000", out / "round_001"):  # AppWorld writes and validates on the main process
+        assert read_jsonl(round_dir / "verdicts.p0.jsonl") and not (round_dir / "verdicts.p1.jsonl").exists()
+    report = json.loads((out / "round_001" / "report.json").read_text())
+    assert report["added_to_pool"] > 0 and rows[0]["feedback/tasks_added"] == report["added_to_pool"]
+    pool = TaskPool(out / "pool.jsonl")
+    for task in pool.tasks:  # every pool task is written in the run's one data root, where both processes read it
+        assert (out / "appworld_root" / "data" / "tasks" / task["task_id"] / "ground_truth").is_dir()
+    start = load_file(Path(json.loads((out / "run_config.json").read_text())["policy"]) / "model.safetensors")
+    final = load_file(out / "final" / "model.safetensors")
+    assert sum(not torch.equal(start[name], final[name]) for name in start) > len(start) // 2
+
+    assert_step_2_is_trained_again_exactly(command, out, pool)  # AppWorld's episodes too, on fresh servers
 
 
 COLLECTIVE_WAIT = '''
