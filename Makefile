@@ -79,11 +79,10 @@ vllm: setup $(VLLM_STAMP)
 # The unit tests and the notebooks (under nbval, at the smoke scale: configs/scales/smoke.yaml, the same profile with
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay). The unit tests in
-# TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines, the ReST baseline's run and
-# the SIGTERM test's AppWorld servers) run after the notebooks, in their half, so that the two halves end together.
+# TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines and the ReST baseline's run)
+# run after the notebooks, in their half, so that the two halves end together.
 TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py tests/test_outside_environment.py \
-	tests/test_baselines.py::test_rest_run_filters_the_policys_own_rollouts \
-	tests/test_appworld_sandbox.py::test_sigterm_stops_a_command_like_ctrl_c_and_its_servers_with_it
+	tests/test_baselines.py::test_rest_run_filters_the_policys_own_rollouts
 
 test: standins appworld
 	rm -rf runs/nbval

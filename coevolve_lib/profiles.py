@@ -58,6 +58,12 @@ def profile_names() -> list[str]:
                   if not p.stem.startswith("_") and p.stem not in NOT_PROFILES)
 
 
+def appworld_counterpart(profile: str) -> str | None:
+    """The profile's AppWorld counterpart (`<profile>-appworld`: notebooks 14-15) when configs/ has one, else None."""
+    counterpart = f"{profile}-appworld"
+    return counterpart if counterpart in profile_names() else None
+
+
 def deep_merge(base: dict, overrides: dict) -> dict:
     """A copy of `base` with `overrides` merged in, mapping by mapping (a list or value replaces the base's)."""
     out = dict(base)

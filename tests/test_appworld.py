@@ -346,6 +346,7 @@ def test_the_solutions_model_solves_every_synthetic_task(world, episodes, tmp_pa
                                out=tmp_path / "appworld.json", episodes=episodes)
     rows = {row["metric"]: row for row in result["metrics"]}
     assert (rows["tgc"]["value"], rows["tgc"]["n"], rows["sgc"]["value"], rows["sgc"]["n"]) == (100.0, 13, 100.0, 2)
+    assert rows["tgc"]["eval_set"] == "appworld-synthetic/synthetic"  # never named as an official split
     assert result["details"]["environment_errors"] == 0 and result["details"]["format_errors"] == 0
     assert result["config_hash"] == config_hash(result["config"])  # of what it records, not of machine paths
     records = list(read_jsonl(tmp_path / "appworld.rollouts.jsonl"))

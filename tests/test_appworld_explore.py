@@ -13,11 +13,18 @@ from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target, split_runs
 from coevolve_lib.engine.tasks import content_id
 from coevolve_lib.envs.appworld.abstraction import COMPLETION_CRITERION, abstract_appworld
-from coevolve_lib.envs.appworld.calls import api_tool_docs, is_failed_output, parse_appworld_call
+from coevolve_lib.envs.appworld.calls import (
+    api_tool_docs,
+    code_calls,
+    is_failed_output,
+    parse_appworld_call,
+    solution_code,
+)
 from coevolve_lib.envs.appworld.explore import (
     EXCLUDED_CALLS,
     AppWorldExplorer,
     AppWorldLLMExplorer,
+    AppWorldReplay,
     explorable_apis,
     make_appworld_explorer,
 )
@@ -343,3 +350,32 @@ def test_the_llm_abstraction_drafts_appworld_tasks_with_their_answer_rule(api_do
     failed, cost = abstract_appworld(("synnote_1", None), triplets, _target().source(),
                                      SynthesisConfig(abstraction="llm"), api_docs, ScriptedExplorerModel(["no tasks"]))
     assert failed == [] and cost["skipped"] == {"no_task_block": 1}
+
+
+def test_the_calls_a_replys_code_makes_are_read_without_running_it(api_docs):
+    """ReST on AppWorld replays the policy's calls: the ones with literal arguments, as call strings, the login
+    preamble, `access_token` and anything not literal left out; code that does not parse gives none."""
+    reference = ["simple_note.search_notes(query='Dentist')", "simple_note.show_note(note_id=3)"]
+    code = solution_code(reference, api_docs, "field:content") + "\n" + "\n".join([
+        "apis.simple_note.show_note(note_id=int('3'))",           # an expression: left out
+        "apis.simple_note.show_note(note_id=x, access_token=t)",  # a variable: left out
+        "apis.simple_note.show_note(3)",                          # positional: left out
+        "apis.simple_note.no_such_api(note_id=3)",                # unknown to AppWorld's docs: left out
+        "__import__('os').system('true')",                        # not an API call: left out
+        "apis.supervisor.show_addresses()"])
+    assert [c.to_source() for c in code_calls(code, api_docs)] == [*reference, "supervisor.show_addresses()"]
+    assert code_calls("apis.simple_note.show_note(note_id=3", api_docs) == []  # a syntax error
+
+
+def test_a_replay_runs_the_policys_own_calls_again_from_the_tasks_start_state(server, api_docs):
+    """What ReST's round explores on AppWorld (`RoundStages.replay`): one run of the successful reply's calls, each
+    with what it printed; a call the trajectory did not make is never made."""
+    reference = ["simple_note.search_notes(query='Dentist')", "supervisor.show_addresses()"]
+    trajectory = {"steps": [{"code": solution_code(reference, api_docs)}], "reward": 1.0}
+    signal_record = {"signal_id": "rest/r1", "type": "rest", "task_id": "synnote_1", "rollout_id": "r1"}
+    replay = AppWorldReplay(server, api_docs)
+    triplets = replay.explore(_target(signal_record, trajectory, api_docs), None, ExploreConfig(runs=1))
+    assert [t["action"] for t in triplets] == reference and all(t["valid"] for t in triplets)
+    assert triplets[0]["observation"].startswith("[") and triplets[0]["explorer"] == "policy"  # the search's list
+    assert {(t["run_id"], t["signal_id"], t["signal_type"]) for t in triplets} == {(triplets[0]["run_id"], "rest/r1",
+                                                                                    "rest")}

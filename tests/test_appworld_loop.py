@@ -22,6 +22,7 @@ from coevolve_lib.envs.appworld.calls import solution_code
 from coevolve_lib.envs.appworld.environment import AppWorldEnvironment, appworld_source_root
 from coevolve_lib.profiles import run_config
 from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
+from coevolve_lib.studies.run import Study, Variant, measure
 from coevolve_lib.training.loop import train
 
 SMALL = ["data_engine.d0_size=8", "data_engine.explore.runs=3", "data_engine.explore.calls_per_run=4",
@@ -233,6 +234,10 @@ def test_grpo_steps_and_a_feedback_round_on_appworld(engine, world):
     assert before["eval/val_sgc_n"] == 1
     environment = json.loads((out / "run_config.json").read_text())["environment"]
     assert environment == {"benchmark": "appworld", "data_root": str(world.root), "data": "synthetic world"}
+    # a study measures it as any run (notebook 15): D_0's sample and TGC on the dev split, named as the synthetic one's
+    study = Study("s", ("table3",), (Variant("coevolve"),))
+    measured = measure(study, run, study.variants[0], 0, out)
+    assert [(r["eval_set"], r["n"]) for r in measured] == [("pool/d0", 1), ("appworld-synthetic/dev", 1)]
 
 
 def test_the_evaluate_command_measures_tgc_and_sgc_on_appworld(tmp_path, monkeypatch, capsys):
@@ -241,8 +246,8 @@ def test_the_evaluate_command_measures_tgc_and_sgc_on_appworld(tmp_path, monkeyp
     out = tmp_path / "dev.json"
     assert cli(["evaluate", "--profile", "tiny-appworld", "--limit", "1", "--quiet", "--out", str(out)]) == 0
     printed = capsys.readouterr().out  # one line per metric: TGC over tasks, SGC over scenarios
-    assert ("tiny on appworld/dev (n=1, T=0.0): tgc 0.00% (0/1)\n"
-            "tiny on appworld/dev (n=1, T=0.0): sgc 0.00% (0/1)") in printed
+    assert ("tiny on appworld-synthetic/dev (n=1, T=0.0): tgc 0.00% (0/1)\n"
+            "tiny on appworld-synthetic/dev (n=1, T=0.0): sgc 0.00% (0/1)") in printed
     doc = json.loads(out.read_text())
     rows = {row["metric"]: row for row in doc["metrics"]}
     assert rows["tgc"]["n"] == 1 and rows["sgc"]["n"] == 1 and rows["tgc"]["temperature"] == 0.0
@@ -350,3 +355,35 @@ def test_the_curriculum_and_reflexion_baselines_run_on_appworld(engine):
     assert report["counts"]["tasks_seen"] == 2 and report["counts"]["mean_success"] == 0.0
     assert 1 <= chosen["admitted"] == len(chosen["admitted_ids"]) < len(engine.pool.tasks)
     assert set(chosen["admitted_ids"]) <= set(engine.pool.ids)
+
+
+def test_rest_replays_a_successful_replys_calls_into_validated_appworld_tasks(engine):
+    """Table 10's ReST on AppWorld: a reply that solved a pool task is kept (reward >= 1), the calls its code makes are
+    run again from the task's start state (`AppWorldReplay`), abstracted and validated like any round's: the whole
+    sequence is the task itself (a duplicate), a shorter window of it a new task unless the pool has it."""
+    from coevolve_lib.core.config import BaselinesConfig
+    from coevolve_lib.core.environment import binary_reward
+    from coevolve_lib.engine.pool_updates.rest import rest_round
+
+    d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
+    task = max(d0, key=lambda t: len(t["reference_actions"]))
+    assert len(task["reference_actions"]) == 4, "D_0 has no 4-call task"
+    env_tasks = engine.rollout_tasks([task])
+    code = solution_code(task["reference_actions"], engine.environment.api_docs(), task["answer_from"])
+    records = run_rollouts(CodeModel(env_tasks, {task["task_id"]: [f"```python\n{code}\n```"]}), env_tasks,
+                           RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=1)), samples_per_task=1,
+                           progress=False, new_episode=engine.environment.new_episode)
+    stamp_rollouts(records, 1, [task])
+    for record in records:
+        record["reward"] = float(binary_reward(record, task))
+    assert [r["reward"] for r in records] == [1.0]
+
+    report = rest_round(engine, 7, records, BaselinesConfig(), progress=False)
+    assert report["targets"] == 1 and report["triplets"] == report["valid_triplets"] == 4, report
+    explored = list(read_jsonl(engine.run_dir / "round_007" / "explorations.jsonl"))
+    assert [t["action"] for e in explored for t in e["triplets"]] == task["reference_actions"]
+    # every window of 3-4 calls validates: the ones already in the pool (the task itself at least) are duplicates
+    assert report["specs"] >= 1 and set(report["rejection_reasons"]) <= {"duplicate"}, report
+    windows = [task["reference_actions"][i:j] for i in range(4) for j in range(i + 3, 5)]
+    added = [t for t in engine.pool.tasks if t["pool_version"] == 7]
+    assert len(added) == report["accepted"] and all(t["reference_actions"] in windows for t in added)

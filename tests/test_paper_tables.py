@@ -12,7 +12,7 @@ import pytest
 from coevolve_lib.core.config import ConfigError
 from coevolve_lib.core.results import write_result
 from coevolve_lib.profiles import run_config
-from coevolve_lib.studies import kit_table, results_folder, verdicts
+from coevolve_lib.studies import catalog, kit_table, results_folder, verdicts
 from coevolve_lib.studies import tables as paper_tables
 from coevolve_lib.studies.catalog import COMPARISON
 from coevolve_lib.studies.run import results_file, run_hash, settings_hash, variant_run
@@ -20,31 +20,42 @@ from coevolve_lib.studies.run import results_file, run_hash, settings_hash, vari
 OVERRIDES = ["training.max_steps=2"]
 
 
-def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], overrides=OVERRIDES,
-                   weights: dict[str, str] | None = None) -> Path:
-    """A comparison results file of profile tiny, seed 0: rows on both held-out sets, D_0 and BFCL val per variant
-    (with `weights`, each variant's final-weights digest)."""
+BFCL_SETS = ("heldout/new_tasks/abc", "heldout/new_envs/def", "pool/d0", "bfcl/v3/multi_turn_base/val")
+APPWORLD_SETS = ("heldout/new_envs/def", "pool/d0", "appworld-synthetic/dev")  # tiny-appworld's: set (b) only
+
+
+def study_doc(results_dir: Path, study, outcomes: dict[str, list[float]], profile: str = "tiny",
+              eval_sets=BFCL_SETS, overrides=OVERRIDES, weights: dict[str, str] | None = None) -> Path:
+    """A results file of `study` on `profile`, seed 0: rows on each of `eval_sets` per variant of `outcomes` (with
+    `weights`, each variant's final-weights digest)."""
     rows = []
-    for variant in ("zero_shot", *[v.name for v in COMPARISON.variants]):
-        study_variant = next((v for v in COMPARISON.variants if v.name == variant), COMPARISON.variants[0])
-        run = variant_run("tiny", overrides, study_variant, 0)
-        per_task = {f"t{i}": value for i, value in enumerate(outcomes[variant])}
-        paper_row = COMPARISON.zero_shot if variant == "zero_shot" else study_variant.paper_row
-        for eval_set in ("heldout/new_tasks/abc", "heldout/new_envs/def", "pool/d0", "bfcl/v3/multi_turn_base/val"):
-            rows.append({"variant": variant, "paper_row": paper_row, "benchmark": "bfcl",
+    benchmark = eval_sets[-1].split("/")[0].removesuffix("-synthetic")
+    for variant, values in outcomes.items():
+        study_variant = next((v for v in study.variants if v.name == variant), study.variants[0])
+        run = variant_run(profile, overrides, study_variant, 0)
+        per_task = {f"t{i}": value for i, value in enumerate(values)}
+        paper_row = study.zero_shot if variant == "zero_shot" else study_variant.paper_row
+        for eval_set in eval_sets:
+            rows.append({"variant": variant, "paper_row": paper_row, "benchmark": benchmark,
                          "eval_set": eval_set, "metric": "greedy_success", "k": 1, "temperature": 0.0, "seed": 0,
                          "n": len(per_task), "value": 100 * sum(per_task.values()) / len(per_task),
-                         "steps": run.training.max_steps, "tasks_per_step": 8, "group_size": 8, "profile": "tiny",
+                         "steps": run.training.max_steps, "tasks_per_step": 8, "group_size": 8, "profile": profile,
                          "model": "tiny", "config_hash": run_hash(run), "run_dir": "runs/x", "per_task": per_task,
                          **({"weights_sha256": weights[variant]} if weights else {})})
-    settings = {"profile": "tiny", "seeds": [0], "overrides": overrides, "pass_k": COMPARISON.pass_k,
-                "rank_by": "new_tasks",
+    settings = {"profile": profile, "seeds": [0], "overrides": overrides, "pass_k": study.pass_k,
+                "rank_by": run_config(profile).data_engine.heldout.rank_by,
                 "variants": [{"name": v.name, "overrides": list(v.overrides), "paper_row": v.paper_row}
-                             for v in COMPARISON.variants]}
-    path = results_file(results_dir, "comparison", "tiny", [0], 2)
-    write_result(path, experiment="comparison", profile="tiny", model="tiny",
-                 config_hash=settings_hash("tiny", [0], overrides, COMPARISON), config=settings, metrics=rows)
+                             for v in study.variants]}
+    path = results_file(results_dir, study.name, profile, [0], 2)
+    write_result(path, experiment=study.name, profile=profile, model="tiny",
+                 config_hash=settings_hash(profile, [0], overrides, study), config=settings, metrics=rows)
     return path
+
+
+def comparison_doc(results_dir: Path, outcomes: dict[str, list[float]], overrides=OVERRIDES,
+                   weights: dict[str, str] | None = None) -> Path:
+    """A comparison results file of profile tiny, seed 0: rows on both held-out sets, D_0 and BFCL val per variant."""
+    return study_doc(results_dir, COMPARISON, outcomes, overrides=overrides, weights=weights)
 
 
 OUTCOMES = {"zero_shot": [0, 0, 1, 0], "static": [1, 0, 1, 0], "random": [1, 0, 1, 0], "coevolve": [1, 1, 1, 0]}
@@ -58,7 +69,7 @@ def test_a_missing_results_file_names_the_notebook_to_run(tmp_path):
 def test_allowed_missing_files_give_not_run_cells_never_zeros(tmp_path):
     results = results_folder.Results(tmp_path, "tiny", [0], allow_missing=True)
     tables = paper_tables.assemble(results)
-    assert len(results.missing) == 9
+    assert len(results.missing) == 15  # 9 files of the BFCL studies and runs, 6 of the AppWorld studies (notebook 15)
     for table in tables:  # every cell the kit would have measured says it did not run, with the reason
         kit_columns = [c for c in table.kit.columns if c.startswith("kit")] or list(table.kit.columns)
         cells = [str(v) for c in kit_columns for v in table.kit[c] if str(v) != "-"]
@@ -122,6 +133,40 @@ def test_appworld_cells_show_notebook_14s_run_and_never_pass_the_synthetic_world
     synthetic = eval_set.startswith("appworld-synthetic")
     assert all(("not run" in cell and "synthetic world" in cell) == synthetic for cell in (start, trained))
     assert any("CoEvolve: " in note and "TGC 50.0%" in note for note in tables["table2"].notes)
+
+
+def test_the_appworld_studies_stand_under_each_table_beside_the_papers_appworld_column(tmp_path):
+    comparison_doc(tmp_path, OUTCOMES)
+    study_doc(tmp_path, COMPARISON, OUTCOMES, "tiny-appworld", APPWORLD_SETS)
+    baselines = catalog.baselines()  # its ReST run missing: said in the row, never a number
+    study_doc(tmp_path, baselines, {"zero_shot": [0, 0], **{v.name: [1, 0] for v in baselines.variants
+                                                           if v.name != "rest"}}, "tiny-appworld", APPWORLD_SETS)
+    grid = catalog.sensitivity([16], [1])  # Tables 4 and 14: only Table 4 has an AppWorld column
+    study_doc(tmp_path, grid, {v.name: [1, 0] for v in grid.variants}, "tiny-appworld", APPWORLD_SETS)
+    results = results_folder.Results(tmp_path, "tiny", [0], allow_missing=True)
+    tables = {t.table_ids[0]: t for t in paper_tables.assemble(results)}
+    (table4,) = tables["table4"].also
+    assert table4.kit.loc["coevolve", "paper AppWorld"] == "35.12" and table4.kit.loc["n16", "paper AppWorld"] == "-"
+    table3 = tables["table3"]
+    assert not any("AppWorld column" in note for note in table3.notes)  # its AppWorld rows are there
+    (appworld,) = table3.also
+    assert "synthetic world, not the paper's TestN" in appworld.label and "tiny-appworld" in appworld.label
+    assert appworld.kit.loc["coevolve", "paper AppWorld"] == "35.71"
+    assert appworld.kit.loc["coevolve", "held-out (b) unseen envs greedy_success %"].startswith("75.0 [")
+    assert "profile=tiny-appworld" in appworld.kit.loc["static", "scale"] and "BFCL val %" not in appworld.kit
+    assert appworld.kit.loc["coevolve", "AppWorld TGC on appworld-synthetic/dev %"] == "75.0 (n=4)"
+    (table2,) = tables["table2"].also
+    assert table2.kit.iloc[0]["kit CoEvolve AppWorld TGC %"].startswith("75.0 [")  # appworld-synthetic/dev
+    cross = tables["table8"].kit
+    assert cross["kit AppWorld held-out (b) unseen envs"]["baseline wrong, CoEvolve correct"] == 25.0
+    assert cross["paper AppWorld"]["baseline wrong, CoEvolve correct"] == "16.67%"
+    (table10,) = tables["table10"].also
+    assert table10.kit.loc["ReST", "kit AppWorld TGC %"] == "not run: not in the study"
+    assert table10.kit.loc["Curriculum Learning", "kit AppWorld TGC %"].startswith("50.0 [")
+    assert not any("(a) new tasks" in column for column in table10.kit)  # a set tiny-appworld has none of
+    assert tables["table5"].also == [] and any("AppWorld column: not run" in n for n in tables["table5"].notes)
+    text = kit_table.write_markdown(list(tables.values()), tmp_path / "tables.md", "# t").read_text()
+    assert text.count("**Kit on AppWorld, the kit's synthetic world") == 4  # Tables 2-4, 10 (8's are columns)
 
 
 def test_an_appworld_result_of_another_configuration_is_refused(tmp_path):
@@ -348,3 +393,13 @@ def test_every_interval_the_readme_quotes_is_in_the_tables_it_names():
     measured = set(interval.findall((root / "results" / "tiny" / "tables.md").read_text()))
     assert len(quoted) >= 10
     assert [q for q in quoted if q not in measured] == []
+
+
+def test_missing_appworld_studies_are_not_run_rows_and_counted(tmp_path):
+    """Notebook 15 runs the studies it is given (by default one): the others' AppWorld rows read "not run", and the
+    header's count of missing files says so, where a missing BFCL study stops the tables."""
+    results = results_folder.Results(tmp_path, "tiny", [0])
+    appworld = results.on_appworld()
+    assert appworld.profile == "tiny-appworld" and appworld.study(COMPARISON, "15") is None
+    assert len(results.missing) == 1 and "comparison results for seeds [0] not found" in results.missing[0]
+    assert results_folder.Results(tmp_path, "paper-qwen2.5-7b", [0]).on_appworld() is None  # no counterpart

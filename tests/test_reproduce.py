@@ -53,11 +53,13 @@ def test_a_paper_profile_lists_every_run_with_its_launch_command(capsys):
     assert cli(["reproduce", "--profile", "paper-qwen3-4b", "--dry-run"]) == 0
     out = capsys.readouterr().out
     runs = [line for line in out.splitlines() if line.strip().startswith("run ")]
-    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 5, explorers 3 x 2: 29 runs
-    # (shared ones are listed under each study that needs them)
-    assert len(runs) == 29 and all("[not run]" in line for line in runs)
+    # comparison 3, signals 4, validation 2, sensitivity 1 + 4 N + 4 F, baselines 5, explorers 3 x 2: 29 runs; on
+    # paper-qwen3-4b-appworld (notebook 15) comparison 3, signals 4, validation 2, sensitivity 1 + 2 + 2, baselines
+    # 5: 19 (shared ones are listed under each study that needs them)
+    assert len(runs) == 48 and all("[not run]" in line for line in runs)
+    assert sum("runs/studies/paper-qwen3-4b-appworld/" in line for line in runs) == 19
     commands = [line.strip() for line in out.splitlines() if line.strip().startswith("accelerate launch")]
-    assert len(commands) == 29 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
+    assert len(commands) == 48 and all("--num_processes 8" in c and "--profile paper-qwen3-4b" in c for c in commands)
     # the vLLM recipes, once (tests/test_train_plan.py checks them)
     assert out.count("  colocate: accelerate launch") == 1 and out.count("  server, started first: ") == 1
     assert "--out <run folder> --set training.use_vllm=true --set training.vllm_mode=colocate" in out
@@ -65,9 +67,23 @@ def test_a_paper_profile_lists_every_run_with_its_launch_command(capsys):
     assert "--set data_engine.d0_size=500" in out and "--set training.feedback_every=40" in out
     assert "--set training.baselines.reflexion_reflector=explorer" in out
     assert "--set data_engine.explorer_model=openai:qwen-plus --set data_engine.explore.explorer=llm" in out
-    # the reference CoEvolve run is one folder for every study that needs it
+    # the reference CoEvolve run is one folder for every study of a profile that needs it
     folders = {line.split("]")[-1].strip() for line in runs if "/coevolve seed 0" in line}
-    assert len(folders) == 1
+    assert len(folders) == 2 and len({folder.split("/")[2] for folder in folders}) == 2
+
+
+def test_the_appworld_studies_plan_the_appworld_profiles_runs():
+    """Notebook 15 trains `<profile>-appworld`: every study of notebooks 07-10, each shared run once."""
+    appworld = next(e for e in reproduce.EXPERIMENTS if e.notebook.startswith("15"))
+    runs = reproduce.planned_runs(appworld, reproduce.parameters(appworld, "tiny", None, False))
+    assert {p["run"].profile for p in runs} == {"tiny-appworld"}
+    assert {p["study"] for p in runs} == {"comparison", "signals", "validation", "sensitivity", "baselines"}
+    assert {"rest", "reflexion", "curriculum", "n16", "f1"} <= {p["variant"] for p in runs}
+    assert len({p["folder"] for p in runs}) == 12  # the CoEvolve run and the static one shared between studies
+    assert {p["run"].data_engine.d0_size for p in runs if p["variant"] == "n16"} == {16}
+    # a profile with no AppWorld counterpart leaves notebooks 14 and 15 out
+    assert names(reproduce.Driver("paper-qwen2.5-7b", None, None, False, True).experiments)[-4:] == ["11", "12", "13",
+                                                                                                      "20"]
 
 
 def test_bad_options_are_one_line_errors(capsys):

@@ -14,7 +14,7 @@ from coevolve_lib.__main__ import main as cli
 from coevolve_lib.core import paper
 from coevolve_lib.core.results import validate_result
 from coevolve_lib.engine.data_engine import EmptyPool
-from coevolve_lib.studies import plots, report
+from coevolve_lib.studies import catalog, plots, report
 from coevolve_lib.studies.catalog import COMPARISON, SIGNALS, VALIDATION, explorers, sensitivity
 
 SMALL = ["data_engine.d0_size=6", "environment.warm_start.enabled=false", "data_engine.max_targets=2",
@@ -224,3 +224,25 @@ def test_a_run_whose_d0_holds_no_task_is_kept_in_the_results_as_not_trained(tmp_
     # a study's worker process raises it and its parent reads it back whole (train_in_parallel)
     again = pickle.loads(pickle.dumps(EmptyPool(entry["reason"], {"targets": 13})))
     assert isinstance(again, EmptyPool) and str(again) == entry["reason"] and again.report == {"targets": 13}
+
+
+def test_a_study_by_name():
+    assert catalog.study_named("signals") is SIGNALS
+    assert catalog.study_named("baselines", reflector="explorer").variants[0].overrides[-1] == (
+        "training.baselines.reflexion_reflector=explorer")
+    assert [v.name for v in catalog.study_named("sensitivity", [16], [1]).variants] == ["coevolve", "n16", "f1"]
+    with pytest.raises(profiles.ConfigError, match="no study 'nope'"):
+        catalog.study_named("nope")
+
+
+def test_several_studies_train_each_shared_run_once(monkeypatch, tmp_path):
+    side_by_side, in_turn = [], []
+    monkeypatch.setattr(study_lib, "train_in_parallel", lambda planned, jobs, progress: side_by_side.extend(planned))
+    monkeypatch.setattr(study_lib, "train", lambda run, folder, **options: in_turn.append(folder))
+    studies = [COMPARISON, SIGNALS, VALIDATION]
+    runs = study_lib.train_studies(studies, "tiny", [0], ["training.max_steps=2"], jobs=2, runs_dir=tmp_path)
+    assert runs == side_by_side and len({p["folder"] for p in runs}) == len(runs) == 7  # 3 + 3 + 1: coevolve once
+    assert [p["variant"] for p in runs] == ["static", "random", "coevolve", "no_forgetting", "no_rare",
+                                            "no_boundary", "no_validation"]
+    assert study_lib.train_studies(studies, "tiny", [0], ["training.max_steps=2"], runs_dir=tmp_path) == runs
+    assert in_turn == [p["folder"] for p in runs]  # one job: in this process, in turn

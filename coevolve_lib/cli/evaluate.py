@@ -24,6 +24,7 @@ from coevolve_lib.core.environment import (
     make_environment,
 )
 from coevolve_lib.core.paths import RUNS_DIR, checked_output
+from coevolve_lib.core.results import headline_row
 from coevolve_lib.core.run_lock import output_lock
 from coevolve_lib.core.user_yaml import parse_overrides
 from coevolve_lib.rollout.agent import rollout_phase
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                 load_evaluated_model(cfg), cfg, out, rollout, experiment="zero_shot", progress=not args.quiet))
         finally:
             environment.close()
-    headline, *others = result["metrics"]
+    headline = headline_row(result)
+    others = result["metrics"][1:]
     for row in result["metrics"]:
         temperature = row.get("temperature", cfg.temperature)
         print(f"{cfg.model} on {row['eval_set']} (n={row['n']}, T={temperature}): {row['metric']} "

@@ -43,6 +43,10 @@ class RoundStages:
     accept_unvalidated: Callable | None = None
     """`(spec, synthesis_config, known_task_ids) -> verdict`: a spec's verdict in the "w/o validation" ablation
     (`synthesis.validate: false`); None: `engine.tasks.accept_unvalidated` (kept as abstracted, nothing run)."""
+    replay: Callable | None = None
+    """`(target, explore_config, model) -> (None, triplets, cost)`: ReST's stand-in for exploration, the triplets of
+    the policy's own trajectory `target.trajectory` (AppWorld runs its code's calls again); None: the record's executed
+    calls and observations as they are (`engine.pool_updates.rest.trajectory_triplets`)."""
 
 
 RoundSteps = RoundStages  # deprecated alias: removed in the next release

@@ -55,6 +55,15 @@ def column(table_id: str, name: str) -> dict[str, str]:
     return cells
 
 
+def cells(table_ids: tuple[str, ...], name: str) -> dict[str, str]:
+    """Row label -> the paper's cell in column `name` of each of `table_ids` that has that column (Tables 4 and 14
+    share a study, and only Table 4 has an AppWorld column); a ValueError when none has it."""
+    having = [table_id for table_id in table_ids if name in tables()[table_id]["columns"]]
+    if not having:
+        raise ValueError(f"no column {name!r} in {', '.join(map(title, table_ids))}")
+    return {label: cell for table_id in having for label, cell in column(table_id, name).items()}
+
+
 def similarity_bin_means() -> dict[str, float]:
     """Table 13's caption: the mean similarity (%) of the low, medium and high bins."""
     caption = tables()["table13"]["caption"]

@@ -158,6 +158,11 @@ def heldout_set_name(eval_set: str) -> str | None:
     return parts[1] if len(parts) == 3 and parts[0] == "heldout" and parts[1] in HELDOUT_TITLES else None
 
 
+def headline_row(doc: dict) -> dict:
+    """An evaluation's own metric: its first row (BFCL's success rate; AppWorld's TGC, before its SGC)."""
+    return doc["metrics"][0]
+
+
 def metric_row(doc: dict, metric: str | None = None) -> dict:
     """The document's one row (of `metric` when given); an error when there is not exactly one."""
     rows = [r for r in doc["metrics"] if metric is None or r["metric"] == metric]

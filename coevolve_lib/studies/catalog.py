@@ -112,3 +112,19 @@ def explorers(models: dict[str, str], default_row: str = "", recordings: dict[st
 
 STUDIES = {study.name: study for study in (COMPARISON, SIGNALS, VALIDATION)}
 """The fixed studies by name (`sensitivity`, `baselines` and `explorers` are built from their parameters)."""
+TRAINED_STUDIES = (*STUDIES, "sensitivity", "baselines")
+"""The studies of one profile's own runs (notebooks 07-10 and 15), by name; `explorers` also runs other explorers."""
+
+
+def study_named(name: str, d0_sizes: list[int] = PAPER_D0_SIZES[:2],
+                feedback_every: list[int] = PAPER_FEEDBACK_EVERY[:2], reflector: str = "policy") -> Study:
+    """One of `TRAINED_STUDIES` by name, the parametrised ones built from these values (`sensitivity`'s N and F,
+    `baselines`' reflector)."""
+    if name == "sensitivity":
+        return sensitivity(list(d0_sizes), list(feedback_every))
+    if name == "baselines":
+        return baselines(reflector)
+    if name not in STUDIES:
+        raise ConfigError(f"no study {name!r}; known: {', '.join(TRAINED_STUDIES)}")
+    return STUDIES[name]
+

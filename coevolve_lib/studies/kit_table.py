@@ -31,6 +31,15 @@ class KitTable:
     notes: list[str] = field(default_factory=list)
     verdict: str | None = None
     """One line of what this scale resolves against the paper (`studies.verdicts`), printed first under the table."""
+    label: str = "Kit (measured)"
+    """The heading of the kit's rows, e.g. "Kit on AppWorld (synthetic world) (measured)"."""
+    also: list[KitTable] = field(default_factory=list)
+    """More kit rows under the same paper tables, each with its own label, verdict and notes (the AppWorld studies'
+    under the BFCL ones)."""
+
+    def kit_markdown(self) -> list[str]:
+        parts = [f"**{self.label}:**", "", markdown_table(self.kit), ""]
+        return parts + [f"- {note}" for note in ([self.verdict] if self.verdict else []) + self.notes]
 
     def markdown(self) -> str:
         parts = []
@@ -38,8 +47,9 @@ class KitTable:
             source = paper.tables()[table_id]
             parts += [f"## {paper.title(table_id)}. {source['caption']}", "", "**Paper:**", "",
                       markdown_table(pd.DataFrame(source["rows"], columns=source["columns"]), index=False), ""]
-        parts += ["**Kit (measured):**", "", markdown_table(self.kit), ""]
-        parts += [f"- {note}" for note in ([self.verdict] if self.verdict else []) + self.notes]
+        parts += self.kit_markdown()
+        for other in self.also:
+            parts += ["", *other.kit_markdown()]
         return "\n".join(parts) + "\n"
 
 
@@ -68,10 +78,12 @@ FIGURES = {
     "training_curve": "that run's success on the held-out sets and D_0 over its steps (notebook 06)",
     "fig3_dynamics": "training dynamics (paper Fig. 3): the BFCL run's (notebook 20), the AppWorld run's (notebook 14)",
     "similarity": "synthesized tasks' similarity to the val tasks by round (paper Fig. 5; notebook 11)",
-    "comparison": "learning curves of the comparison study, Tables 2-3 (notebook 07)",
-    "signals/": "learning curves of the signal and validation ablations, Tables 5 and 11 (notebook 08)",
-    "sensitivity": "learning curves of the N and F study, Tables 4 and 14 (notebook 09)",
-    "baselines": "learning curves of the baselines study, Table 10 (notebook 10)",
+    "comparison": "learning curves of the comparison study, Tables 2-3 (notebook 07; `<profile>-appworld_*`: 15)",
+    "signals/": "learning curves of the signal and validation ablations, Tables 5 and 11 (notebook 08; "
+                "`<profile>-appworld_*`: the signal ablations, 15)",
+    "validation": "learning curves of the validation ablation on AppWorld, Table 11 (notebook 15)",
+    "sensitivity": "learning curves of the N and F study, Tables 4 and 14 (notebook 09; `<profile>-appworld_*`: 15)",
+    "baselines": "learning curves of the baselines study, Table 10 (notebook 10; `<profile>-appworld_*`: 15)",
     "sweep": "learning curves of the GRPO recipe sweep (`sweep --sweep tiny-grpo`, docs/training.md)",
 }
 """What each figure of `figures/<profile>/` shows, by its file's stem without the profile (`signals_tiny.png`) or by

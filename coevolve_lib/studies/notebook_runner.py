@@ -16,6 +16,7 @@ from pydantic import Field
 
 from coevolve_lib import profiles
 from coevolve_lib.core.config import ConfigError, NonNegativeInt, PositiveInt, Seeds
+from coevolve_lib.studies.catalog import TRAINED_STUDIES
 
 PARAMETER_TYPES = {
     # in several notebooks, with the same meaning in each
@@ -30,7 +31,8 @@ PARAMETER_TYPES = {
     "k": PositiveInt,  # 11
     "explorer_models": dict[str, str], "default_row": str, "explorer_recordings": dict[str, str],  # 12
     "split": str, "task_id": str, "max_steps": PositiveInt, "max_new_tokens": PositiveInt,  # 13 (AppWorld)
-    "appworld_profile": str | None,  # 14
+    "appworld_profile": str | None,  # 14, 15
+    "studies": list[Literal[TRAINED_STUDIES]],  # 15
     "study_seeds": dict[str, Seeds], "allow_missing": bool,  # 20
 }
 """The type of each notebook parameter that no profile function checks, by name."""

@@ -67,8 +67,9 @@ def round_table(reports: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("round")
 
 
-def feedback_cost_table(summary: dict) -> pd.DataFrame:
-    """The paper's Table 7 (feedback time ratio, single feedback cost, total time) beside this run's."""
+def feedback_cost_table(summary: dict, benchmark: str = "BFCL v3 (synthetic pool)") -> pd.DataFrame:
+    """The paper's Table 7 (feedback time ratio, single feedback cost, total time) beside this run's, on `benchmark`
+    (where the run trained and was evaluated)."""
     table = paper.tables()["table7"]
     rows = [{"source": "paper (Table 7)", "benchmark": r[0], "feedback_time_ratio_%": paper.cell_value(r[1]),
              "single_feedback_s": paper.cell_value(r[2].rstrip("s")),
@@ -76,7 +77,7 @@ def feedback_cost_table(summary: dict) -> pd.DataFrame:
              "scale": "Qwen3-4B, 8xH20, 120 steps, F=10, explorer Qwen3-Max"} for r in table["rows"]]
     t, rounds = summary["time"], summary["rounds"]
     total = (t["train_s"] or 0) + (t["feedback_s"] or 0) + (t["eval_s"] or 0)
-    rows.append({"source": "measured (this kit)", "benchmark": "BFCL v3 (synthetic pool)",
+    rows.append({"source": "measured (this kit)", "benchmark": benchmark,
                  "feedback_time_ratio_%": round(100 * t["feedback_ratio"], 2) if t["feedback_ratio"] is not None
                  else None,
                  "single_feedback_s": round(sum(r["seconds"] for r in rounds) / len(rounds), 2) if rounds else None,
@@ -153,9 +154,11 @@ def ranked_sets(results: list[dict], rank_by: str = "new_tasks") -> list[str]:
 
 
 def benchmark_split(results: list[dict]) -> str | None:
-    """The benchmark's own evaluation set in a study's rows (BFCL's val split: `bfcl/v3/multi_turn_base/val`): the
-    set named after the row's benchmark; None when the study measured none."""
-    return next((r["eval_set"] for r in results if r["eval_set"].startswith(f"{r['benchmark']}/")), None)
+    """The benchmark's own evaluation set in a study's rows (BFCL's val split: `bfcl/v3/multi_turn_base/val`;
+    AppWorld's `appworld/dev`, or `appworld-synthetic/dev` on the synthetic world): the set named after the row's
+    benchmark; None when the study measured none."""
+    return next((r["eval_set"] for r in results
+                 if r["eval_set"].split("/")[0] in (r["benchmark"], f"{r['benchmark']}-synthetic")), None)
 
 
 def set_title(eval_set: str) -> str:
@@ -167,13 +170,15 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
                 baseline: str | None = None, rank_by: str = "new_tasks") -> pd.DataFrame:
     """One row per variant of a study (zero-shot first, then in the order its rows come): on each held-out set, the
     set `rank_by` first (`ranked_sets`), `metric` as the mean over seeds with its bootstrap 95% CI and the paired
-    difference to `baseline` (default: the first variant); each seed on the ranked set; pass@k when measured; BFCL
-    val success; the paper's number (`paper_column` of `studies.tables`, on the variant's `paper_row`) and the scale."""
+    difference to `baseline` (default: the first variant); each seed on the ranked set; pass@k when measured; success
+    on the benchmark's own split (BFCL val; AppWorld's evaluation split: TGC); the paper's number (`paper_column` of
+    `studies.tables`, on the variant's `paper_row`) and the scale."""
     split = benchmark_split(results)
+    split_title = f"AppWorld TGC on {split} %" if split and split.startswith("appworld") else "BFCL val %"
     sets = ranked_sets(results, rank_by)
     pass_metric = next((r["metric"] for r in results if r["metric"].startswith("pass@") and r["eval_set"] == sets[0]),
                        None)  # sampled on one set only (`studies.run.measure`)
-    paper_cells = {label: cell for table in paper_tables for label, cell in paper.column(table, paper_column).items()}
+    paper_cells = paper.cells(paper_tables, paper_column)
     where = " / ".join(map(paper.title, paper_tables))
     variants = sorted(dict.fromkeys(r["variant"] for r in results), key=lambda v: v != "zero_shot")  # zero-shot first
     baseline = baseline or variants[0]
@@ -199,7 +204,7 @@ def study_table(results: list[dict], paper_tables: tuple[str, ...], paper_column
         if d0:
             row[f"D_0 (trained on) {metric} %"] = _ci_cell(d0)
         val = _matrix(results, variant, "greedy_success", split)[2] if split else []
-        row["BFCL val %"] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
+        row[split_title] = f"{100 * sum(map(sum, val)) / sum(map(len, val)):.1f} (n={len(val[0])})" if val else "-"
         row[f"paper {paper_column}"] = paper_cells.get(first["paper_row"], "-")
         row["scale"] = (f"profile={first['profile']}, model={first['model']}, {first['steps']} steps x "
                         f"{first['tasks_per_step']} tasks x K={first['group_size']}, seeds {scale_seeds}, "
@@ -283,12 +288,13 @@ def points(mean: float, low: float, high: float) -> str:
 
 
 def rounds_table(summaries: dict[str, list[dict]]) -> pd.DataFrame:
-    """Signals fired and tasks added per feedback round, for every run that has rounds (`summaries`: variant -> the
-    runs' summary.json contents), with a Table 10 baseline's own counts (`coevolve_lib/engine/pool_updates/`) as
-    columns."""
+    """Signals fired, tasks added and rejected (with why) per feedback round, for every run that has rounds
+    (`summaries`: variant -> the runs' summary.json contents), with a Table 10 baseline's own counts
+    (`coevolve_lib/engine/pool_updates/`) as columns."""
     rows = [{"variant": variant, "seed": run["seed"], "round": r["round"], "at step": r["step"],
              **{f"signals: {k}": v for k, v in r["signals"].items()}, "targets": r["targets"],
-             "tasks added": r["tasks_added"], "held-out leaks refused": r.get("heldout_leaks", 0),
+             "tasks added": r["tasks_added"], "rejected": r.get("rejected", 0),
+             "rejections": r.get("rejection_reasons", {}), "held-out leaks refused": r.get("heldout_leaks", 0),
              "pool after": r["pool_size_after"],
              **{k.replace("_", " "): v for k, v in r.get("counts", {}).items()}}
             for variant, runs in summaries.items() for run in runs for r in run["rounds"]]

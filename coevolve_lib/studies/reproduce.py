@@ -20,7 +20,7 @@ from coevolve_lib import profiles
 from coevolve_lib.core.model_specs import BUILT_MODELS
 from coevolve_lib.core.paths import FIGURES_DIR, REPO_ROOT, RESULTS_DIR, RUNS_DIR, shown_path
 from coevolve_lib.core.records import write_json_atomic
-from coevolve_lib.studies.catalog import STUDIES, baselines, explorers, sensitivity
+from coevolve_lib.studies.catalog import explorers, study_named
 from coevolve_lib.studies.notebook_runner import run_notebook
 from coevolve_lib.studies.run import planned_runs as study_runs
 from coevolve_lib.training.plan import plan
@@ -40,6 +40,9 @@ class Experiment:
     """Studies (coevolve_lib/studies/catalog.py) whose runs it trains: `--list` shows them and their launch commands."""
     minutes: float = 1.0
     """Rough minutes on the tiny profile on 2 CPU cores: the time estimate before a first run has measured it."""
+    on_appworld: bool = False
+    """It runs on the profile's AppWorld counterpart (`profiles.appworld_counterpart`; its `appworld_profile`
+    parameter), with the studies of its `studies` parameter; left out for a profile that has none."""
 
 
 EXPERIMENTS = (
@@ -58,7 +61,8 @@ EXPERIMENTS = (
     Experiment("11_task_similarity.ipynb", ("table13", "table15", "fig5"), minutes=0.5),
     Experiment("12_explorer_models.ipynb", ("table12",), ("explorers",), minutes=0.5),
     Experiment("13_appworld.ipynb", ("appworld",), minutes=0.5),
-    Experiment("14_appworld_coevolve.ipynb", ("appworld-coevolve",), minutes=0.6),
+    Experiment("14_appworld_coevolve.ipynb", ("appworld-coevolve",), minutes=0.6, on_appworld=True),
+    Experiment("15_appworld_studies.ipynb", ("appworld-studies",), minutes=25.0, on_appworld=True),
     Experiment("20_paper_tables.ipynb", ("table1", "table6", "tables"), minutes=0.5),
 )
 """In running order. The last one assembles `tables.md` from the results the others wrote."""
@@ -109,14 +113,18 @@ def recorded_explorers(profile: str, values: dict | None = None) -> dict[str, tu
 def planned_runs(experiment: Experiment, values: dict) -> list[dict]:
     """The training runs an experiment needs, with their folders, status and launch commands."""
     defaults = {**notebook_defaults(experiment.notebook), **values}
+    profile, names = values["profile"], experiment.studies
+    if experiment.on_appworld:  # the profile's AppWorld counterpart, the studies the notebook is given
+        profile, names = defaults.get("appworld_profile") or f"{profile}-appworld", defaults.get("studies", ())
+    overrides = defaults.get("overrides", [])
     runs = []
-    for name in experiment.studies:
-        built = {"sensitivity": lambda: sensitivity(defaults["d0_sizes"], defaults["feedback_every"]),
-                 "baselines": lambda: baselines(defaults["reflector"]),
-                 "explorers": lambda: explorers(defaults["explorer_models"], defaults["default_row"],
-                                               defaults["explorer_recordings"])}
-        study = built[name]() if name in built else STUDIES[name]
-        runs += study_runs(study, values["profile"], defaults.get("seeds", [0]), defaults.get("overrides", []))
+    for name in names:
+        if name == "explorers":
+            study = explorers(defaults["explorer_models"], defaults["default_row"], defaults["explorer_recordings"])
+        else:
+            study = study_named(name, defaults.get("d0_sizes", ()), defaults.get("feedback_every", ()),
+                                defaults.get("reflector", "policy"))
+        runs += study_runs(study, profile, defaults.get("seeds", [0]), overrides)
     return runs
 
 
@@ -154,7 +162,7 @@ class Driver:
 
     def __init__(self, profile: str, seeds: list[int] | None, only: list[str] | None, force: bool, quiet: bool):
         self.profile, self.force, self.quiet = profile, force, quiet
-        self.experiments = select(only)
+        self.experiments = [e for e in select(only) if not e.on_appworld or profiles.appworld_counterpart(profile)]
         self.train = trains_here(profile)
         allow_missing = bool(only) or not self.train  # a partial or plan-only pass assembles what exists
         self.values = {e.notebook: parameters(e, profile, seeds, allow_missing) for e in self.experiments}

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from coevolve_lib.core.paths import repo_relative
-from coevolve_lib.profiles import run_config
+from coevolve_lib.profiles import appworld_counterpart, run_config
 from coevolve_lib.studies.catalog import STUDIES
 from coevolve_lib.studies.run import Study, Variant, results_file, run_hash, settings_hash, variant_run
 
@@ -89,9 +89,21 @@ class Results:
                                f"hash {doc['config_hash']}): run notebook 14 again")
         return doc
 
-    def training(self) -> dict | None:
-        return self._read(self.dir / "training" / f"train_{self.profile}.json", "training result",
-                          "notebooks/06_coevolve_training.ipynb")
+    def on_appworld(self) -> Results | None:
+        """The results of the profile's AppWorld counterpart (`<profile>-appworld`: notebook 15's studies) in the same
+        folder, for the same seeds; None when the profile has no counterpart. Its missing files are allowed, and
+        counted with this one's: they are rows beside the BFCL tables, and notebook 15 runs the studies it is asked
+        for (by default one; `make reproduce`: all, and a failed notebook stops it). A stale one is still an error."""
+        counterpart = appworld_counterpart(self.profile)
+        if counterpart is None:
+            return None
+        appworld = Results(self.dir, counterpart, self.seeds, allow_missing=True)
+        appworld.missing = self.missing
+        return appworld
+
+    def training(self, notebook: str = "notebooks/06_coevolve_training.ipynb") -> dict | None:
+        """The training result of Table 7 (notebook 06's run; an AppWorld profile's: notebook 15's CoEvolve run)."""
+        return self._read(self.dir / "training" / f"train_{self.profile}.json", "training result", notebook)
 
 
 def check_current(doc: dict, study: Study | None = None) -> None:

@@ -30,7 +30,7 @@ from coevolve_lib.core.config import RunConfig, run_identity
 from coevolve_lib.core.models import HFChatModel
 from coevolve_lib.core.paths import RESULTS_DIR, RUNS_DIR, profile_label, repo_relative
 from coevolve_lib.core.records import config_hash, file_sha256, read_jsonl, write_json_atomic
-from coevolve_lib.core.results import heldout_eval_set, metric_row, write_result
+from coevolve_lib.core.results import headline_row, heldout_eval_set, write_result
 from coevolve_lib.engine.data_engine import DataEngine, EmptyPool
 from coevolve_lib.engine.feedback import round_counts
 from coevolve_lib.rollout.agent import RolloutPhase, rollout_phase
@@ -158,6 +158,28 @@ def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> 
                 raise RuntimeError(f"run {planned_run['variant']} seed {planned_run['seed']} failed ({error}); "
                                    f"{log}:\n{tail}") from error
             bar.set_postfix_str(f"{planned_run['variant']} seed {planned_run['seed']} done")
+
+
+def train_studies(studies: list[Study], profile: str, seeds: list[int] = (0,), overrides: list[str] | dict = (),
+                  jobs: int = 1, progress: bool = True, runs_dir: str | Path | None = None) -> list[dict]:
+    """Train every run several studies need, each once (a run two studies share, e.g. the CoEvolve reference, has one
+    folder): `jobs` > 1 at a time in processes of their own (a core never waits for a study's last run while another
+    study's runs are left), one: in turn in this process. `run_study` then measures each study from the finished runs
+    (and records a run whose D_0 held no task). Returns the runs, in order."""
+    planned = {}
+    for study in studies:
+        for run in planned_runs(study, profile, list(seeds), flatten_overrides(overrides), runs_dir):
+            planned.setdefault(run["folder"], run)
+    runs = list(planned.values())
+    if jobs > 1:
+        train_in_parallel(runs, jobs, progress)
+        return runs
+    for run in runs:
+        if not run["finished"]:
+            with contextlib.suppress(EmptyPool):  # an outcome, not a failure: run_study records it
+                train(run["run"], run["folder"], progress=progress,
+                      start_evaluations=run["folder"].parent / START_EVALUATIONS)
+    return runs
 
 
 def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: list[str] | dict = (),
@@ -295,7 +317,7 @@ def measure(study: Study, run: RunConfig, variant: Variant, seed: int, folder: P
                         trained))
     val = folder / "eval" / f"val_step_{step:05d}.json"
     if val.exists():
-        benchmark_row = metric_row(json.loads(val.read_text()))
+        benchmark_row = headline_row(json.loads(val.read_text()))
         per_task = {t["task_id"]: float(t["success"]) for t in benchmark_row["per_task"]}
         out.append(_row(study, run, variant, seed, "greedy_success", benchmark_row["eval_set"], 1, 0.0, per_task,
                         folder, model_path, trained))

@@ -19,7 +19,13 @@ import pandas as pd
 from coevolve_lib.core import paper
 from coevolve_lib.core.results import HELDOUT_TITLES
 from coevolve_lib.studies import verdicts
-from coevolve_lib.studies.catalog import COEVOLVE, COMPARISON, PAPER_D0_SIZES, PAPER_FEEDBACK_EVERY, STUDIES
+from coevolve_lib.studies.catalog import (
+    COEVOLVE,
+    COMPARISON,
+    PAPER_D0_SIZES,
+    PAPER_FEEDBACK_EVERY,
+    STUDIES,
+)
 from coevolve_lib.studies.catalog import baselines as baselines_study
 from coevolve_lib.studies.catalog import explorers as explorers_study
 from coevolve_lib.studies.catalog import sensitivity as sensitivity_grid
@@ -36,11 +42,17 @@ from coevolve_lib.studies.report import (
 from coevolve_lib.studies.results_folder import Results, StaleResults
 from coevolve_lib.studies.run import ZERO_SHOT, Study, default_runs_dir, run_folder, variant_run
 
-APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md); "
-            "the studies' variants run on BFCL only")
-"""An AppWorld cell of a study's table (the loop itself runs on AppWorld: notebook 14, `appworld_cell`)."""
+APPWORLD = ("not run: AppWorld's official task data cannot be downloaded offline (APPWORLD_ROOT, docs/appworld.md), "
+            "and no AppWorld study of this profile was run (notebook 15 runs them on the synthetic world)")
+"""An AppWorld cell of a table whose AppWorld rows are not there (notebook 14's run: `appworld_cell`; notebook 15's
+studies: the rows under each table, `appworld_label`)."""
 OFFLINE = "not reproducible offline: no {} environment in the kit"
 PAPER_COLUMN = "BFCL"
+APPWORLD_COLUMN = "AppWorld"
+"""The paper's column the AppWorld studies stand beside (AppWorld TestN TGC, Qwen3-4B-Instruct)."""
+SPLIT_COLUMNS = {"bfcl": ("kit BFCL val %", "bfcl/"), "appworld": ("kit AppWorld TGC %", "appworld")}
+"""Per benchmark, the kit's column of its own evaluation split and the eval_set prefix its rows have (AppWorld's:
+`appworld/<split>` on official data, `appworld-synthetic/<split>` on the synthetic world)."""
 
 
 # ------------------------------------------------------------------------------------------------- the tables
@@ -65,21 +77,18 @@ def _scale(doc: dict) -> str:
     return f"profile={doc['profile']}, model={doc['model']}, {trained}, seeds {doc['config']['seeds']}"
 
 
-def _kit_cells(doc: dict | None, variant: str) -> dict:
-    """Success of one variant on each held-out set and on the BFCL val split (mean [95% CI] over seeds and tasks)."""
+def _kit_cells(doc: dict | None, variant: str, benchmark: str = "bfcl") -> dict:
+    """Success of one variant on each held-out set, on D_0 and on the benchmark's own split (BFCL val, AppWorld's
+    evaluation split: TGC), mean [95% CI] over seeds and tasks."""
     columns = {f"kit held-out {title} %": f"heldout/{name}/" for name, title in HELDOUT_TITLES.items()}
     columns["kit D_0 (trained on) %"] = "pool/d0"
-    columns["kit BFCL val %"] = "bfcl/"
+    title, prefix = SPLIT_COLUMNS[benchmark]
+    columns[title] = prefix
     if doc is None:
         return {**{column: "not run" for column in columns}, "scale": "-"}
     variants = [ZERO_SHOT, *(v["name"] for v in doc["config"]["variants"])]
     return {**{column: _mean_ci(_rows(doc, variant, prefix)) for column, prefix in columns.items()},
             "scale": _scale(doc) + same_policy_note(doc["metrics"], variant, variants)}
-
-
-def _ranked_prefix(doc: dict) -> str:
-    """The eval_set prefix of the held-out set a study ranks by (`data_engine.heldout.rank_by`)."""
-    return f"heldout/{doc['config'].get('rank_by', 'new_tasks')}/"
 
 
 PAPER_BACKBONE = "Qwen3-4B"
@@ -91,6 +100,21 @@ def _backbone_rows(table_id: str) -> tuple[list[str], list[str]]:
     rows = paper.tables()[table_id]["rows"]
     index = next(i for i, row in enumerate(rows) if row[0].startswith(PAPER_BACKBONE))
     return rows[index], rows[index + 1]
+
+
+def measured_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame without the kit's columns no row measured ("-": a held-out set the profile has none of; empty: a row
+    not run)."""
+    return frame.loc[:, (frame.notna() & (frame != "-")).any()]
+
+
+def appworld_label(doc: dict) -> str:
+    """The heading of an AppWorld study's rows: which data its evaluation split is of (the synthetic world is never
+    shown as the paper's TestN)."""
+    split = benchmark_split(doc["metrics"]) or ""
+    world = ("the kit's synthetic world, not the paper's TestN" if split.startswith("appworld-synthetic/")
+             else "official data")
+    return f"Kit on AppWorld, {world}: profile {doc['profile']}, notebook 15 (measured)"
 
 
 def appworld_cell(doc: dict | None, trained: bool) -> str:
@@ -125,7 +149,9 @@ def table1(comparison: dict | None, appworld: dict | None) -> KitTable:
         "of Table 1 are not evaluated by the kit."], verdict)
 
 
-def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
+def table2(comparison: dict | None, appworld: dict | None, appworld_comparison: dict | None = None) -> KitTable:
+    """Table 2's BFCL columns from the comparison study; its AppWorld ones from notebook 14's run (notes) and from
+    notebook 15's comparison study on AppWorld (the rows under it)."""
     columns = paper.tables()["table2"]["columns"]
     paper_row = next(r for r in paper.tables()["table2"]["rows"] if r[0].startswith(PAPER_BACKBONE))
     row = {"backbone": "profile model (kit)"}
@@ -140,10 +166,26 @@ def table2(comparison: dict | None, appworld: dict | None) -> KitTable:
         eval_set = verdicts.ranked(comparison)
         verdict = verdicts.line([verdicts.compared(comparison["metrics"], above, below, eval_set)
                                  for above, below in (("static", "zero_shot"), ("coevolve", "static"))])
-    return KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), [
-        f"AppWorld TestN, zero-shot: {appworld_cell(appworld, False)}", f"AppWorld TestN, CoEvolve: "
-        f"{appworld_cell(appworld, True)}", "AppWorld TestN, GRPO: not run (the comparison study runs on BFCL)"],
-        verdict)
+    notes = [f"AppWorld TestN, zero-shot: {appworld_cell(appworld, False)}", f"AppWorld TestN, CoEvolve: "
+             f"{appworld_cell(appworld, True)}"]
+    table = KitTable(("table2",), pd.DataFrame([row]).set_index("backbone"), notes, verdict)
+    if appworld_comparison is None:
+        notes.append("AppWorld, all three rows: " + APPWORLD)
+        return table
+    appworld_row = {"backbone": "profile model (kit)"}
+    for variant, name in (("zero_shot", "Zero-shot"), ("static", "GRPO"), ("coevolve", "CoEvolve")):
+        for column, cell in _kit_cells(appworld_comparison, variant, "appworld").items():
+            if column != "scale":
+                appworld_row[column.replace("kit ", f"kit {name} ", 1)] = cell
+    appworld_row[f"paper ({paper_row[0]})"] = ", ".join(f"{c}: {v}" for c, v in zip(columns[1:4], paper_row[1:4]))
+    appworld_row["scale"] = _scale(appworld_comparison)
+    eval_set = verdicts.ranked(appworld_comparison)
+    table.also.append(KitTable(("table2",), measured_columns(pd.DataFrame([appworld_row]).set_index("backbone")),
+                               verdict=verdicts.line(
+        [verdicts.compared(appworld_comparison["metrics"], above, below, eval_set)
+         for above, below in (("static", "zero_shot"), ("coevolve", "static"))]),
+        label=appworld_label(appworld_comparison)))
+    return table
 
 
 VALIDATION_NOTE = (
@@ -155,23 +197,46 @@ VALIDATION_NOTE = (
     "matters under the LLM abstraction (synthesis.abstraction=llm: the paper's Qwen3-Max, or the replayed tiny "
     "explorer of Table 12), whose drafted sequences can fail")
 """Table 11's note: why the offline "w/o validation" row can be the CoEvolve run, and where it is not."""
+APPWORLD_VALIDATION_NOTE = (
+    "what validation can remove on AppWorld: a task whose reference raises when rerun from a fresh start state, or "
+    "whose answer AppWorld's evaluator does not accept. The deterministic abstraction writes each task from calls that "
+    "succeeded, so few fail; where none did (each round's rejections: notebook 15's round table), `w/o validation` "
+    "trained on the same tasks")
+"""Table 11's note under its AppWorld rows."""
 
 
 def from_study(table_ids: tuple[str, ...], doc: dict | None, study: Study, notes: tuple[str, ...] = (),
-               pairs: list[tuple[str, str]] | None = None) -> KitTable:
+               pairs: list[tuple[str, str]] | None = None, appworld: dict | None = None,
+               appworld_notes: tuple[str, ...] = ()) -> KitTable:
     """A study's table (coevolve_lib.studies.report.study_table) beside the paper's BFCL column, with `notes`, and
-    its verdict on `pairs` of variants (default: each against the study's first), in the paper's direction."""
+    its verdict on `pairs` of variants (default: each against the study's first), in the paper's direction; under it
+    the same study on AppWorld (`appworld`, notebook 15's results) beside the paper's AppWorld column, with
+    `appworld_notes`."""
+    table = study_rows(table_ids, doc, study, notes, pairs)
+    if appworld is None:
+        table.notes.insert(0, "AppWorld column: " + APPWORLD)
+    else:
+        present = {r["variant"] for r in appworld["metrics"]}  # an AppWorld study may leave a row out (ReST)
+        appworld_pairs = [(a, b) for a, b in pairs or [] if {a, b} <= present] or None
+        table.also.append(study_rows(table_ids, appworld, study, appworld_notes, appworld_pairs, APPWORLD_COLUMN,
+                                     appworld_label(appworld)))
+    return table
+
+
+def study_rows(table_ids: tuple[str, ...], doc: dict | None, study: Study, notes: tuple[str, ...] = (),
+               pairs: list[tuple[str, str]] | None = None, column: str = PAPER_COLUMN,
+               label: str = "Kit (measured)") -> KitTable:
+    """One study's rows beside the paper's `column` (`from_study`)."""
     if doc is None:
         rows = [{"variant": v.name, "paper row": v.paper_row, "kit": "not run"} for v in study.variants]
         return KitTable(table_ids, pd.DataFrame(rows).set_index("variant"), [f"{study.name} results: not run",
                                                                               *notes],
-                        verdicts.unresolvable(f"{study.name} results not run"))
-    reference = study.variants[0].name
-    pairs = pairs or [(v.name, reference) for v in study.variants[1:]]
-    return KitTable(table_ids, study_table(doc["metrics"], table_ids, PAPER_COLUMN,
+                        verdicts.unresolvable(f"{study.name} results not run"), label)
+    variants = [v["name"] for v in doc["config"]["variants"]]
+    pairs = pairs or [(name, variants[0]) for name in variants[1:]]
+    return KitTable(table_ids, study_table(doc["metrics"], table_ids, column,
                                            rank_by=doc["config"].get("rank_by", "new_tasks")),
-                    ["AppWorld column: " + APPWORLD, *notes],
-                    verdicts.line(verdicts.paper_claims(doc, table_ids, pairs, PAPER_COLUMN)))
+                    list(notes), verdicts.line(verdicts.paper_claims(doc, table_ids, pairs, column)), label)
 
 
 def coevolve_against_trained(comparison: dict | None) -> tuple[str, ...]:
@@ -201,26 +266,36 @@ def table6(comparison: dict | None) -> KitTable:
         "official data); the in-domain BFCL row is Table 1's"))
 
 
-def table7(training: dict | None, comparison: dict | None) -> KitTable:
+def table7(training: dict | None, comparison: dict | None, appworld_training: dict | None = None,
+           appworld_comparison: dict | None = None) -> KitTable:
+    """Feedback's share of the training time and the gain over static GRPO, per benchmark: BFCL from notebook 06's run
+    and the comparison study, AppWorld from notebook 15's CoEvolve run and its comparison study."""
     if training is None:
         return KitTable(("table7",), pd.DataFrame([{"benchmark": "BFCL", "kit": "not run"}]).set_index("benchmark"),
                         verdict=verdicts.unresolvable("training results not run"))
-    measured = next(r for r in training["details"]["table7"] if r["source"].startswith("measured"))
-    paper_ratio = paper.cell_value(paper.column("table7", "Feedback Time Ratio")["BFCL"])
-    findings = [verdicts.cost_finding(measured["feedback_time_ratio_%"], paper_ratio)]
-    gain = "-"
-    if comparison is not None:
-        findings.append(verdicts.compared(comparison["metrics"], "coevolve", "static", verdicts.ranked(comparison)))
-        static, coevolve = (_rows(comparison, v, _ranked_prefix(comparison)) for v in ("static", "coevolve"))
-        if static and coevolve:
-            before, after = (sum(r["value"] for r in rows) / len(rows) for rows in (static, coevolve))
-            relative = f"{100 * (after - before) / before:+.2f}%" if before else "n/a (baseline 0)"
-            gain = f"{before:.2f} -> {after:.2f} % on {_ranked_prefix(comparison).rstrip('/')} ({relative})"
-    row = {"benchmark": "BFCL (kit)", "feedback time ratio %": measured["feedback_time_ratio_%"],
-           "single feedback cost s": measured["single_feedback_s"], "total time s": measured["total_s"],
-           "performance gain (static -> CoEvolve)": gain, "scale": measured["scale"]}
-    return KitTable(("table7",), pd.DataFrame([row]).set_index("benchmark"), ["AppWorld row: " + APPWORLD],
-                    verdicts.line(findings))
+    rows, findings = [], []
+    for name, run, study, column in (("BFCL (kit)", training, comparison, "BFCL"),
+                                     ("AppWorld (kit)", appworld_training, appworld_comparison, "AppWorld")):
+        if run is None:
+            continue
+        measured = next(r for r in run["details"]["table7"] if r["source"].startswith("measured"))
+        paper_ratio = paper.cell_value(paper.column("table7", "Feedback Time Ratio")[column])
+        findings.append(verdicts.cost_finding(measured["feedback_time_ratio_%"], paper_ratio))
+        gain = "-"
+        if study is not None:
+            findings.append(verdicts.compared(study["metrics"], "coevolve", "static", verdicts.ranked(study)))
+            ranked = verdicts.ranked(study)  # the set it ranks by that it measured (tiny-appworld: (b) only)
+            static, coevolve = (_rows(study, v, ranked) for v in ("static", "coevolve"))
+            if static and coevolve:
+                before, after = (sum(r["value"] for r in picked) / len(picked) for picked in (static, coevolve))
+                relative = f"{100 * (after - before) / before:+.2f}%" if before else "n/a (baseline 0)"
+                gain = f"{before:.2f} -> {after:.2f} % on {ranked} ({relative})"
+        rows.append({"benchmark": f"{name}: {measured['benchmark']}", "feedback time ratio %":
+                     measured["feedback_time_ratio_%"], "single feedback cost s": measured["single_feedback_s"],
+                     "total time s": measured["total_s"], "performance gain (static -> CoEvolve)": gain,
+                     "scale": measured["scale"]})
+    notes = [] if appworld_training else ["AppWorld row: " + APPWORLD]
+    return KitTable(("table7",), pd.DataFrame(rows).set_index("benchmark"), notes, verdicts.line(findings))
 
 
 def cross_comparison(doc: dict, eval_prefix: str) -> dict[str, float] | None:
@@ -237,47 +312,77 @@ def cross_comparison(doc: dict, eval_prefix: str) -> dict[str, float] | None:
     return {**cells, "n (task x seed)": len(pairs)}
 
 
-def table8(comparison: dict | None) -> KitTable:
-    paper_rows = paper.tables()["table8"]["rows"][:2]
-    paper_cells = {"baseline correct, CoEvolve correct": paper_rows[0][2], "baseline correct, CoEvolve wrong":
-                   paper_rows[0][3], "baseline wrong, CoEvolve correct": paper_rows[1][2],
-                   "baseline wrong, CoEvolve wrong": paper_rows[1][3], "n (task x seed)": "-"}
-    columns = {"paper BFCL": paper_cells}
+def table8(comparison: dict | None, appworld_comparison: dict | None = None) -> KitTable:
+    """Where static GRPO and CoEvolve agree and disagree, task by task, on each evaluation set of the comparison study
+    (BFCL's, then notebook 15's on AppWorld), beside the paper's BFCL and AppWorld blocks."""
+    paper_rows = paper.tables()["table8"]["rows"]
+    columns = {}
+    for benchmark, first in (("BFCL", 0), ("AppWorld", 2)):
+        correct, wrong = paper_rows[first], paper_rows[first + 1]
+        columns[f"paper {benchmark}"] = {
+            "baseline correct, CoEvolve correct": correct[2], "baseline correct, CoEvolve wrong": correct[3],
+            "baseline wrong, CoEvolve correct": wrong[2], "baseline wrong, CoEvolve wrong": wrong[3],
+            "n (task x seed)": "-"}
     if comparison is None:
-        columns["kit"] = {cell: "not run" for cell in paper_cells}
-    else:
-        heldout = ((f"kit held-out {title}", f"heldout/{name}/") for name, title in HELDOUT_TITLES.items())
-        for label, prefix in [*heldout, ("kit BFCL val", "bfcl/")]:
-            cells = cross_comparison(comparison, prefix)
+        columns["kit"] = {cell: "not run" for cell in columns["paper BFCL"]}
+    findings, notes = [], []
+    for benchmark, doc in (("BFCL", comparison), ("AppWorld", appworld_comparison)):
+        if doc is None:
+            continue
+        kit = "kit" if benchmark == "BFCL" else "kit AppWorld"
+        heldout = ((f"{kit} held-out {title}", f"heldout/{name}/") for name, title in HELDOUT_TITLES.items())
+        split = benchmark_split(doc["metrics"])
+        split_label = "kit BFCL val" if benchmark == "BFCL" else f"kit AppWorld {split}"
+        for label, prefix in [*heldout, *([(split_label, split)] if split else [])]:
+            cells = cross_comparison(doc, prefix)
             if cells:
                 columns[label] = cells
-    notes = [f"scale: {_scale(comparison)}" if comparison else "comparison results: not run",
-             "AppWorld rows: " + APPWORLD]
+        notes.append(f"{benchmark} scale: {_scale(doc)}")
+        findings.append(verdicts.compared(doc["metrics"], "coevolve", "static", verdicts.ranked(doc)))
+    notes += [] if appworld_comparison else ["AppWorld columns: " + APPWORLD]
     frame = pd.DataFrame(columns).rename_axis("outcome (% of task x seed pairs)")
     verdict = verdicts.unresolvable("comparison results not run") if comparison is None else verdicts.line(
-        [verdicts.compared(comparison["metrics"], "coevolve", "static", verdicts.ranked(comparison))],
-        "On the pairs the two disagree on, that difference is (baseline wrong, CoEvolve correct) minus (baseline "
-        "correct, CoEvolve wrong), the paper's 10 against 5")
+        findings, "On the pairs the two disagree on, that difference is (baseline wrong, CoEvolve correct) minus "
+                  "(baseline correct, CoEvolve wrong): the paper's 10 against 5 on BFCL, 16.67 against 9.53 on "
+                  "AppWorld")
     return KitTable(("table8",), frame, notes, verdict)
 
 
-def table10(baselines: dict | None) -> KitTable:
+TABLE10_METHODS = (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"), ("Curriculum Learning", "curriculum"),
+                   ("ReST", "rest"), ("GRPO", "static"), ("CoEvolve", "coevolve"))
+"""Table 10's rows: the paper's method and the baselines study's variant."""
+
+
+def table10(baselines: dict | None, appworld_baselines: dict | None = None) -> KitTable:
     """The baselines study (zero-shot and CoEvolve from the same study, so every row has one scale) beside the
-    paper's BFCL column; the other environments are not offline."""
+    paper's BFCL column; under it notebook 15's on AppWorld beside the paper's AppWorld column; the other
+    environments are not offline."""
     cells = paper.column("table10", "BFCL")
     rows = []
-    for method, variant in (("Zero-shot", "zero_shot"), ("Reflexion", "reflexion"),
-                            ("Curriculum Learning", "curriculum"), ("ReST", "rest"), ("GRPO", "static"),
-                            ("CoEvolve", "coevolve")):
+    for method, variant in TABLE10_METHODS:
         rows.append({"method": method, "paper BFCL": cells.get(method, "-"), **_kit_cells(baselines, variant),
-                     "AppWorld": APPWORLD, "ALFWorld": OFFLINE.format("ALFWorld"),
-                     "WebShop": OFFLINE.format("WebShop")})
+                     "AppWorld": APPWORLD if appworld_baselines is None else "rows below",
+                     "ALFWorld": OFFLINE.format("ALFWorld"), "WebShop": OFFLINE.format("WebShop")})
     verdict = verdicts.unresolvable("baselines results not run") if baselines is None else verdicts.line(
         verdicts.paper_claims(baselines, ("table10",), [(v, "coevolve") for v in
                                                          ("zero_shot", "reflexion", "curriculum", "rest", "static")]))
-    return KitTable(("table10",), pd.DataFrame(rows).set_index("method"),
-                    ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/engine/pool_updates/, "
-                     "docs/deviations.md"], verdict)
+    table = KitTable(("table10",), pd.DataFrame(rows).set_index("method"),
+                     ["How each baseline is read for a task-pool GRPO loop: coevolve_lib/engine/pool_updates/, "
+                      "docs/deviations.md"], verdict)
+    if appworld_baselines is None:
+        return table
+    run = {r["variant"] for r in appworld_baselines["metrics"]}
+    appworld_cells = paper.column("table10", APPWORLD_COLUMN)
+    appworld_rows = [{"method": method, "paper AppWorld": appworld_cells.get(method, "-"),
+                      **(_kit_cells(appworld_baselines, variant, "appworld") if variant in run else {})}
+                     for method, variant in TABLE10_METHODS]
+    claims = verdicts.paper_claims(appworld_baselines, ("table10",), [(v, "coevolve") for v in (
+        "zero_shot", "reflexion", "curriculum", "rest", "static") if v in run], APPWORLD_COLUMN)
+    frame = measured_columns(pd.DataFrame(appworld_rows).set_index("method")).fillna("not run: not in the study")
+    table.also.append(KitTable(("table10",), frame,
+                               [f"scale: {_scale(appworld_baselines)}"], verdicts.line(claims),
+                               appworld_label(appworld_baselines)))
+    return table
 
 
 def table12(explorers: dict | None, comparison: dict | None = None) -> KitTable:
@@ -393,8 +498,22 @@ def table15(similarity: dict | None) -> KitTable:
                                             "scale, the kit's one tiny run"))
 
 
+APPWORLD_STUDIES = "notebooks/15_appworld_studies.ipynb"
+
+
+def check_training_is_comparisons(training: dict | None, comparison: dict | None, notebook: str) -> None:
+    """StaleResults unless the training result (Table 7's run) is the comparison's CoEvolve seed-0 run."""
+    if training is None or comparison is None:
+        return
+    coevolve = next((r for r in comparison["metrics"] if r["variant"] == "coevolve" and r["seed"] == 0), None)
+    if coevolve is not None and coevolve["config_hash"] != training["config_hash"]:
+        raise StaleResults(f"the training result ({notebook}, config {training['config_hash']}) is not the "
+                           f"comparison's CoEvolve seed-0 run ({coevolve['config_hash']}): run {notebook} again")
+
+
 def assemble(results: Results) -> list[KitTable]:
-    """Every table the kit reproduces, from `results` (see the module docstring for missing and stale files)."""
+    """Every table the kit reproduces, from `results` and, under each, the same study of the profile's AppWorld
+    counterpart (`Results.on_appworld`; see the module docstring for missing and stale files)."""
     comparison = results.study(COMPARISON, "notebooks/07_learning_and_comparison.ipynb")
     signals = results.study(STUDIES["signals"], "notebooks/08_ablations_signals_and_validation.ipynb")
     validation = results.study(STUDIES["validation"], "notebooks/08_ablations_signals_and_validation.ipynb")
@@ -406,20 +525,27 @@ def assemble(results: Results) -> list[KitTable]:
     appworld = results.appworld()
     similarity = results.similarity(run_folder(default_runs_dir(results.profile),
                                                variant_run(results.profile, [], COEVOLVE, 0)))
-    if training is not None and comparison is not None:
-        coevolve = next((r for r in comparison["metrics"] if r["variant"] == "coevolve" and r["seed"] == 0), None)
-        if coevolve is not None and coevolve["config_hash"] != training["config_hash"]:
-            raise StaleResults(f"the training result (notebook 06, config {training['config_hash']}) is not the "
-                               f"comparison's CoEvolve seed-0 run ({coevolve['config_hash']}): run notebook 06 again")
+    check_training_is_comparisons(training, comparison, "notebooks/06_coevolve_training.ipynb")
+    on_appworld = results.on_appworld()
+    names = ("comparison", "signals", "validation", "sensitivity", "baselines", "training")
+    aw: dict[str, dict | None] = dict.fromkeys(names)  # the AppWorld counterpart's studies (notebook 15)
+    if on_appworld is not None:
+        aw = {study.name: on_appworld.study(study, APPWORLD_STUDIES) for study in (
+            COMPARISON, STUDIES["signals"], STUDIES["validation"], sensitivity_study, baselines_study())}
+        aw["training"] = on_appworld.training(APPWORLD_STUDIES)
+        check_training_is_comparisons(aw["training"], aw["comparison"], APPWORLD_STUDIES)
     return [
-        table1(comparison, appworld), table2(comparison, appworld),
+        table1(comparison, appworld), table2(comparison, appworld, aw["comparison"]),
         from_study(("table3",), comparison, COMPARISON, coevolve_against_trained(comparison),
-                   [("static", "zero_shot"), ("random", "static"), ("coevolve", "random")]),
-        from_study(("table4", "table14"), sensitivity, sensitivity_study),
-        from_study(("table5",), signals, STUDIES["signals"]),
-        table6(comparison), table7(training, comparison), table8(comparison),
-        table10(baseline_runs),
-        from_study(("table11",), validation, STUDIES["validation"], (VALIDATION_NOTE,)),
+                   [("static", "zero_shot"), ("random", "static"), ("coevolve", "random")], aw["comparison"],
+                   coevolve_against_trained(aw["comparison"])),
+        from_study(("table4", "table14"), sensitivity, sensitivity_study, appworld=aw["sensitivity"]),
+        from_study(("table5",), signals, STUDIES["signals"], appworld=aw["signals"]),
+        table6(comparison), table7(training, comparison, aw["training"], aw["comparison"]),
+        table8(comparison, aw["comparison"]),
+        table10(baseline_runs, aw["baselines"]),
+        from_study(("table11",), validation, STUDIES["validation"], (VALIDATION_NOTE,), appworld=aw["validation"],
+                   appworld_notes=(APPWORLD_VALIDATION_NOTE,)),
         table12(explorer_runs, comparison),
         table13(similarity), table15(similarity),
     ]

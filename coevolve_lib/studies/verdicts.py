@@ -58,8 +58,7 @@ def paper_claims(doc: dict, table_ids: tuple[str, ...], pairs: list[tuple[str, s
                  column: str = "BFCL") -> list[Finding]:
     """For each (variant, reference) of `pairs` whose rows both have a paper number in `column` of `table_ids`: the
     claim in the paper's direction (the row with the higher number above the other), tested on the ranked set."""
-    cells = {label: paper.cell_value(cell) for table in table_ids
-             for label, cell in paper.column(table, column).items()}
+    cells = {label: paper.cell_value(cell) for label, cell in paper.cells(table_ids, column).items()}
     paper_row = {r["variant"]: r["paper_row"] for r in doc["metrics"]}
     eval_set, findings = ranked(doc), []
     for variant, reference in pairs:

@@ -6,7 +6,9 @@ tau and train on them with an offline objective). Adapted, as data: Grow = the w
 current policy on pool tasks at T = 0.9; no extra sampling); Improve's filter = reward >= `rest_threshold` (1.0:
 successful episodes); each kept trajectory (one per distinct call sequence of a task, round-robin over tasks, at most
 `max_targets`) replaces exploration: its executed calls are the triplets that the kit's abstraction turns into task
-specs, and validation by execution admits them to the pool. Improve's "train on the filtered data" is the next F GRPO
+specs, and validation by execution admits them to the pool (on AppWorld, whose records keep code, not each call's
+result, the calls its code makes with literal arguments are run again from the task's start state:
+`RoundStages.replay`). Improve's "train on the filtered data" is the next F GRPO
 steps drawing from the grown pool, not an offline SFT pass (an extra update per round would give this variant more
 gradient steps than the others, and a supervised pass over ZeRO-3 shards on the main process does not fit the loop).
 One threshold, not ReST's increasing sequence: with the binary reward there is one meaningful threshold. A trajectory
@@ -82,8 +84,9 @@ def rest_round(engine: DataEngine, round_index: int, rollouts: list[dict], setti
     counts = {"window_rollouts": len(rollouts), "filtered_rollouts": len(passed),
               "filtered_tasks": len({r["task_id"] for r in passed}), "trajectories_used": len(records),
               "threshold": settings.rest_threshold}
+    stages = engine.round_stages()
     return feedback_round(round_index, round_dir, targets, engine.pool, engine.feedback_config(),
-                          replace(engine.round_stages(), explore=trajectory_triplets), engine.explorer_model,
+                          replace(stages, explore=stages.replay or trajectory_triplets), engine.explorer_model,
                           progress=progress, report_extra={"baseline": "rest", "counts": counts},
                           shards=engine.shards)
 

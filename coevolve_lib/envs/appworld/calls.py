@@ -12,6 +12,7 @@ AppWorld's server executes in the kit's sandbox (`server.py`); the kit itself ne
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
@@ -159,3 +160,41 @@ def code_api_names(code: str | None) -> list[str]:
     """`app.api` for every `apis.<app>.<api>` the code names, in order (what a rollout step's `calls` holds for the
     signals: the code is read as text, never run by the kit)."""
     return [f"{app}.{api}" for app, api in _API_NAME.findall(code or "")]
+
+
+def code_calls(code: str | None, api_docs: dict) -> list[AppWorldCall]:
+    """The calls a reply's code makes that can be run again as call strings: each `apis.<app>.<api>(key=literal, ...)`
+    in source order, its `access_token` left out (a replay logs in itself), the lines of the login preamble's own
+    (`login_preamble`: the passwords, the profile) skipped. The code is parsed, never run. Left out: a call with a
+    positional argument, an argument that is not a literal (a variable, an expression), or an API or parameter
+    AppWorld's docs do not know."""
+    preamble = {line.strip() for line in login_preamble([]).splitlines()}
+    kept = "\n".join(line for line in (code or "").splitlines() if line.strip() not in preamble)
+    try:
+        tree = ast.parse(kept)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    nodes = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+    calls = []
+    for node in nodes:
+        function = node.func
+        if not (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Attribute)
+                and isinstance(function.value.value, ast.Name) and function.value.value.id == "apis") or node.args:
+            continue
+        kwargs = []
+        for keyword in node.keywords:
+            if keyword.arg == TOKEN_PARAMETER:
+                continue
+            try:
+                if keyword.arg is None:  # **mapping
+                    raise ValueError
+                kwargs.append((keyword.arg, ast.literal_eval(keyword.value)))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                break
+        else:
+            try:
+                call = AppWorldCall(function.value.attr, function.attr, tuple(kwargs))
+                calls.append(parse_appworld_call(call.to_source(), api_docs))
+            except CallParseError:
+                pass
+    return calls

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import field
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -40,7 +40,7 @@ from coevolve_lib.envs.appworld.calls import DATA_VERSION, api_tool_docs, is_fai
 from coevolve_lib.envs.appworld.client import AppWorldServerError
 from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
 from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
-from coevolve_lib.envs.appworld.explore import make_appworld_explorer
+from coevolve_lib.envs.appworld.explore import AppWorldReplay, make_appworld_explorer
 from coevolve_lib.envs.appworld.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
 from coevolve_lib.envs.appworld.synthetic import build_synthetic_world, builder_version, synthetic_start_states
@@ -54,9 +54,8 @@ from coevolve_lib.envs.appworld.warm_start import warm_start, warm_start_recipe
 
 log = logging.getLogger(__name__)
 
-APPWORLD_POOL_UPDATES = ("signals", "random", "none", "curriculum", "reflexion")
-"""The pool updates wired for AppWorld. Not ReST: it abstracts the policy's own calls, and an AppWorld rollout records
-the APIs a reply's code names, not call strings with their arguments (docs/appworld.md)."""
+APPWORLD_POOL_UPDATES = ("signals", "random", "none", "curriculum", "reflexion", "rest")
+"""The pool updates wired for AppWorld: every one (ReST replays the calls of the policy's code: `AppWorldReplay`)."""
 SOURCE_SPLITS = {"pool": "train", "unseen": "dev"}
 """Whose tasks' start states each kind of source is (`sources`): D_0, the rounds, the warm start and held-out set (a)
 explore the train split's; the unseen-environment held-out set (b) the dev split's (nothing trains on it or explores
@@ -193,7 +192,8 @@ class AppWorldEnvironment(Environment):
     # -- how a round runs ----------------------------------------------------------------------------------------
     def round_stages(self) -> RoundStages:
         return RoundStages(explore=self._explore, abstract=self._abstract, validate=self._validate,
-                          prepare_validation=self._write, accept_unvalidated=self._accept_unvalidated)
+                          prepare_validation=self._write, accept_unvalidated=self._accept_unvalidated,
+                          replay=self._replay)
 
     def tool_docs(self, target) -> list[dict]:
         """The involved apps' API docs, named `app.api`."""
@@ -205,6 +205,11 @@ class AppWorldEnvironment(Environment):
     def _explore(self, target, config, model):
         return explore_target(target, config, model,
                               make_appworld_explorer(config, model, self.server, self.api_docs()))
+
+    def _replay(self, target, config, model):
+        """ReST's triplets: the policy's own calls run again, in one run (`AppWorldReplay`)."""
+        replay = AppWorldReplay(self.server, self.api_docs())
+        return None, replay.explore(target, None, replace(config, runs=1)), replay.cost.as_dict()
 
     def _abstract(self, group_key, triplets, source, config, model):
         return abstract_appworld(group_key, triplets, source, config, self.api_docs(), model)
@@ -284,7 +289,7 @@ class AppWorldEnvironment(Environment):
         return evaluate_appworld(model, evaluation.split, root, rollout, out=out, limit=evaluation.limit,
                                  profile=evaluation.profile, experiment=experiment,
                                  episodes=self.episodes() if own else None, server_config=self.server_config(root),
-                                 progress=progress)
+                                 progress=progress, synthetic=self.data_identity()["data"] != "official")
 
     @classmethod
     def plan(cls, run) -> tuple[dict, list[str]]:
@@ -314,9 +319,7 @@ class AppWorldEnvironment(Environment):
         if data.d0_source_split != SOURCE_SPLITS["pool"]:
             needs.append("data_engine.d0_source_split=train (D_0 explores AppWorld's train split)")
         if run.training.pool_updates not in APPWORLD_POOL_UPDATES:
-            why = (" (ReST abstracts the policy's own calls; an AppWorld rollout records the APIs its code names, not "
-                   "call strings with their arguments)" if run.training.pool_updates == "rest" else "")
-            needs.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}{why}")
+            needs.append(f"training.pool_updates in {list(APPWORLD_POOL_UPDATES)}")
         if needs:
             problems.append("evaluation.environment_name=appworld needs " + "; ".join(needs))
         return problems

@@ -15,6 +15,7 @@ from coevolve_lib.core.results import write_result
 from coevolve_lib.envs.appworld.benchmark import data_root, load_tasks, measured_records, scenarios_completed
 from coevolve_lib.envs.appworld.episode import AppWorldEpisodes
 from coevolve_lib.envs.appworld.server import AppWorldServerConfig
+from coevolve_lib.envs.appworld.synthetic import SYNTHETIC_BENCHMARK, synthetic_start_states
 from coevolve_lib.rollout.agent import RolloutPhase, run_rollouts
 from coevolve_lib.rollout.evaluation import EvaluationError
 
@@ -22,10 +23,13 @@ from coevolve_lib.rollout.evaluation import EvaluationError
 def evaluate_appworld(model: ChatModel, split: str, root: str | Path | None = None,
                       phase: RolloutPhase | None = None, *, out: str | Path, limit: int | None = None,
                       profile: str = "tiny", experiment: str = "appworld", episodes: AppWorldEpisodes | None = None,
-                      server_config: AppWorldServerConfig | None = None, progress: bool = False) -> dict:
+                      server_config: AppWorldServerConfig | None = None, progress: bool = False,
+                      synthetic: bool | None = None) -> dict:
     """TGC and SGC of `model` on an AppWorld split (one greedy episode per task by default), written to `out` as a
     `results/v2` document (two rows, `tgc` and `sgc`, in percent); every episode's record is appended to
-    `<out>.rollouts.jsonl` as it ends. Returns the document.
+    `<out>.rollouts.jsonl` as it ends. Returns the document. Its eval_set is `appworld/<split>` on official data,
+    `appworld-synthetic/<split>` on the kit's synthetic world (`synthetic`; None: whether `root` is that world), so
+    that no table shows a synthetic split as the paper's.
 
     Environment errors (`environment_error`) are counted in `details` and left out of both metrics; a task whose
     episode hit one is listed in `per_task` with its error type. `episodes`: an `AppWorldEpisodes` to use (e.g.
@@ -59,7 +63,9 @@ says: by default in the OS-level sandbox), and closed at the end."""
         scenarios = scenarios_completed(records)
     except ValueError:  # every scenario has an environment error: SGC measured nothing
         scenarios = {}
-    common = {"benchmark": "appworld", "eval_set": f"appworld/{split}", "k": 1,
+    synthetic = synthetic_start_states(root) is not None if synthetic is None else synthetic
+    world = SYNTHETIC_BENCHMARK if synthetic else "appworld"
+    common = {"benchmark": "appworld", "eval_set": f"{world}/{split}", "k": 1,
               "temperature": phase.generation.temperature}
     if phase.generation.seed is not None:
         common["seed"] = phase.generation.seed

@@ -37,6 +37,7 @@ from coevolve_lib.envs.appworld.calls import (
     TOKEN_PARAMETER,
     AppWorldCall,
     call_code,
+    code_calls,
     is_failed_output,
     login_preamble,
     parse_appworld_call,
@@ -292,6 +293,26 @@ class AppWorldExplorer(AppWorldRuns):
             if call.to_source() not in avoid:
                 return call
         return None
+
+
+class AppWorldReplay(AppWorldRuns):
+    """ReST's stand-in for exploration on AppWorld (`engine/pool_updates/rest.py`, `RoundStages.replay`): the calls the
+    policy's own code made with literal arguments (`calls.code_calls`; those a task may hold: `allowed_api`), run
+    again in one run from the task's start state, each with what it prints. An AppWorld record keeps a reply's code
+    and the output of the whole block, not each call's result, so the calls are run again to observe them."""
+
+    name = "policy"
+
+    def _plan(self, target, context, config):
+        steps = (target.trajectory or {}).get("steps", [])
+        return {"calls": [call for step in steps for call in code_calls(step.get("code"), self.api_docs)
+                          if allowed_api(call.name)]}
+
+    def _steps(self, client, task_id, target, context, run_id, k, config, plan):
+        marker = {"signal_id": target.signal_id, "signal_type": (target.signal or {}).get("type")}  # e.g. rest/<id>
+        for step, call in enumerate(plan["calls"]):
+            output, valid = self._execute(client, task_id, call)
+            yield triplet_record(target, context, run_id, step, call.to_source(), output, valid, self.name) | marker
 
 
 LLM_ACTION_FORMAT = ("Exactly one AppWorld API call, written as Python with literal keyword arguments only, inside "

@@ -26,6 +26,8 @@ from coevolve_lib.envs.appworld.server import APPWORLD_VENV, appworld_python
 BUILDER = Path(__file__).with_name("world_builder.py")
 WORLD_MARKER = "world.json"
 """The file a complete build writes last, beside `data/`: the synthetic world's marker."""
+SYNTHETIC_BENCHMARK = "appworld-synthetic"
+"""How an evaluation set on the synthetic world is named (`appworld-synthetic/dev`): never as an official split."""
 SYNTHETIC_SPLIT = "synthetic"
 """The split holding every synthetic task (`train` and `dev` split them 7 / 6)."""
 
