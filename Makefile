@@ -80,9 +80,16 @@ vllm: setup $(VLLM_STAMP)
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay). The unit tests in
 # TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines and the ReST baseline's run)
-# run after the notebooks, in their half, so that the two halves end together.
+# run after the notebooks, in their half, so that the two halves end together. Notebook 15 (the studies on AppWorld:
+# its smoke run trains one more AppWorld run, ~80 s) runs under nbval in `make test-paper`, on the same scratch
+# folder, where notebook 14's run is.
 TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py tests/test_outside_environment.py \
-	tests/test_baselines.py::test_rest_run_filters_the_policys_own_rollouts
+	tests/test_baselines.py::test_rest_run_filters_the_policys_own_rollouts \
+	tests/test_appworld_sandbox.py::test_model_code_cannot_reach_the_host_and_its_faults_are_the_policys
+NOTEBOOKS_IN_TEST_PAPER := notebooks/15_appworld_studies.ipynb
+NBVAL := COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results \
+	COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
+	$(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --durations=5
 
 test: standins appworld
 	rm -rf runs/nbval
@@ -98,16 +105,16 @@ test-notebooks-half: test-notebooks
 	$(PY) -m pytest $(TESTS_AFTER_NOTEBOOKS) -m "not paper and not vllm" --durations=5
 
 test-notebooks:
-	COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
-	  $(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --durations=5 notebooks
+	$(NBVAL) notebooks $(addprefix --ignore=,$(NOTEBOOKS_IN_TEST_PAPER))
 
 # The paper path's CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
 # evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not; and
 # tests/test_multiprocess.py's launches of the tiny profile on two processes and two nodes and the process group's
-# timeout, 70 s, and of tiny-appworld on two processes, 80 s). They would take `make test` past its 8 minutes, so
-# `.ci/run` runs this after `make test`.
-test-paper: standins
+# timeout, 70 s, and of tiny-appworld on two processes, 80 s), then NOTEBOOKS_IN_TEST_PAPER under nbval. They would
+# take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
+test-paper: standins appworld
 	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
+	COEVOLVE_MAX_TORCH_THREADS=1 $(NBVAL) $(NOTEBOOKS_IN_TEST_PAPER)
 
 # vLLM for real (tests/test_vllm.py and the colocated-vLLM rehearsal of tests/test_rehearsal.py), in vLLM's own venv:
 # `vllm serve` and `trl vllm-serve` against the in-process evaluation, a recorded and replayed round, TRL's colocated

@@ -36,11 +36,12 @@ episode)."""
 
 @pytest.fixture(scope="module")
 def engine(world, tmp_path_factory):
-    """A data engine with D_0 built (module scope: the training test goes on in its folder, with its servers)."""
+    """A data engine with D_0 built (module scope: the training test goes on in its folder, with its servers), and
+    shared in the folder beside it (`shared_starts`), as a study's first run shares it."""
     run = run_config("tiny-appworld", SMALL)
     folder = tmp_path_factory.mktemp("engine")
     engine = DataEngine(run.data_engine, folder, AppWorldEnvironment(run.data_engine, folder, source_root=world.root))
-    engine.initial_pool(progress=False)
+    engine.initial_pool(progress=False, shared=folder.parent / "shared_starts")
     yield engine
     engine.close()
 
@@ -92,6 +93,40 @@ def test_a_held_out_set_explores_unseen_households_and_another_run_can_roll_it_o
                                 RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=1)), progress=False,
                                 new_episode=other.environment.new_episode)
         assert record["success"], record["steps"]
+    finally:
+        other.close()
+
+
+def test_a_run_that_differs_only_in_training_copies_the_shared_d0_and_can_roll_it_out(engine, world, tmp_path,
+                                                                                   monkeypatch):
+    """A study's other runs copy the D_0 the first shared (one build per data-engine config, not one per run): the same
+    pool tasks and round report, and the task files the first run wrote copied into the copying run's data root (no
+    AppWorld writer run: 20-30 s for a 32-task D_0)."""
+    run = run_config("tiny-appworld", SMALL + ["training.seed=1", "training.pool_updates=none",
+                                              'data_engine.signals.enabled=["boundary"]'])
+    other = DataEngine(run.data_engine, tmp_path, AppWorldEnvironment(run.data_engine, tmp_path,
+                                                                     source_root=world.root))
+    try:
+        def no_writer(*args, **kwargs):
+            raise AssertionError("AppWorld's writer ran: the task files were not copied")
+
+        monkeypatch.setattr("coevolve_lib.envs.appworld.environment.write_tasks", no_writer)
+        other.initial_pool(progress=False, shared=engine.run_dir.parent / "shared_starts")
+        monkeypatch.undo()
+        d0 = [t for t in engine.pool.tasks if t["pool_version"] == 0]
+        assert other.pool.tasks == d0
+        for name in ("report.json", "timings.json"):  # the build's own wall seconds: copied, not built again
+            assert (tmp_path / "round_000" / name).read_text() == (engine.run_dir / "round_000" / name).read_text()
+        task = d0[0]
+        [env_task] = other.rollout_tasks([task])
+        code = solution_code(task["reference_actions"], other.environment.api_docs(), task["answer_from"])
+        reply = f"```python\n{code}\n```"
+        [record] = run_rollouts(PerEpisode([env_task], {task["task_id"]: [reply]}), [env_task],
+                                RolloutPhase(RolloutConfig(batch_size=1, max_steps_per_episode=1)), progress=False,
+                                new_episode=other.environment.new_episode)
+        assert record["success"], record["steps"]
+        changed = run_config("tiny-appworld", SMALL + ["data_engine.d0_size=4"]).data_engine  # D_0 reads d0_size
+        assert DataEngine(changed, tmp_path / "n4", other.environment).d0_key() != other.d0_key()
     finally:
         other.close()
 

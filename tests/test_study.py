@@ -64,11 +64,21 @@ def test_every_variant_is_trained_and_measured_on_the_held_out_set_and_bfcl_val(
     hashes = {r["variant"]: r["config_hash"] for r in results}
     assert len(set(hashes.values())) == 3 and hashes["zero_shot"] == hashes["static"]
     # the three runs start from the same policy and settings: their step-0 evaluation is made once and shared
-    [shared] = list((folder / "runs" / study_lib.START_EVALUATIONS).iterdir())
+    shared = folder / "runs" / study_lib.SHARED_STARTS
+    [evaluation] = shared.glob("eval_*")
     starts = [(d / "eval" / "step_00000.json").read_text() for d in folders(STUDY, folder).values()]
-    assert starts[0] == starts[1] == starts[2] == (shared / "step_00000.json").read_text()
-    assert {f.name for f in shared.iterdir()} == {"step_00000.json", "val_step_00000.json",
-                                                   "val_step_00000.rollouts.jsonl"}
+    assert starts[0] == starts[1] == starts[2] == (evaluation / "step_00000.json").read_text()
+    assert {f.name for f in evaluation.iterdir()} == {"step_00000.json", "val_step_00000.json",
+                                                      "val_step_00000.rollouts.jsonl"}
+    # and they differ only in training, so D_0 is built once (by the first) and copied by the others
+    [d0] = [p for p in shared.glob("d0_*") if p.is_dir()]
+    built = [json.loads(line) for line in (d0 / "pool.jsonl").read_text().splitlines()]
+    for run_dir in folders(STUDY, folder).values():
+        d0_tasks = [t for t in map(json.loads, (run_dir / "pool.jsonl").read_text().splitlines())
+                    if t["pool_version"] == 0]
+        assert d0_tasks == built and built
+        for name in ("report.json", "timings.json"):  # the build's own wall seconds: one build, copied
+            assert (run_dir / "round_000" / name).read_text() == (d0 / "round_000" / name).read_text()
 
 
 def test_a_second_call_reuses_every_run_and_another_study_shares_the_coevolve_run(compared, monkeypatch):

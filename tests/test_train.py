@@ -326,10 +326,10 @@ def test_the_smoke_scale_shrinks_sizes_over_overrides_and_keeps_the_warm_start(m
     recipes = [DataEngine(run.data_engine, tmp_path / name, "bfcl").environment.warm_start_recipe()
                for run, name in ((normal, "a"), (smoke, "b"))]
     assert recipes[0] == recipes[1]
-    # the scale only shrinks: an AppWorld profile keeps its smaller episode batch; its held-out sets are capped
+    # the scale only shrinks: an AppWorld profile keeps its episode batch (4 live servers); its held-out sets are capped
     appworld = run_config("tiny-appworld")
     assert {name: cfg.size for name, cfg in appworld.data_engine.heldout.sets().items()} == {"new_envs": 2}
-    assert appworld.rollout.batch_size == 1
+    assert appworld.rollout.batch_size == 4
     assert appworld.training.group_size == 4 and appworld.evaluation.limit == 2  # capped; None (all) becomes 2
     with pytest.raises(ConfigError, match="training.max_steps: Input should be a valid integer"):
         run_config("tiny", ["training.max_steps=abc"])  # a bad value is not hidden by the cap

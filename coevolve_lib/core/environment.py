@@ -171,6 +171,11 @@ class Environment(ABC):
         """Make pool tasks that another run folder built (a cached held-out set) runnable in this one. Nothing to do
         where a task is whole in its record (BFCL); AppWorld writes its task files into the run's data root."""
 
+    def copy_tasks(self, tasks: list[dict], run_dir: Path) -> None:
+        """Make pool tasks that the run folder `run_dir` built with this environment (a shared D_0) runnable in this
+        one: by default as `install_tasks` does; AppWorld copies the task files that run wrote (writing is slower)."""
+        self.install_tasks(tasks)
+
     def warm_start_recipe(self) -> dict | None:
         """Everything that decides the warm start's weights (`engine.warm_start.cached_warm_start` keys its cache and
         shipped copy by it); None: the environment has no warm start."""

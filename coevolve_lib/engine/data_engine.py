@@ -15,9 +15,13 @@ signals.jsonl, round_001/, ...
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import os
 import random
+import shutil
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 from coevolve_lib.core.config import DataEngineConfig, RunError
@@ -26,7 +30,7 @@ from coevolve_lib.core.llm_calls import explorer_model, record_path
 from coevolve_lib.core.model_specs import load_chat_model, local_model
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.paths import shown_path
-from coevolve_lib.core.records import read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.records import config_hash, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
 from coevolve_lib.engine.heldout import heldout_tasks
@@ -60,6 +64,11 @@ def stamp_rollouts(records: list[dict], step: int, tasks: list[dict], drawn_befo
         record["involved_classes"] = list(task["involved_classes"])
         record["task_source"] = f"pool:{task['pool_version']}"
     return records
+
+
+D0_INDEPENDENT = ("signals", "max_targets", "probe")
+"""Data-engine settings D_0 never reads (the rounds' signals and targets, the probe): runs that differ only in these
+share one D_0 (`DataEngine.d0_key`)."""
 
 
 class EmptyPool(RunError):
@@ -152,9 +161,56 @@ class DataEngine:
                               environment_name=f"environment {self.environment.name}",
                               deadline_s=self.config.round_deadline_s)
 
-    def initial_pool(self, progress: bool = True) -> dict:
+    def d0_key(self) -> str:
+        """What decides D_0 (`initial_pool`), hashed: the environment and its data, and every data-engine setting but
+        those only later rounds read (`D0_INDEPENDENT`); the training section (seed, pool update, F) is not read."""
+        settings = {name: value for name, value in asdict(self.config).items() if name not in D0_INDEPENDENT}
+        return config_hash({"environment": self.environment.name, "identity": self.environment.heldout_identity(),
+                            "data_engine": settings})
+
+    def initial_pool(self, progress: bool = True, shared: Path | None = None) -> dict:
         """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). `EmptyPool` when it holds none:
-        nothing after it could run (an LLM explorer whose endpoint never answered, or that wrote no valid call)."""
+        nothing after it could run (an LLM explorer whose endpoint never answered, or that wrote no valid call).
+
+        `shared`: a folder where single-process runs share a D_0 built alike (`d0_key`: a study's variants that
+        differ only in training): the first builds it and copies it to `shared/d0_<key>/`, the others (waiting for
+        it under a lock) copy it from there, with the task files the first run's environment wrote (`copy_tasks`)."""
+        if shared is None or self.shards.count > 1 or (self.run_dir / "round_000" / "report.json").exists():
+            return self._build_initial_pool(progress)
+        copy = Path(shared) / f"d0_{self.d0_key()}"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        with open(copy.with_name(copy.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+            if (copy / "round_000" / "report.json").exists():
+                return self._copy_initial_pool(copy)
+            report = self._build_initial_pool(progress)
+            self._share_initial_pool(copy)
+            return report
+
+    def _share_initial_pool(self, copy: Path) -> None:
+        """Copy this run's D_0 (its round folder and its tasks) to `copy`, whole or not at all."""
+        staging = copy.with_name(f"{copy.name}.partial-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(self.run_dir / "round_000", staging / "round_000")
+        write_jsonl_atomic(staging / "pool.jsonl", [t for t in self.pool.tasks if t["pool_version"] == 0])
+        write_json_atomic(staging / "built_in.json", {"run_dir": str(self.run_dir.resolve())})
+        staging.rename(copy)
+
+    def _copy_initial_pool(self, copy: Path) -> dict:
+        """Make the D_0 shared at `copy` this run's: its tasks runnable here, committed as round 0, then its round
+        folder (last: its report marks D_0 done, so a run killed before that copies it again, adding nothing twice)."""
+        tasks = read_jsonl(copy / "pool.jsonl")
+        self.environment.copy_tasks(tasks, Path(read_json(copy / "built_in.json")["run_dir"]))
+        self.pool.add_round(tasks, 0)
+        round_dir = self.run_dir / "round_000"
+        staging = round_dir.with_name(f"{round_dir.name}.partial-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(copy / "round_000", staging)
+        shutil.rmtree(round_dir, ignore_errors=True)  # what a killed build of its own left
+        staging.rename(round_dir)
+        return read_json(round_dir / "report.json")
+
+    def _build_initial_pool(self, progress: bool) -> dict:
         round_dir = self.run_dir / "round_000"
         report = synthesize_initial(self.sources("pool"), self.pool, round_dir, self.feedback_config(),
                                     self.environment.target, self.round_stages(), size=self.config.d0_size,

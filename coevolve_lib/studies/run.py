@@ -41,8 +41,8 @@ from coevolve_lib.training.plan import flatten_overrides, plan
 ZERO_SHOT = "zero_shot"
 D0_EVAL_SET = "pool/d0"
 """The eval_set of the fixed D_0 sample evaluated during training (docs/records.md)."""
-START_EVALUATIONS = "start_evaluations"
-"""Folder beside the runs where runs that start alike share their step-0 evaluation (`training.loop.train`)."""
+SHARED_STARTS = "shared_starts"
+"""Folder beside the runs where runs that start alike share D_0 and their step-0 evaluation (`training.loop.train`)."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def _train_job(run: RunConfig, folder: Path) -> None:
     os.environ["COEVOLVE_MAX_TORCH_THREADS"] = "1"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        train(run, folder, progress=False, start_evaluations=folder.parent / START_EVALUATIONS)
+        train(run, folder, progress=False, shared_starts=folder.parent / SHARED_STARTS)
 
 
 def train_in_parallel(planned: list[dict], jobs: int, progress: bool = True) -> None:
@@ -178,7 +178,7 @@ def train_studies(studies: list[Study], profile: str, seeds: list[int] = (0,), o
         if not run["finished"]:
             with contextlib.suppress(EmptyPool):  # an outcome, not a failure: run_study records it
                 train(run["run"], run["folder"], progress=progress,
-                      start_evaluations=run["folder"].parent / START_EVALUATIONS)
+                      shared_starts=run["folder"].parent / SHARED_STARTS)
     return runs
 
 
@@ -197,7 +197,7 @@ def run_study(study: Study, profile: str, seeds: list[int] = (0,), overrides: li
         run, folder = planned["run"], planned["folder"]
         if not finished(folder, run.training.max_steps):
             try:
-                train(run, folder, progress=progress, start_evaluations=folder.parent / START_EVALUATIONS)
+                train(run, folder, progress=progress, shared_starts=folder.parent / SHARED_STARTS)
             except EmptyPool as empty:  # e.g. an explorer LLM that wrote no valid call: what it did is the result
                 not_trained.append(untrained(planned, empty))
                 continue

@@ -80,7 +80,7 @@ class CoEvolveLoop:
     """What happens around TRL's update: records, signals, feedback rounds, evaluation, metrics, state."""
 
     def __init__(self, run: RunConfig, out_dir: Path, data_engine: DataEngine, rollouts: PoolRollouts,
-                 is_main: bool = True, progress: bool = True, start_evaluations: Path | None = None):
+                 is_main: bool = True, progress: bool = True, shared_starts: Path | None = None):
         self.run, self.cfg, self.out_dir = run, run.training, out_dir
         self.data_engine, self.rollouts, self.is_main, self.progress = data_engine, rollouts, is_main, progress
         self.shards = data_engine.shards
@@ -91,7 +91,7 @@ class CoEvolveLoop:
         self.mark = time.perf_counter()
         self.row: dict | None = None
         self.trainer = None
-        self.evaluation = StepEvaluation(run, out_dir, data_engine, start_evaluations)
+        self.evaluation = StepEvaluation(run, out_dir, data_engine, shared_starts)
 
     # -- state -------------------------------------------------------------------------------------------------
     def state_dict(self, step: int) -> dict:
@@ -320,11 +320,12 @@ def _callback(loop: CoEvolveLoop):
 
 
 def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bool = True,
-          start_evaluations: str | Path | None = None, engine: DataEngine | None = None) -> dict:
+          shared_starts: str | Path | None = None, engine: DataEngine | None = None) -> dict:
     """Run (or resume) one CoEvolve training run into `out_dir`; returns its summary (also in summary.json).
-    `start_evaluations`: a folder where runs that start from the same policy and settings share their step-0
-    evaluation (the studies' runs do). `engine`: the run's data engine, already open on `out_dir` (a notebook's,
-    whose AppWorld servers are then reused); the caller closes it. By default one is made and closed here."""
+    `shared_starts`: a folder where runs that start alike share their start (the studies' runs do): D_0 when it is
+    built alike (`DataEngine.initial_pool`), the step-0 evaluation when they also start from the same policy.
+    `engine`: the run's data engine, already open on `out_dir` (a notebook's, whose AppWorld servers are then reused);
+    the caller closes it. By default one is made and closed here."""
     check_vllm(run.training)
     if gpu_visible():  # a paper backbone on GPUs: a recipe that cannot fit stops now, not at its first OOM
         refusal = memory_refusal(run, memory_plan(run))
@@ -357,14 +358,14 @@ def train(run: RunConfig, out_dir: str | Path, resume: bool = True, progress: bo
                 engine.shards = Shards(state.process_index, state.num_processes, lambda mine: gather_object([mine]))
                 announce(progress and state.is_main_process, f"{state.num_processes} processes; a collective waits up "
                          f"to {collective_timeout_s(run)} s (training.process_group_timeout_s)")
-            return _train(run, out_dir, engine, state, checkpoint, progress, start_evaluations)
+            return _train(run, out_dir, engine, state, checkpoint, progress, shared_starts)
         finally:
             if owned:
                 engine.close()
 
 
 def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint: Path | None, progress: bool,
-           start_evaluations) -> dict:
+           shared_starts) -> dict:
     import torch
     from datasets import Dataset
     from trl import GRPOConfig
@@ -372,11 +373,12 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
     cfg = run.training
     trainer_dir = out_dir / "trainer"
     timings = {}
-    # D_0 (every process explores its share) and the warm start (the main process) are cached in the run folder
+    # D_0 (every process explores its share; a single-process run copies one built alike from `shared_starts`) and
+    # the warm start (the main process) are cached in the run folder
     announce(progress and state.is_main_process, f"D_0: up to {run.data_engine.d0_size} validated tasks (cached in "
              f"{out_dir.name}/round_000; a minute or two with the offline explorer, longer with an LLM explorer)")
     start = time.perf_counter()
-    engine.initial_pool(progress=progress and state.is_main_process)
+    engine.initial_pool(progress=progress and state.is_main_process, shared=shared_starts)
     timings["d0_s"] = round(time.perf_counter() - start, 2)
     if state.is_main_process:
         start = time.perf_counter()
@@ -398,7 +400,7 @@ def _train(run: RunConfig, out_dir: Path, engine: DataEngine, state, checkpoint:
              f"a feedback round every {cfg.feedback_every} ({cfg.pool_updates}); the step bar shows the ETA")
     rollouts = PoolRollouts(engine, run, process_index=state.process_index, progress=progress and state.is_main_process)
     loop = CoEvolveLoop(run, out_dir, engine, rollouts, is_main=state.is_main_process, progress=progress,
-                        start_evaluations=Path(start_evaluations) if start_evaluations else None)
+                        shared_starts=Path(shared_starts) if shared_starts else None)
     if checkpoint is not None:
         loop.restore(checkpoint)
     else:

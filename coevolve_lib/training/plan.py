@@ -214,16 +214,16 @@ def plan(run: RunConfig, out_dir: str | Path, overrides: list[str] = ()) -> dict
 
 def run_training(profile: str = "tiny", overrides: dict | list[str] | None = None, out_dir: str | Path | None = None,
                  resume: bool = True, progress: bool = True, engine=None,
-                 start_evaluations: str | Path | None = None) -> dict:
+                 shared_starts: str | Path | None = None) -> dict:
     """Notebook entry point: in-process for single-process profiles, `accelerate launch` for multi-GPU ones.
     `engine`: a data engine the notebook has open on `out_dir` (in-process runs reuse it, `loop.train`).
-    `start_evaluations`: where in-process runs share their step-0 evaluation with runs that start alike
+    `shared_starts`: where in-process runs share their D_0 and step-0 evaluation with runs that start alike
     (`loop.train`)."""
     run = profiles.run_config(profile, overrides)
     out_dir = Path(out_dir or RUNS_DIR / f"train_{profile_label(profile)}")
     if run.training.launch.num_processes == 1:
         return train(run, out_dir, resume=resume, progress=progress, engine=engine,
-                     start_evaluations=start_evaluations)
+                     shared_starts=shared_starts)
     settings = flatten_overrides(overrides)
     subprocess.run(shlex.split(plan(run, out_dir, settings)["commands"]["train"]), check=True, cwd=REPO_ROOT)
     return summarize(out_dir)

@@ -4,7 +4,7 @@ sample of D_0, plus the environment's metric (`Environment.evaluate`) on its val
 
 Written to eval/step_NNNNN.json, one file per step: a resumed run reads it back instead of evaluating the same
 checkpoint twice, and the per-task outcomes it keeps feed the studies' paired comparisons. Runs that start alike share
-their step-0 file (`start_evaluations`)."""
+their step-0 files (`shared_starts/eval_<key>/`)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def percent(outcomes: dict[str, list[int]]) -> float | None:
 class StepEvaluation:
     """The evaluations of one run folder. Made when the loop starts: the held-out sets are built (or read) then."""
 
-    def __init__(self, run: RunConfig, out_dir: Path, data_engine: DataEngine, start_evaluations: Path | None = None):
+    def __init__(self, run: RunConfig, out_dir: Path, data_engine: DataEngine, shared_starts: Path | None = None):
         self.run, self.cfg, self.out_dir, self.data_engine = run, run.training, out_dir, data_engine
-        self.start_evaluations = start_evaluations
+        self.shared_starts = shared_starts
         """Where runs that start alike share their step-0 evaluation (None: not shared)."""
         d0_ids = [t["task_id"] for t in data_engine.pool.tasks if t["pool_version"] == 0]
         self.pool_sample = d0_ids[:run.training.eval_pool_tasks]
@@ -96,7 +96,7 @@ class StepEvaluation:
         """Where the step-0 evaluation of runs that start alike is shared: the same starting policy, held-out set,
         D_0 sample, rollout, evaluation and budget give the same greedy episodes, so a study's variants evaluate
         their common start once (None: sharing is off, or not step 0)."""
-        if not (wanted and self.start_evaluations):
+        if not (wanted and self.shared_starts):
             return None
         key = config_hash({"policy": repo_relative(self.data_engine.policy()),
                            "heldout": {name: key for name, (key, _) in self.heldout.items()},
@@ -104,7 +104,7 @@ class StepEvaluation:
                            "evaluation": self.run.evaluation.recorded(), "eval_limit": self.cfg.eval_limit,
                            "max_completion_tokens": self.cfg.max_completion_tokens,
                            "val_rollout": "token_level"})  # since the environment seam: evaluations made before differ
-        return self.start_evaluations / key
+        return self.shared_starts / f"eval_{key}"
 
     @staticmethod
     def _share(eval_dir: Path, shared: Path) -> None:
