@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -144,6 +145,17 @@ def write_json_atomic(path: str | Path, obj) -> None:
 def write_jsonl_atomic(path: str | Path, records: list[dict]) -> None:
     """Replace `path` with `records` as JSON Lines, atomically."""
     _write_atomically(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records))
+
+
+def copy_tree_atomic(source: str | Path, target: str | Path) -> None:
+    """Copy the folder `source` to `target` (which must not exist), whole or not at all: into `<target>.partial`
+    first (what a killed copy left there is removed), then renamed. One writer per target (its caller's lock or
+    folder)."""
+    target = Path(target)
+    staging = target.with_name(f"{target.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    staging.rename(target)
 
 
 def git_commit() -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import os
 import random
 import shutil
 from collections import Counter
@@ -30,9 +29,16 @@ from coevolve_lib.core.llm_calls import explorer_model, record_path
 from coevolve_lib.core.model_specs import load_chat_model, local_model
 from coevolve_lib.core.models import ChatModel
 from coevolve_lib.core.paths import shown_path
-from coevolve_lib.core.records import config_hash, read_json, read_jsonl, write_json_atomic, write_jsonl_atomic
+from coevolve_lib.core.records import (
+    config_hash,
+    copy_tree_atomic,
+    read_json,
+    read_jsonl,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from coevolve_lib.engine.contexts import ExplorationTarget
-from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+from coevolve_lib.engine.feedback import FeedbackConfig, faults, synthesize_initial
 from coevolve_lib.engine.heldout import heldout_tasks
 from coevolve_lib.engine.pool import TaskPool, content_keys
 from coevolve_lib.engine.shards import SINGLE, Shards
@@ -166,7 +172,7 @@ class DataEngine:
         those only later rounds read (`D0_INDEPENDENT`); the training section (seed, pool update, F) is not read."""
         settings = {name: value for name, value in asdict(self.config).items() if name not in D0_INDEPENDENT}
         return config_hash({"environment": self.environment.name, "identity": self.environment.heldout_identity(),
-                            "data_engine": settings})
+                            "data_engine": settings, "d0_format": 1})
 
     def initial_pool(self, progress: bool = True, shared: Path | None = None) -> dict:
         """D_0: the round-0 report (the pool then holds `d0_size` validated tasks). `EmptyPool` when it holds none:
@@ -174,40 +180,42 @@ class DataEngine:
 
         `shared`: a folder where single-process runs share a D_0 built alike (`d0_key`: a study's variants that
         differ only in training): the first builds it and copies it to `shared/d0_<key>/`, the others (waiting for
-        it under a lock) copy it from there, with the task files the first run's environment wrote (`copy_tasks`)."""
-        if shared is None or self.shards.count > 1 or (self.run_dir / "round_000" / "report.json").exists():
+        it under a lock) copy it from there, with the task files the first run's environment wrote (`copy_tasks`).
+        A D_0 whose build met faults (`feedback.faults`) is not shared, nor one whose explorer calls are recorded in
+        the run's own folder (`llm_record` unset): a copy would lack them."""
+        per_run_record = self.config.llm_calls != "live" and self.config.llm_record is None
+        if shared is None or self.shards.count > 1 or per_run_record:
             return self._build_initial_pool(progress)
-        copy = Path(shared) / f"d0_{self.d0_key()}"
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        with open(copy.with_name(copy.name + ".lock"), "a") as lock:
+        shared_d0 = Path(shared) / f"d0_{self.d0_key()}"
+        shared_d0.parent.mkdir(parents=True, exist_ok=True)
+        with open(shared_d0.with_name(shared_d0.name + ".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
-            if (copy / "round_000" / "report.json").exists():
-                return self._copy_initial_pool(copy)
+            started = self.pool.version >= 0  # this run's own build (finished or killed mid-way) is finished here
+            if not started and (shared_d0 / "round_000" / "report.json").exists():
+                return self._copy_initial_pool(shared_d0)
             report = self._build_initial_pool(progress)
-            self._share_initial_pool(copy)
+            if not shared_d0.exists() and not faults(report):
+                self._share_initial_pool(shared_d0)
             return report
 
-    def _share_initial_pool(self, copy: Path) -> None:
-        """Copy this run's D_0 (its round folder and its tasks) to `copy`, whole or not at all."""
-        staging = copy.with_name(f"{copy.name}.partial-{os.getpid()}")
+    def _share_initial_pool(self, shared_d0: Path) -> None:
+        """Copy this run's D_0 (its round folder, its tasks, where it was built) to `shared_d0`, whole or not at all."""
+        staging = shared_d0.with_name(f"{shared_d0.name}.building")
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(self.run_dir / "round_000", staging / "round_000")
         write_jsonl_atomic(staging / "pool.jsonl", [t for t in self.pool.tasks if t["pool_version"] == 0])
         write_json_atomic(staging / "built_in.json", {"run_dir": str(self.run_dir.resolve())})
-        staging.rename(copy)
+        staging.rename(shared_d0)
 
-    def _copy_initial_pool(self, copy: Path) -> dict:
-        """Make the D_0 shared at `copy` this run's: its tasks runnable here, committed as round 0, then its round
+    def _copy_initial_pool(self, shared_d0: Path) -> dict:
+        """Make the D_0 shared at `shared_d0` this run's: its tasks runnable here, committed as round 0, then its round
         folder (last: its report marks D_0 done, so a run killed before that copies it again, adding nothing twice)."""
-        tasks = read_jsonl(copy / "pool.jsonl")
-        self.environment.copy_tasks(tasks, Path(read_json(copy / "built_in.json")["run_dir"]))
+        tasks = read_jsonl(shared_d0 / "pool.jsonl")
+        self.environment.copy_tasks(tasks, Path(read_json(shared_d0 / "built_in.json")["run_dir"]))
         self.pool.add_round(tasks, 0)
         round_dir = self.run_dir / "round_000"
-        staging = round_dir.with_name(f"{round_dir.name}.partial-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(copy / "round_000", staging)
-        shutil.rmtree(round_dir, ignore_errors=True)  # what a killed build of its own left
-        staging.rename(round_dir)
+        shutil.rmtree(round_dir, ignore_errors=True)  # what a killed copy left
+        copy_tree_atomic(shared_d0 / "round_000", round_dir)
         return read_json(round_dir / "report.json")
 
     def _build_initial_pool(self, progress: bool) -> dict:

@@ -432,6 +432,17 @@ def synthesize_initial(tasks, pool: TaskPool, round_dir: str | Path, config: Fee
                           shards=shards)
 
 
+UNREPEATABLE_SKIPS = ("environment_error", "model_error", "context_model_error", "api_error", "round_deadline")
+"""Skips a working environment, endpoint and clock would not make: a round that met one would come out otherwise."""
+
+
+def faults(report: dict) -> int:
+    """How many of a round's units met a fault (`UNREPEATABLE_SKIPS`, environment errors in validation): a D_0 or
+    held-out set built so is used by its run but never shared or cached."""
+    return sum(report["cost"][stage]["skipped"].get(reason, 0) for stage in report["cost"]
+               for reason in UNREPEATABLE_SKIPS) + report["rejection_reasons"].get("environment_error", 0)
+
+
 def round_counts(report: dict) -> dict:
     """What a round did, in counts, from its report: targets, explorer-LLM calls, exploration steps and the valid
     ones, abstracted tasks, accepted ones, and the explorer's skips and validation's rejections by reason."""

@@ -28,7 +28,7 @@ from coevolve_lib.core.config import ExploreConfig, HeldoutSetConfig, RunError, 
 from coevolve_lib.core.environment import RoundStages
 from coevolve_lib.core.paths import CACHE_DIR, LIBRARY_DATA
 from coevolve_lib.core.records import config_hash
-from coevolve_lib.engine.feedback import FeedbackConfig, synthesize_initial
+from coevolve_lib.engine.feedback import FeedbackConfig, faults, synthesize_initial
 from coevolve_lib.engine.pool import TaskPool
 
 log = logging.getLogger(__name__)
@@ -84,16 +84,15 @@ def heldout_tasks(name: str, sources: list, environment_identity: dict, explore:
                                   environment_name=environment_name)
         report = synthesize_initial(sources, TaskPool(staging / "pool.jsonl"), staging / "round_000", unguided,
                                     target, stages, size=heldout.size, progress=progress)
-        faults = sum(report["cost"][stage]["skipped"].get("environment_error", 0) for stage in report["cost"]) \
-            + report["rejection_reasons"].get("environment_error", 0)
-        if faults:  # a set that would differ once the environment works: not the set, not cached
+        met = faults(report)
+        if met:  # a set that would differ once the environment works: not the set, not cached
             tasks = TaskPool(staging / "pool.jsonl").tasks
             shutil.rmtree(staging, ignore_errors=True)
             log.warning("%s: held-out set %s: %d environment fault(s) while building it; %d tasks, used by this "
-                        "command and not cached (the next command builds it again)", environment_name, name, faults,
+                        "command and not cached (the next command builds it again)", environment_name, name, met,
                         len(tasks))
             if not tasks:
-                raise RunError(f"{environment_name}: the held-out set {name} holds no task: its build met {faults} "
+                raise RunError(f"{environment_name}: the held-out set {name} holds no task: its build met {met} "
                                "environment fault(s) (the log says which)")
             return key, tasks
         shutil.rmtree(folder, ignore_errors=True)  # a set left half-built by an older version

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from dataclasses import field, replace
 from pathlib import Path
 from typing import Literal
@@ -31,6 +30,7 @@ from pydantic.dataclasses import dataclass as settings_dataclass
 
 from coevolve_lib.core.config import STRICT, RunError, WarmStartConfig
 from coevolve_lib.core.environment import Environment, RoundStages
+from coevolve_lib.core.records import copy_tree_atomic
 from coevolve_lib.core.sandbox import SandboxConfig
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.explore import explore_target
@@ -273,10 +273,7 @@ class AppWorldEnvironment(Environment):
         for task in pool_tasks:
             target = self.root / "data" / "tasks" / task["task_id"]
             if (source / task["task_id"] / "ground_truth").is_dir() and not target.exists():
-                staging = target.with_name(f".{target.name}.partial-{os.getpid()}")
-                shutil.rmtree(staging, ignore_errors=True)
-                shutil.copytree(source / task["task_id"], staging)
-                staging.rename(target)
+                copy_tree_atomic(source / task["task_id"], target)
         self.install_tasks(pool_tasks)
 
     def rollout_tasks(self, pool_tasks: list[dict]) -> list[AppWorldTask]:
