@@ -110,8 +110,8 @@ test-notebooks:
 # The paper path's CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
 # evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not; and
 # tests/test_multiprocess.py's launches of the tiny profile on two processes and two nodes and the process group's
-# timeout, 70 s, and of tiny-appworld on two processes, 80 s), then NOTEBOOKS_IN_TEST_PAPER under nbval. They would
-# take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
+# timeout, 70 s, and of tiny-appworld on two processes, 108 s), then NOTEBOOKS_IN_TEST_PAPER under nbval (~75 s). They
+# would take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
 test-paper: standins appworld
 	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
 	COEVOLVE_MAX_TORCH_THREADS=1 $(NBVAL) $(NOTEBOOKS_IN_TEST_PAPER)
