@@ -194,18 +194,17 @@ class DataEngine:
             if not started and (shared_d0 / "round_000" / "report.json").exists():
                 return self._copy_initial_pool(shared_d0)
             report = self._build_initial_pool(progress)
-            if not shared_d0.exists() and not faults(report):
+            if not (shared_d0 / "round_000" / "report.json").exists() and not faults(report):
                 self._share_initial_pool(shared_d0)
             return report
 
     def _share_initial_pool(self, shared_d0: Path) -> None:
-        """Copy this run's D_0 (its round folder, its tasks, where it was built) to `shared_d0`, whole or not at all."""
-        staging = shared_d0.with_name(f"{shared_d0.name}.building")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(self.run_dir / "round_000", staging / "round_000")
-        write_jsonl_atomic(staging / "pool.jsonl", [t for t in self.pool.tasks if t["pool_version"] == 0])
-        write_json_atomic(staging / "built_in.json", {"run_dir": str(self.run_dir.resolve())})
-        staging.rename(shared_d0)
+        """Copy this run's D_0 to `shared_d0`: its tasks and where it was built, then its round folder (last: its
+        report marks the copy whole)."""
+        shared_d0.mkdir(exist_ok=True)
+        write_jsonl_atomic(shared_d0 / "pool.jsonl", [t for t in self.pool.tasks if t["pool_version"] == 0])
+        write_json_atomic(shared_d0 / "built_in.json", {"run_dir": str(self.run_dir.resolve())})
+        copy_tree_atomic(self.run_dir / "round_000", shared_d0 / "round_000")
 
     def _copy_initial_pool(self, shared_d0: Path) -> dict:
         """Make the D_0 shared at `shared_d0` this run's: its tasks runnable here, committed as round 0, then its round
