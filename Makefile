@@ -22,7 +22,7 @@ setup: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-# The Qwen3-4B stand-in (coevolve_lib/envs/bfcl/standins.py, ~4 min on 2 cores the first time): what `make test`'s
+# The Qwen3-4B stand-in (coevolve_lib/engine/standins.py, ~4 min on 2 cores the first time): what `make test`'s
 # stand-in tests load and the paper rehearsals start from. The default profile never loads it: `make reproduce` skips it.
 standins: setup
 	$(PY) -m coevolve_lib setup --standins
@@ -79,14 +79,19 @@ vllm: setup $(VLLM_STAMP)
 # The unit tests and the notebooks (under nbval, at the smoke scale: configs/scales/smoke.yaml, the same profile with
 # smaller sizes) run side by side, one torch thread each on the two cores; each half's output is printed when it
 # ends. The notebooks send results, figures and runs to a scratch folder (the committed ones stay). The unit tests in
-# TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines and the ReST baseline's run)
-# run after the notebooks, in their half, so that the two halves end together. Notebook 15 (the studies on AppWorld:
-# its smoke run trains one more AppWorld run, ~80 s) runs under nbval in `make test-paper`, on the same scratch
-# folder, where notebook 14's run is.
+# TESTS_AFTER_NOTEBOOKS (the real-server tests, the outside environment's command lines, two of AppWorld's sandbox
+# tests, two command-line faults, the README's snippet, a study's side-by-side runs) run after the notebooks, in their
+# half, so that the two halves end together. The AppWorld notebooks, 14 and 15 (each trains AppWorld runs: ~100 s and
+# ~80 s at the smoke scale), run under nbval in `make test-paper`, as does the ReST baseline's training run (45 s;
+# marked `paper`).
 TESTS_AFTER_NOTEBOOKS := tests/test_real_server.py tests/test_outside_environment.py \
-	tests/test_baselines.py::test_rest_run_filters_the_policys_own_rollouts \
-	tests/test_appworld_sandbox.py::test_model_code_cannot_reach_the_host_and_its_faults_are_the_policys
-NOTEBOOKS_IN_TEST_PAPER := notebooks/15_appworld_studies.ipynb
+	tests/test_appworld_sandbox.py::test_model_code_cannot_reach_the_host_and_its_faults_are_the_policys \
+	tests/test_appworld_sandbox.py::test_sigterm_stops_a_command_like_ctrl_c_and_its_servers_with_it \
+	tests/test_front_page.py::test_the_readme_snippet_runs_and_prints_what_it_says \
+	tests/test_study.py::test_unfinished_runs_train_side_by_side_in_their_own_processes \
+	tests/test_outputs.py::test_a_file_size_limit_is_one_line_and_the_same_command_then_resumes \
+	tests/test_bad_command_lines.py::test_an_empty_cache_is_one_line_in_every_command
+NOTEBOOKS_IN_TEST_PAPER := notebooks/14_appworld_coevolve.ipynb notebooks/15_appworld_studies.ipynb
 NBVAL := COEVOLVE_SCALE=smoke COEVOLVE_RESULTS_DIR=$(CURDIR)/runs/nbval/results \
 	COEVOLVE_FIGURES_DIR=$(CURDIR)/runs/nbval/figures COEVOLVE_RUNS_DIR=$(CURDIR)/runs/nbval/runs \
 	$(PY) -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg --durations=5
@@ -107,11 +112,13 @@ test-notebooks-half: test-notebooks
 test-notebooks:
 	$(NBVAL) notebooks $(addprefix --ignore=,$(NOTEBOOKS_IN_TEST_PAPER))
 
-# The paper path's CPU rehearsals (tests/test_rehearsal.py: the three stand-ins on 2 processes, a kill, a resume, an
-# evaluation; 2-3 min each, plus ~8 min to build each of the two stand-ins `make standins` does not; and
+# The paper path's CPU rehearsals (tests/test_rehearsal.py: the three BFCL profiles' stand-ins and the AppWorld
+# profile's on 2 processes, a kill, a resume, an evaluation; 2-5.5 min each, plus ~8 min to build each of the two BFCL
+# stand-ins `make standins` does not and ~5.5 min for the AppWorld stand-in; and
 # tests/test_multiprocess.py's launches of the tiny profile on two processes and two nodes and the process group's
-# timeout, 70 s, and of tiny-appworld on two processes, 108 s), then NOTEBOOKS_IN_TEST_PAPER under nbval (~75 s). They
-# would take `make test` past its 8 minutes, so `.ci/run` runs this after `make test`.
+# timeout, 70 s, and of tiny-appworld on two processes, 108 s; the ReST baseline's training run, 45 s), then
+# NOTEBOOKS_IN_TEST_PAPER under nbval (~3 min). They would take `make test` past its 8 minutes, so `.ci/run` runs this
+# after `make test`.
 test-paper: standins appworld
 	COEVOLVE_MAX_TORCH_THREADS=1 $(PY) -m pytest tests -m paper
 	COEVOLVE_MAX_TORCH_THREADS=1 $(NBVAL) $(NOTEBOOKS_IN_TEST_PAPER)

@@ -58,9 +58,15 @@ def profile_names() -> list[str]:
                   if not p.stem.startswith("_") and p.stem not in NOT_PROFILES)
 
 
+def appworld_profile(profile: str, chosen: str | None = None) -> str:
+    """The AppWorld profile notebooks 14-15 run for `profile`: `chosen` (their `appworld_profile` parameter) when
+    given, else the profile's AppWorld counterpart by name, `<profile>-appworld`."""
+    return chosen or f"{profile}-appworld"
+
+
 def appworld_counterpart(profile: str) -> str | None:
-    """The profile's AppWorld counterpart (`<profile>-appworld`: notebooks 14-15) when configs/ has one, else None."""
-    counterpart = f"{profile}-appworld"
+    """The profile's AppWorld counterpart (`appworld_profile`) when configs/ has one, else None."""
+    counterpart = appworld_profile(profile)
     return counterpart if counterpart in profile_names() else None
 
 

@@ -116,8 +116,9 @@ CASES = [  # (command, exit status, what the one line says)
      "rollout.max_steps_per_episode: Input should be greater than 0"),
     ("evaluate --out {tmp}/e.json --set nodot", 2, "override 'nodot' is not of the form section.field=value"),
     # rehearse (issue 28)
-    ("rehearse --profile tiny", 2, "rehearse runs the BFCL paper profiles (a paper backbone as model); 'tiny' trains"),
-    ("rehearse --profile paper-qwen3-4b-appworld", 2, "rehearse runs the BFCL paper profiles"),
+    ("rehearse --profile tiny", 2,
+     "rehearse runs the paper profiles (a paper backbone as model, on bfcl or appworld); 'tiny' trains 'tiny'"),
+    ("rehearse --profile tiny-appworld", 2, "'tiny-appworld' trains 'tiny' on appworld"),
     ("rehearse --profile paper-qwen3-4b --set training.group_size=3", 2, "must split into whole groups"),
     ("rehearse --profile paper-qwen3-4b --out {tmp}/a_file", 2, "/a_file is a file; give a folder"),
     # issue 47: no command writes into the kit's own files, and a rehearsal deletes only what a rehearsal made

@@ -259,6 +259,7 @@ def test_a_rest_round_abstracts_rewarded_trajectories_into_validated_tasks(tmp_p
     assert again == json.loads((out / "round_001" / "report.json").read_text()) and len(engine.pool) == 9
 
 
+@pytest.mark.paper  # 45 s: `make test-paper` (the Makefile's TESTS_AFTER_NOTEBOOKS note)
 def test_rest_run_filters_the_policys_own_rollouts(tmp_path):
     # The warm-started tiny policy (shipped): a random-init one never succeeds, and ReST keeps successes only.
     run, out = _run(tmp_path, "run", **{"training.pool_updates": "rest", "environment.warm_start.enabled": True,

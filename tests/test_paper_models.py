@@ -1,5 +1,5 @@
 """The paper's backbones as the kit knows them without a hub (`core.paper_models`), and their stand-ins
-(`envs.bfcl.standins`, built by `make standins`): the sizes the plan's vLLM check reads are the transformers classes'
+(`engine.standins`, built by `make standins`): the sizes the plan's vLLM check reads are the transformers classes'
 own, and a stand-in carries what the paper profiles' code paths touch: the architecture, the real Qwen vocabulary
 with its added tokens at their real ids, the family's chat template and its stop tokens (issue 28)."""
 
@@ -13,7 +13,7 @@ from coevolve_lib.core.model_specs import load_chat_model
 from coevolve_lib.core.models import Generation, HFChatModel
 from coevolve_lib.core.paper_models import PAPER_MODELS, parameter_count
 from coevolve_lib.core.paths import MODELS_DIR
-from coevolve_lib.envs.bfcl.standins import SETUP_STANDINS, build_standin
+from coevolve_lib.engine.standins import SETUP_STANDINS, build_standin
 from coevolve_lib.rollout.agent import Conversation, RolloutPhase
 
 BACKBONES = list(PAPER_MODELS.values())
@@ -101,3 +101,22 @@ def test_hf_chat_model_stops_at_every_eos_of_the_generation_config():
     assert chat.stop_ids == [chat.tokenizer.convert_tokens_to_ids("<|im_end|>")]
     chat.model.generation_config.eos_token_id = [chat.stop_ids[0], 7]
     assert HFChatModel.from_loaded(chat.model, chat.tokenizer, "tiny").stop_ids == sorted([chat.stop_ids[0], 7])
+
+
+def test_a_backbone_has_a_standin_per_environment_of_its_format_warm_start():
+    """The AppWorld profile's rehearsal needs a stand-in that writes code, not `<tool_call>` blocks: each backbone has
+    one per environment, each environment giving its warm start's schedule and data through the seam."""
+    from coevolve_lib.core.model_specs import BUILT_MODELS
+    from coevolve_lib.core.paper_models import STANDIN_ENVIRONMENTS
+    from coevolve_lib.engine.standins import StandinDims, recipe
+
+    model = PAPER_MODELS["Qwen/Qwen3-4B-Instruct-2507"]
+    names = [model.standin_for(environment) for environment in STANDIN_ENVIRONMENTS]
+    assert names == ["standin-qwen3-4b", "standin-qwen3-4b-appworld"] and set(names) <= set(BUILT_MODELS)
+    with pytest.raises(ValueError, match="no stand-in is warm-started on 'kv'"):
+        model.standin_for("kv")
+    bfcl, appworld = (recipe(model, StandinDims(), environment) for environment in STANDIN_ENVIRONMENTS)
+    assert bfcl["classes"] == ["GorillaFileSystem"] and bfcl["tool_docs"] == "compact"
+    assert appworld["environment"] == "appworld" and appworld["rollout"] == {"tool_docs": "none",
+                                                                             "max_steps_per_episode": 2}
+    assert bfcl["dims"] == appworld["dims"]  # the same random init

@@ -15,7 +15,7 @@ from coevolve_lib.core.paths import REPO_ROOT
 from coevolve_lib.core.records import read_jsonl
 
 ARCHITECTURES = {"paper-qwen3-4b": "Qwen3ForCausalLM", "paper-qwen2.5-7b": "Qwen2ForCausalLM",
-                 "paper-qwen3-30b-a3b": "Qwen3MoeForCausalLM"}
+                 "paper-qwen3-30b-a3b": "Qwen3MoeForCausalLM", "paper-qwen3-4b-appworld": "Qwen3ForCausalLM"}
 
 
 VLLM_COLOCATE = ("--set", "training.use_vllm=true", "--set", "training.vllm_mode=colocate")
@@ -27,6 +27,7 @@ VLLM_COLOCATE = ("--set", "training.use_vllm=true", "--set", "training.vllm_mode
     pytest.param("paper-qwen3-4b", (), marks=pytest.mark.paper),
     pytest.param("paper-qwen2.5-7b", (), marks=pytest.mark.paper),
     pytest.param("paper-qwen3-30b-a3b", (), marks=pytest.mark.paper),
+    pytest.param("paper-qwen3-4b-appworld", (), marks=pytest.mark.paper),
     pytest.param("paper-qwen3-4b", VLLM_COLOCATE, marks=pytest.mark.vllm, id="paper-qwen3-4b-vllm-colocate"),
 ])
 def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path):
@@ -46,7 +47,8 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
         assert record["vllm"] is None
     assert record["failed_checks"] == []
     assert record["steps"] == 3 and record["rounds"] == 2  # a feedback round after each step but the last
-    assert record["tool_calls_parsed"] > 0  # the stand-in's replies hold real <tool_call> blocks
+    # the stand-in's replies hold real <tool_call> blocks (BFCL) or code that names AppWorld's APIs
+    assert record["tool_calls_parsed"] > 0
     assert record["resumed"] is True, record["resume_failures"]
     assert record["evaluated"] is True
     # the profile's own GRPO: all weights, beta with its reference model (TRL logs the KL), dapo, checkpointing
@@ -71,6 +73,38 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
     assert record["weights_moved"] > 0 and any(r["train/zero_std_trained"] < 1 for r in rows)
     # the sharded round: each of the two processes explored its share of the round's targets
     assert all((tmp_path / "run" / "round_001" / f"explorations.p{i}.jsonl").exists() for i in range(2))
+    if profile.endswith("-appworld"):  # AppWorld's servers ran the stand-in's code, and its evaluator scored it
+        steps = [step for r in read_jsonl(run / "rollouts" / "step_00001.jsonl") for step in r["steps"]]
+        assert any(step["code"] and "apis." in step["code"] for step in steps)
+        assert set(record["evaluation"]) == {"tgc", "sgc", "n"} and record["evaluation"]["n"] == 2
+        for task in read_jsonl(run / "pool.jsonl"):  # the round's tasks are written in the run's one data root
+            assert (run / "appworld_root" / "data" / "tasks" / task["task_id"] / "ground_truth").is_dir()
+
+
+def test_an_appworld_profile_is_rehearsed_by_the_appworld_standin_in_the_prompt_it_learned():
+    """`rehearse` refused `paper-qwen3-4b-appworld` (its stand-in wrote BFCL's `<tool_call>` blocks, no code); now it
+    runs the backbone's AppWorld stand-in, and `configs/rehearsal.yaml` gives episodes the prompt its warm start
+    learned."""
+    from coevolve_lib.envs.appworld.warm_start import STANDIN_ROLLOUT
+    from coevolve_lib.training.rehearsal import rehearsal_run
+
+    run, sets = rehearsal_run("paper-qwen3-4b-appworld")
+    assert run.model == "standin-qwen3-4b-appworld" and run.evaluation.environment_name == "appworld"
+    assert (run.rollout.tool_docs, run.rollout.max_steps_per_episode) == \
+        (STANDIN_ROLLOUT.tool_docs, STANDIN_ROLLOUT.max_steps_per_episode)
+    assert run.evaluation.split == "dev" and "environment.classes" not in " ".join(sets)
+    bfcl, _ = rehearsal_run("paper-qwen3-4b")
+    assert bfcl.model == "standin-qwen3-4b" and bfcl.rollout.tool_docs == "compact"
+    assert bfcl.training.max_completion_tokens == 256 and run.training.max_completion_tokens == 768
+
+
+def test_an_appworld_reply_without_code_counts_as_a_refused_call():
+    from coevolve_lib.training.rehearsal import _calls
+
+    appworld = [{"steps": [{"calls": ["simple_note.login", "simple_note.show_note"], "code": "..."},
+                           {"calls": [], "code": None}]}]
+    bfcl = [{"steps": [{"calls": ["ls()"], "rejected": ["{bad json"]}, {"calls": ["cd(folder='a')"], "rejected": []}]}]
+    assert _calls(appworld) == (2, 1) and _calls(bfcl) == (2, 1) and _calls(appworld + bfcl) == (4, 2)
 
 
 def test_rehearse_exits_non_zero_naming_the_checks_that_failed(tmp_path, monkeypatch, capsys):
@@ -84,7 +118,7 @@ def test_rehearse_exits_non_zero_naming_the_checks_that_failed(tmp_path, monkeyp
         weights_moved=1, resumed=False, resume_failures=["pool_unchanged"], evaluated=True, seconds=1.0,
         vllm={"planned_max_model_len": 12288, "max_model_len": 262144})
     monkeypatch.setattr(rehearsal, "rehearse", lambda profile, out, overrides: record)
-    monkeypatch.setattr(rehearse.standins, "build_standin", lambda model: None)
+    monkeypatch.setattr(rehearse.standins, "build_all", lambda names: {})
     assert rehearse.main(["--profile", "paper-qwen3-4b", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "resume: pool_unchanged" in err[0] and "262144 is not the plan's 12288" in err[0]

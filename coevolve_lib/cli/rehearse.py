@@ -10,9 +10,8 @@ import json
 import sys
 
 from coevolve_lib import profiles
-from coevolve_lib.core.paper_models import PAPER_MODELS
 from coevolve_lib.core.paths import RUNS_DIR, checked_output, profile_label
-from coevolve_lib.envs.bfcl import standins
+from coevolve_lib.engine import standins
 from coevolve_lib.training import rehearsal
 
 
@@ -25,9 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and not out.is_dir():
         raise profiles.ConfigError(f"--out {out} is a file; give a folder")
     run, _ = rehearsal.rehearsal_run(args.profile, args.set)
-    for model in PAPER_MODELS.values():
-        if model.standin == run.model:
-            standins.build_standin(model)  # kept when it is built already
+    standins.build_all([run.model])  # the stand-in, kept when it is built already
     record = rehearsal.rehearse(args.profile, out, args.set)
     shown = ("profile", "architecture", "processes", "rollout_engine", "steps", "rounds", "tool_calls_parsed",
              "lora_trainable_params", "weights_moved", "resumed", "resume_failures", "evaluated", "vllm", "seconds")

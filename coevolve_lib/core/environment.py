@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pydantic.dataclasses import dataclass as settings_dataclass
 
-from coevolve_lib.core.config import STRICT, RunError
+from coevolve_lib.core.config import STRICT, RunError, WarmStartConfig
 from coevolve_lib.core.extensions import check_class, find, load_reference, registered
 from coevolve_lib.core.results import validate_result
 
@@ -185,6 +185,20 @@ class Environment(ABC):
         """The policy's starting weights when the environment's settings ask for a warm start (a model folder); None
         when they do not (the base: no environment has one unless it says so)."""
         return None
+
+    @classmethod
+    def format_warm_start(cls) -> tuple[WarmStartConfig, dict] | None:
+        """The format warm start of a paper backbone's stand-in for this environment (`engine.standins`: the
+        backbone's architecture at tiny dims, random init, fine-tuned so that its replies take this environment's
+        format): (its schedule and data settings, what else decides its data, for the stand-in's recipe); None: no
+        stand-in is made for it."""
+        return None
+
+    @classmethod
+    def format_conversations(cls, work_dir: Path) -> list[dict]:
+        """That warm start's conversations ({"messages", "tools"}), their tasks built in an environment of this class
+        in `work_dir` (and cached there)."""
+        raise NotImplementedError(f"{cls.name} has no stand-in format warm start")
 
     def describe(self) -> dict:
         """What the run's environment is, for its records."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from coevolve_lib.core.models import ChatModel, HFChatModel
 from coevolve_lib.core.openai_model import OpenAIChatModel
-from coevolve_lib.core.paper_models import PAPER_MODELS
+from coevolve_lib.core.paper_models import PAPER_MODELS, STANDIN_ENVIRONMENTS
 from coevolve_lib.core.paths import MODELS_DIR
 
 BUILT_MODELS = {"tiny": "tiny", "smollm2-135m": "smollm2-135m",
-                **{model.standin: model.standin for model in PAPER_MODELS.values()}}
+                **{model.standin_for(environment): model.standin_for(environment) for model in PAPER_MODELS.values()
+                   for environment in STANDIN_ENVIRONMENTS}}
 """Spec -> folder under MODELS_DIR of the models `make setup` builds (`envs.bfcl.tiny_model`: tiny and SmolLM2;
-`envs.bfcl.standins`: the paper backbones' stand-ins)."""
+`engine.standins`: the paper backbones' stand-ins, one per environment of their format warm start)."""
 
 
 def load_chat_model(spec: str, **options) -> ChatModel:

@@ -4,7 +4,7 @@ chat template's family. Copied from the hub model cards (`Qwen/Qwen3-4B-Instruct
 `Qwen/Qwen3-30B-A3B-Instruct-2507`), since no hub is reachable here.
 
 Two users: the plan (`training.plan`: vLLM's context length and whether its weights and KV cache fit the GPU share a
-recipe gives it) and the stand-ins (`envs.bfcl.standins`: the same architecture at tiny dims, with the real
+recipe gives it) and the stand-ins (`engine.standins`: the same architecture at tiny dims, with the real
 vocabulary, template and stop tokens). `parameter_count` is read off the config, and a test checks it against the
 transformers class built on the meta device.
 """
@@ -15,6 +15,15 @@ from dataclasses import dataclass
 
 GB = 10**9
 """GPU memory is sold in decimal gigabytes (an H20: 96 GB)."""
+QWEN_SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+"""Qwen2/3's pre-tokenizer split pattern (digits one by one, words with a leading space or punctuation, ...): the
+stand-ins' tokenizer (`engine.standins`) and the tiny model's (`envs.bfcl.tiny_model`)."""
+STANDIN_ENVIRONMENTS = ("bfcl", "appworld")
+"""The environments a backbone has a stand-in for, each format-warm-started on its environment (`engine.standins`,
+`Environment.format_warm_start`)."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +33,8 @@ class PaperModel:
     hub_id: str
     """The checkpoint a paper profile trains (`model:`)."""
     standin: str
-    """The model spec of its stand-in (`.cache/models/<standin>`, built by `make setup`)."""
+    """The model spec of its stand-in (`.cache/models/<standin>`, built by `make standins`), format-warm-started on
+    BFCL; `standin_for` names its AppWorld twin."""
     chat_template: str
     """TRL's bundled chat template of the family (`trl/chat_templates/<name>.jinja`), the hub tokenizer's own."""
     config: dict
@@ -37,6 +47,13 @@ class PaperModel:
     @property
     def architecture(self) -> str:
         return self.config["architectures"][0]
+
+    def standin_for(self, environment: str) -> str:
+        """The model spec of the stand-in whose format warm start is `environment`'s (`STANDIN_ENVIRONMENTS`): BFCL's
+        writes `<tool_call>` blocks, AppWorld's ```python blocks."""
+        if environment not in STANDIN_ENVIRONMENTS:
+            raise ValueError(f"no stand-in is warm-started on {environment!r}; known: {list(STANDIN_ENVIRONMENTS)}")
+        return self.standin if environment == "bfcl" else f"{self.standin}-{environment}"
 
     @property
     def stop_ids(self) -> list[int]:

@@ -115,7 +115,8 @@ def planned_runs(experiment: Experiment, values: dict) -> list[dict]:
     defaults = {**notebook_defaults(experiment.notebook), **values}
     profile, names = values["profile"], experiment.studies
     if experiment.on_appworld:  # the profile's AppWorld counterpart, the studies the notebook is given
-        profile, names = defaults.get("appworld_profile") or f"{profile}-appworld", defaults.get("studies", ())
+        profile = profiles.appworld_profile(profile, defaults.get("appworld_profile"))
+        names = defaults.get("studies", ())
     overrides = defaults.get("overrides", [])
     runs = []
     for name in names:

@@ -3,9 +3,10 @@ commands a user runs on a GPU node, run here on the profile's own code paths wit
 model replaced, so that what breaks on the way to a GPU breaks here first.
 
     train     the command `train --dry-run` prints, on 2 processes (`accelerate launch --multi_gpu`, gloo), with the
-              profile's stand-in (`envs.bfcl.standins`: the backbone's architecture at tiny dims, the real Qwen
-              vocabulary and chat template) and `configs/rehearsal.yaml`'s sizes: D_0, 3 GRPO steps with the
-              profile's GRPO settings (full weights or LoRA, beta with its reference model, dapo, gradient
+              profile's stand-in (`engine.standins`: the backbone's architecture at tiny dims, the real Qwen
+              vocabulary and chat template, format-warm-started on the profile's environment, BFCL or AppWorld; on
+              AppWorld each process runs its own servers) and `configs/rehearsal.yaml`'s sizes: D_0, 3 GRPO steps
+              with the profile's GRPO settings (full weights or LoRA, beta with its reference model, dapo, gradient
               checkpointing, gradient accumulation), a sharded feedback round after each but the last, a checkpoint
               after each
     kill      what a kill during the last step with a round leaves (its checkpoint and the later ones, the model, the
@@ -20,8 +21,8 @@ model replaced, so that what breaks on the way to a GPU breaks here first.
 `DIR/<phase>.log`. Stated deviations (each commented in `configs/rehearsal.yaml`): no DeepSpeed (ZeRO-3 needs GPUs;
 `benchmarks/gpu_check.sh` runs it), float32 (bf16 is emulated on CPU), no LLM explorer (an offline one: no endpoint
 here), the kit's format reward (a stand-in never solves a task, so the binary reward would leave nothing to update),
-compact tool docs and short lengths (full docs cost ~23 minutes per GRPO step on 2 cores), the GorillaFileSystem
-world only.
+short lengths; on BFCL compact tool docs (full docs cost ~23 minutes per GRPO step on 2 cores) and the
+GorillaFileSystem world only; on AppWorld the synthetic world (no APPWORLD_ROOT) and no API list in the prompt.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ class Rehearsal:
     rounds: int
     """Feedback rounds with a report (D_0 not counted)."""
     tool_calls_parsed: int
-    """Tool calls decoded from the stand-in's replies: training rollouts and evaluation episodes."""
+    """Tool calls decoded from the stand-in's replies (AppWorld: the APIs its code names): training rollouts and
+    evaluation episodes."""
     tool_calls_rejected: int
-    """Tool-call attempts the parser refused (invalid JSON, unknown argument shapes)."""
+    """Tool-call attempts the parser refused (BFCL: invalid JSON, unknown argument shapes; AppWorld: a reply with no
+    code block)."""
     lora_trainable_params: int
     """Parameters of the LoRA adapters (0: the profile trains all weights)."""
     trainable_params: int
@@ -121,15 +124,18 @@ class Rehearsal:
 
 
 def rehearsal_run(profile: str, overrides: list[str] = ()) -> tuple[RunConfig, list[str]]:
-    """The rehearsed run config and its `--set` strings: the profile, `configs/rehearsal.yaml`, its stand-in as the
+    """The rehearsed run config and its `--set` strings: the profile, `configs/rehearsal.yaml` (its shared settings,
+    then its section for the profile's environment), the backbone's stand-in warm-started on that environment as the
     model, then the user's `overrides`."""
     base = profiles.run_config(profile)
-    backbone = paper_model(base.model)
-    if backbone is None or base.evaluation.environment_name != "bfcl":
-        raise ConfigError(f"rehearse runs the BFCL paper profiles (a paper backbone as model); {profile!r} trains "
-                          f"{base.model!r} on {base.evaluation.environment_name}")
-    sets = [*flatten_overrides(yaml.safe_load(REHEARSAL_FILE.read_text())), f"model={backbone.standin}",
-            *overrides]
+    backbone, environment = paper_model(base.model), base.evaluation.environment_name
+    settings = yaml.safe_load(REHEARSAL_FILE.read_text())
+    by_environment = settings.pop("environments")
+    if backbone is None or environment not in by_environment:
+        raise ConfigError(f"rehearse runs the paper profiles (a paper backbone as model, on "
+                          f"{' or '.join(by_environment)}); {profile!r} trains {base.model!r} on {environment}")
+    sets = [*flatten_overrides(settings), *flatten_overrides(by_environment[environment]),
+            f"model={backbone.standin_for(environment)}", *overrides]
     return profiles.run_config(profile, sets), sets
 
 
@@ -210,8 +216,12 @@ def _episodes(run_dir: Path, step: int) -> list:
 
 
 def _calls(records: list[dict]) -> tuple[int, int]:
+    """(calls decoded, attempts refused) over the episodes' steps: BFCL steps list the tool calls the parser refused
+    (`rejected`); an AppWorld step's calls are the APIs its code names, and a reply with no code block (`code` None)
+    is its refused attempt."""
     steps = [step for record in records for step in record["steps"]]
-    return sum(len(s["calls"]) for s in steps), sum(len(s["rejected"]) for s in steps)
+    refused = sum(len(s["rejected"]) if "rejected" in s else int(s.get("code", "") is None) for s in steps)
+    return sum(len(s["calls"]) for s in steps), refused
 
 
 def _parameter_count(folder: Path, name: str) -> int:

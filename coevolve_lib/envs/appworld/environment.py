@@ -51,7 +51,14 @@ from coevolve_lib.envs.appworld.validation import (
     validate_appworld,
     write_tasks,
 )
-from coevolve_lib.envs.appworld.warm_start import warm_start, warm_start_recipe
+from coevolve_lib.envs.appworld.warm_start import (
+    STANDIN_DATA,
+    STANDIN_DATA_CONFIG,
+    STANDIN_WARM_START,
+    standin_conversations,
+    warm_start,
+    warm_start_recipe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +252,18 @@ class AppWorldEnvironment(Environment):
             return None
         return cached_warm_start(self.config.profile, self.warm_start_recipe(),
                                  lambda out: warm_start(base, self, out, warm, progress), use_shipped)
+
+    @classmethod
+    def format_warm_start(cls) -> tuple[WarmStartConfig, dict]:
+        return STANDIN_WARM_START, STANDIN_DATA
+
+    @classmethod
+    def format_conversations(cls, work_dir: Path) -> list[dict]:
+        environment = cls(STANDIN_DATA_CONFIG, work_dir)
+        try:
+            return standin_conversations(environment)
+        finally:
+            environment.close()
 
     # -- rollouts of pool tasks ----------------------------------------------------------------------------------
     def install_tasks(self, pool_tasks: list[dict]) -> None:

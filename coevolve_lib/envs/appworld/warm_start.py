@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from coevolve_lib.core.config import WarmStartConfig
+from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, SynthesisConfig, WarmStartConfig
 from coevolve_lib.engine.warm_start import RECIPE_VERSION, train_sft, warm_start_tasks
 from coevolve_lib.envs.appworld.benchmark import AppWorldTask
 from coevolve_lib.envs.appworld.calls import solution_code
@@ -49,18 +49,50 @@ def warm_start_recipe(model: str, config: WarmStartConfig, data: dict, synthesis
             "data": data, "synthesis": synthesis, "rollout": rollout}
 
 
+def warm_start_conversations(environment, config: WarmStartConfig, data_dir: str | Path) -> list[dict]:
+    """The conversations of the reference code of tasks from `config.data_seeds` explorations of `environment`'s pool
+    sources (an `AppWorldEnvironment`: its server writes and checks them; each seed's tasks cached under
+    `data_dir`), in the prompt `environment`'s rollout settings give an episode."""
+    run = environment.config
+    tasks = warm_start_tasks(environment.sources("pool"), data_dir, config, run.synthesis, environment)
+    api_docs = environment.api_docs()
+    return [sft_conversation(task, pool_task, api_docs, run.rollout.max_steps_per_episode, run.rollout.tool_docs)
+            for task, pool_task in zip(environment.rollout_tasks(tasks), tasks)]
+
+
 def warm_start(model_path: str | Path, environment, out_dir: str | Path, config: WarmStartConfig,
                progress: bool = True) -> dict:
-    """Fine-tune `model_path` into `out_dir` on the reference code of tasks from `config.data_seeds` explorations
-    of `environment`'s pool sources (an `AppWorldEnvironment`: its server writes and checks them). Returns the
+    """Fine-tune `model_path` into `out_dir` on `warm_start_conversations` (data under `out_dir/data`). Returns the
     `train_sft` summary plus {"tasks", "data_seconds"}."""
     start = time.perf_counter()
-    run = environment.config
-    tasks = warm_start_tasks(environment.sources("pool"), Path(out_dir) / "data", config, run.synthesis, environment)
-    api_docs = environment.api_docs()
-    conversations = [sft_conversation(task, pool_task, api_docs, run.rollout.max_steps_per_episode,
-                                      run.rollout.tool_docs)
-                     for task, pool_task in zip(environment.rollout_tasks(tasks), tasks)]
+    conversations = warm_start_conversations(environment, config, Path(out_dir) / "data")
     data_seconds = time.perf_counter() - start
     summary = train_sft(model_path, conversations, out_dir, config, progress=progress)
-    return {**summary, "tasks": len(tasks), "data_seconds": round(data_seconds, 1)}
+    return {**summary, "tasks": len(conversations), "data_seconds": round(data_seconds, 1)}
+
+
+# ------------------------------------------------------------------ the stand-ins' format warm start (engine.standins)
+
+STANDIN_WARM_START = WarmStartConfig(
+    enabled=True, max_steps=300, batch_size=8, learning_rate=3e-3, warmup_steps=20, final_lr_ratio=0.1,
+    max_length=1536, data_seeds=2, data_runs=8, data_calls_per_run=6, data_min_calls=3, data_max_calls=4)
+"""The format warm start of a paper backbone's AppWorld stand-in (`PaperModel.standin_for("appworld")`): the BFCL
+stand-ins' schedule (300 steps of 8, assistant-only loss) on the reference code of the tasks of two explorations of
+the synthetic world's train households, with `tiny-appworld`'s warm-start data settings (150 tasks, ~490 tokens a
+conversation; 5.5 min to build on 2 cores: docs/log.md)."""
+STANDIN_ROLLOUT = RolloutConfig(tool_docs="none", max_steps_per_episode=2)
+"""The episode prompt the AppWorld stand-ins learn (no API list, a 2-step cap): `configs/rehearsal.yaml`'s AppWorld
+rollout settings, which must match it."""
+STANDIN_DATA = {"environment": "appworld", "rollout": {"tool_docs": STANDIN_ROLLOUT.tool_docs,
+                                                       "max_steps_per_episode": STANDIN_ROLLOUT.max_steps_per_episode}}
+"""What decides the format warm start's conversations besides `STANDIN_WARM_START` (part of a stand-in's recipe)."""
+STANDIN_DATA_CONFIG = DataEngineConfig(
+    profile="standin", model="standin", rollout=STANDIN_ROLLOUT,
+    synthesis=SynthesisConfig(min_calls=STANDIN_WARM_START.data_min_calls, max_calls=STANDIN_WARM_START.data_max_calls))
+"""The data-engine settings of the environment the stand-ins' tasks are built in (the synthetic world by default)."""
+
+
+def standin_conversations(environment) -> list[dict]:
+    """The AppWorld stand-ins' format warm start conversations (`STANDIN_WARM_START`), built with `environment`'s
+    server (an `AppWorldEnvironment` of `STANDIN_DATA_CONFIG`; the tasks cached in its run folder)."""
+    return warm_start_conversations(environment, STANDIN_WARM_START, environment.run_dir / "data")

@@ -15,6 +15,7 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
+from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, WarmStartConfig
 from coevolve_lib.core.environment import Environment, RoundStages
 from coevolve_lib.engine.contexts import ExplorationTarget
 from coevolve_lib.engine.warm_start import RECIPE_VERSION, cached_warm_start
@@ -29,7 +30,16 @@ from coevolve_lib.envs.bfcl.settings import BFCLSettings
 from coevolve_lib.envs.bfcl.tasks import docs_by_name, load_tasks, restrict_classes, split_tasks
 from coevolve_lib.envs.bfcl.tiny_model import TinyConfig
 from coevolve_lib.envs.bfcl.validation import validate
-from coevolve_lib.envs.bfcl.warm_start import WORLDS_VERSION, partition_environments, warm_start, worlds_stage
+from coevolve_lib.envs.bfcl.warm_start import (
+    FORMAT_CLASSES,
+    FORMAT_DATA,
+    FORMAT_WARM_START,
+    WORLDS_VERSION,
+    partition_environments,
+    standin_conversations,
+    warm_start,
+    worlds_stage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -159,3 +169,13 @@ class BFCLEnvironment(Environment):
         return cached_warm_start(cfg.profile, self.warm_start_recipe(), lambda out: worlds_stage(
             first(), out, warm, cfg.synthesis, self, self.settings.data_version, cfg.rollout.tool_docs, progress),
             use_shipped)
+
+    @classmethod
+    def format_warm_start(cls) -> tuple[WarmStartConfig, dict]:
+        return FORMAT_WARM_START, FORMAT_DATA
+
+    @classmethod
+    def format_conversations(cls, work_dir: Path) -> list[dict]:
+        config = DataEngineConfig(profile="standin", model="standin", environment={"classes": FORMAT_CLASSES},
+                                  rollout=RolloutConfig(tool_docs=FORMAT_DATA["tool_docs"]))
+        return standin_conversations(cls(config, work_dir))

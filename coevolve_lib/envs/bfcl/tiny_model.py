@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from coevolve_lib.core.paper_models import QWEN_SPLIT_PATTERN
 from coevolve_lib.core.paths import MODELS_DIR
 from coevolve_lib.envs.bfcl.backend import CLASSES, func_docs, read_entries
 
@@ -25,11 +26,6 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 """Control tokens, in Qwen's order (ids 0, 1, 2 here); skipped when decoding."""
 ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 """Non-special added tokens, as in Qwen3: one id each, and they survive `skip_special_tokens=True` decoding."""
-# Qwen2/3's pre-tokenizer split pattern (digits one by one, words with a leading space/punctuation, etc.).
-QWEN_SPLIT_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
-    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

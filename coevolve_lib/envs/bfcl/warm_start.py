@@ -8,7 +8,8 @@ the profile's *train-split* environments (`partition_environments`), one explora
 the rounds use the other half, and the held-out set the val split: the policy meets every RL and evaluation task in an
 environment it has never seen, so it must read names from the query instead of recalling them (a warm start on all
 train environments solves D_0 there far more often than the held-out set: docs/log.md). The optional second stage
-trains further on procedurally generated worlds (`worlds_stage`).
+trains further on procedurally generated worlds (`worlds_stage`). Apart from both: the format warm start of the paper
+backbones' BFCL stand-ins (`FORMAT_WARM_START`, `standin_conversations`; built by `engine.standins`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from coevolve_lib.core.config import SynthesisConfig, WarmStartConfig
 from coevolve_lib.core.safe_calls import parse_call
 from coevolve_lib.engine.warm_start import train_sft, warm_start_tasks
 from coevolve_lib.envs.bfcl.benchmark import BFCLEnv
@@ -104,3 +106,27 @@ def worlds_stage(model_path: str | Path, out_dir: str | Path, config: BFCLWarmSt
 
 WORLDS_VERSION = 1
 """Part of a recipe with a worlds stage: bump it when a change of `envs.bfcl.worlds` alters the worlds."""
+
+
+# ------------------------------------------------------------------ the stand-ins' format warm start (engine.standins)
+
+FORMAT_WARM_START = WarmStartConfig(
+    enabled=True, max_steps=300, batch_size=8, learning_rate=3e-3, warmup_steps=20, final_lr_ratio=0.1,
+    max_length=2048, data_seeds=2, data_runs=6, data_calls_per_run=5, data_min_calls=1, data_max_calls=3)
+"""The format warm start of a paper backbone's BFCL stand-in: 300 steps of 8 conversations (~1,400 tokens each with
+compact docs, ~100 of them the assistant's) on the 295 tasks of two explorations of the GorillaFileSystem train-split
+environments (300: at 200 steps the Qwen3 stand-in's greedy replies still loop inside the JSON, at 300 most are calls
+that parse; docs/log.md)."""
+FORMAT_CLASSES = ["GorillaFileSystem"]
+"""The BFCL classes the format warm start's tasks use (the rehearsal's pool uses the same world)."""
+FORMAT_DATA = {"classes": FORMAT_CLASSES, "tool_docs": "compact"}
+"""What decides the format warm start's conversations besides `FORMAT_WARM_START` (part of a stand-in's recipe)."""
+
+
+def standin_conversations(environment) -> list[dict]:
+    """The format warm start's conversations: the validated synthetic tasks of `FORMAT_WARM_START`'s explorations of
+    `environment`'s pool sources (a `BFCLEnvironment` of the `FORMAT_CLASSES`; cached in its run folder), each as its
+    reference solution with compact tool docs."""
+    tasks = warm_start_tasks(environment.sources("pool"), environment.run_dir, FORMAT_WARM_START, SynthesisConfig(),
+                             environment)
+    return [sft_conversation(pool_task_to_bfcl(task), tool_docs=FORMAT_DATA["tool_docs"]) for task in tasks]

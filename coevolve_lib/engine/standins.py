@@ -6,15 +6,21 @@ the padded vocabulary size, tied or untied embeddings, RoPE base, context length
 config's stop tokens (`core.paper_models`). `python -m coevolve_lib rehearse` runs a paper profile's code on them.
 
 A random-init model never writes a tool call, so each stand-in gets a short **format warm start**: supervised
-fine-tuning on the reference solutions of validated synthetic BFCL tasks (built by D_0's exploration, abstraction and
-validation, `engine.warm_start.warm_start_tasks`), rendered with compact tool docs by the family's own template, the
-loss on the assistant tokens only (`engine.warm_start.train_sft(assistant_only=True)`: the 151,936-wide head only where
-a token is learned). After it, rollouts emit real `<tool_call>{json}</tool_call>` blocks, most with a known function
-name; they are not expected to solve tasks.
+fine-tuning on the reference solutions of validated synthetic tasks (built by D_0's exploration, abstraction and
+validation, `engine.warm_start.warm_start_tasks`), rendered by the family's own template, the loss on the assistant
+tokens only (`engine.warm_start.train_sft(assistant_only=True)`: the 151,936-wide head only where a token is learned).
+A backbone has one stand-in per environment of that warm start (`core.paper_models.STANDIN_ENVIRONMENTS`,
+`PaperModel.standin_for`), from the same random init, each environment giving its data and schedule through the seam
+(`Environment.format_warm_start`, `format_conversations`):
+- `bfcl` (`standin-qwen3-4b`; `envs.bfcl.warm_start.FORMAT_WARM_START`): BFCL file-system tasks with compact tool
+  docs; rollouts then emit real `<tool_call>{json}</tool_call>` blocks, most with a known function name;
+- `appworld` (`standin-qwen3-4b-appworld`; `envs.appworld.warm_start.STANDIN_WARM_START`): the reference code of
+  synthetic AppWorld tasks in the episode's own prompt; rollouts then write ```python blocks that AppWorld runs.
+Neither is expected to solve tasks.
 
-`make standins` (a step of `make test`) builds the Qwen3-4B stand-in (what its stand-in tests load), `rehearse` the
-others on first use (build times: docs/log.md), into `.cache/models/<standin>`; `standin.json` there records the dims,
-the warm start's recipe and its summary.
+`make standins` (a step of `make test`) builds the Qwen3-4B BFCL stand-in (what its stand-in tests load), `rehearse`
+the others on first use (build times: docs/log.md), into `.cache/models/<standin>`; `standin.json` there records the
+dims, the warm start's recipe and its summary.
 """
 
 from __future__ import annotations
@@ -28,14 +34,11 @@ from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, SynthesisConfig, WarmStartConfig
+from coevolve_lib.core.environment import environment_class
 from coevolve_lib.core.models import set_torch_threads
-from coevolve_lib.core.paper_models import PAPER_MODELS, PaperModel
+from coevolve_lib.core.paper_models import PAPER_MODELS, QWEN_SPLIT_PATTERN, STANDIN_ENVIRONMENTS, PaperModel
 from coevolve_lib.core.paths import CACHE_DIR, MODELS_DIR
-from coevolve_lib.engine.warm_start import train_sft, warm_start_tasks
-from coevolve_lib.envs.bfcl.episode import pool_task_to_bfcl
-from coevolve_lib.envs.bfcl.tiny_model import QWEN_SPLIT_PATTERN
-from coevolve_lib.envs.bfcl.warm_start import sft_conversation
+from coevolve_lib.engine.warm_start import train_sft
 
 QWEN_ADDED_TOKENS = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
@@ -72,17 +75,8 @@ class StandinDims:
     """Seeds the weight init."""
 
 
-FORMAT_WARM_START = WarmStartConfig(
-    enabled=True, max_steps=300, batch_size=8, learning_rate=3e-3, warmup_steps=20, final_lr_ratio=0.1,
-    max_length=2048, data_seeds=2, data_runs=6, data_calls_per_run=5, data_min_calls=1, data_max_calls=3)
-"""The format warm start: 300 steps of 8 conversations (~1,400 tokens each with compact docs, ~100 of them the
-assistant's) on the 295 tasks of two explorations of the GorillaFileSystem train-split environments (300: at 200
-steps the Qwen3 stand-in's greedy replies still loop inside the JSON, at 300 most are calls that parse; docs/log.md).
-The head is applied to the data's tokens only (`engine.warm_start.DataVocabulary`, exact)."""
 BUILD_THREADS = 2
 """torch threads of a build (`make standins` runs alone)."""
-FORMAT_CLASSES = ["GorillaFileSystem"]
-"""The BFCL classes the format warm start's tasks use (the rehearsal's pool uses the same world)."""
 RECIPE_VERSION = 1
 """Bump when a change alters what a stand-in build makes (dims, data, warm start)."""
 
@@ -161,36 +155,37 @@ def standin_config(model: PaperModel, dims: StandinDims = StandinDims()):
     return config_class(architectures=[model.architecture], pad_token_id=FIRST_ADDED_ID, **fields)
 
 
-def format_tasks(work_dir: Path) -> list[dict]:
-    """The validated synthetic tasks the format warm start trains on (cached under `work_dir`; the same for the three
-    stand-ins)."""
-    from coevolve_lib.envs.bfcl.environment import BFCLEnvironment
-
-    config = DataEngineConfig(profile="standin", model="standin", environment={"classes": FORMAT_CLASSES},
-                              rollout=RolloutConfig(tool_docs="compact"))
-    environment = BFCLEnvironment(config, work_dir)
-    return warm_start_tasks(environment.sources("pool"), work_dir, FORMAT_WARM_START, SynthesisConfig(), environment)
-
-
-def recipe(model: PaperModel, dims: StandinDims) -> dict:
+def recipe(model: PaperModel, dims: StandinDims, environment: str = "bfcl") -> dict:
+    """What decides a stand-in's weights (`standin.json`): the backbone, the dims, and its environment's format warm
+    start (schedule and data)."""
+    schedule, data = _format_warm_start(environment)
     return {"recipe_version": RECIPE_VERSION, "hub_id": model.hub_id, "dims": asdict(dims),
-            "format_warm_start": asdict(FORMAT_WARM_START), "classes": FORMAT_CLASSES, "tool_docs": "compact"}
+            "format_warm_start": asdict(schedule), **data}
 
 
-def build_standin(model: PaperModel, out: Path | None = None, dims: StandinDims = StandinDims(),
-                  force: bool = False, progress: bool = False) -> Path:
-    """`.cache/models/<standin>`: the random-init stand-in of `model`, format-warm-started; kept when it exists with
-    the same recipe (`standin.json`)."""
+def _format_warm_start(environment: str):
+    found = environment_class(environment).format_warm_start()
+    if found is None:
+        raise ValueError(f"the {environment} environment has no stand-in format warm start "
+                         "(Environment.format_warm_start)")
+    return found
+
+
+def build_standin(model: PaperModel, environment: str = "bfcl", out: Path | None = None,
+                  dims: StandinDims = StandinDims(), force: bool = False, progress: bool = False) -> Path:
+    """`.cache/models/<standin>`: the random-init stand-in of `model`, format-warm-started on `environment`; kept when
+    it exists with the same recipe (`standin.json`)."""
     import torch
     import transformers
     from transformers import GenerationConfig
 
-    out = Path(out or MODELS_DIR / model.standin)
-    wanted = recipe(model, dims)
+    out = Path(out or MODELS_DIR / model.standin_for(environment))
+    wanted = recipe(model, dims, environment)
     manifest = out / "standin.json"
     if manifest.exists() and not force and json.loads(manifest.read_text())["recipe"] == wanted:
         return out
-    print(f"building {model.standin}: {model.architecture} at tiny dims, then {FORMAT_WARM_START.max_steps} format "
+    schedule, _ = _format_warm_start(environment)
+    print(f"building {out.name}: {model.architecture} at tiny dims, then {schedule.max_steps} {environment} format "
           "warm-start steps (a few minutes on 2 cores)", flush=True)
     set_torch_threads(BUILD_THREADS)
     start = time.perf_counter()
@@ -203,12 +198,11 @@ def build_standin(model: PaperModel, out: Path | None = None, dims: StandinDims 
     network.save_pretrained(initial)
     tokenizer.save_pretrained(initial)
     hub_tokenizer_config(initial)
-    conversations = [sft_conversation(pool_task_to_bfcl(task), tool_docs="compact")
-                     for task in format_tasks(CACHE_DIR / "standin_data")]
+    conversations = environment_class(environment).format_conversations(CACHE_DIR / f"standin_data_{environment}")
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    summary = train_sft(initial, conversations, partial, replace(FORMAT_WARM_START, seed=dims.seed),
-                        progress=progress, assistant_only=True)
+    summary = train_sft(initial, conversations, partial, replace(schedule, seed=dims.seed), progress=progress,
+                        assistant_only=True)
     hub_tokenizer_config(partial)
     parameters = sum(p.numel() for p in network.parameters())
     (partial / "standin.json").write_text(json.dumps(
@@ -226,6 +220,7 @@ when it needs them."""
 
 
 def build_all(names=SETUP_STANDINS, force: bool = False, progress: bool = False) -> dict[str, Path]:
-    """The stand-ins named (default: `SETUP_STANDINS`): spec -> folder."""
-    return {model.standin: build_standin(model, force=force, progress=progress)
-            for model in PAPER_MODELS.values() if model.standin in names}
+    """The stand-ins named (default: `SETUP_STANDINS`; a name that is no stand-in is left out): spec -> folder."""
+    return {model.standin_for(environment): build_standin(model, environment, force=force, progress=progress)
+            for model in PAPER_MODELS.values() for environment in STANDIN_ENVIRONMENTS
+            if model.standin_for(environment) in names}
