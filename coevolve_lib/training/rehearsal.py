@@ -22,7 +22,8 @@ model replaced, so that what breaks on the way to a GPU breaks here first.
 `benchmarks/gpu_check.sh` runs it), float32 (bf16 is emulated on CPU), no LLM explorer (an offline one: no endpoint
 here), the kit's format reward (a stand-in never solves a task, so the binary reward would leave nothing to update),
 short lengths; on BFCL compact tool docs (full docs cost ~23 minutes per GRPO step on 2 cores) and the
-GorillaFileSystem world only; on AppWorld the synthetic world (no APPWORLD_ROOT) and no API list in the prompt.
+GorillaFileSystem world only; on AppWorld no API list in the prompt, and the synthetic world unless APPWORLD_ROOT
+names the official data (the AppWorld stand-in learns on the synthetic world either way).
 """
 
 from __future__ import annotations
@@ -137,6 +138,13 @@ def rehearsal_run(profile: str, overrides: list[str] = ()) -> tuple[RunConfig, l
     sets = [*flatten_overrides(settings), *flatten_overrides(by_environment[environment]),
             f"model={backbone.standin_for(environment)}", *overrides]
     return profiles.run_config(profile, sets), sets
+
+
+def rehearsed_models() -> list[str]:
+    """The stand-ins the paper profiles' rehearsals run (`rehearsal_run`'s model of every profile that trains a paper
+    backbone)."""
+    return sorted({rehearsal_run(name)[0].model for name in profiles.profile_names()
+                   if paper_model(profiles.run_config(name).model) is not None})
 
 
 def free_port() -> int:

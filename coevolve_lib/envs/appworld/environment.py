@@ -255,11 +255,14 @@ class AppWorldEnvironment(Environment):
 
     @classmethod
     def format_warm_start(cls) -> tuple[WarmStartConfig, dict]:
-        return STANDIN_WARM_START, STANDIN_DATA
+        """The stand-ins' data: always the synthetic world's train households (whatever APPWORLD_ROOT says), so the
+        recipe names its builder version."""
+        return STANDIN_WARM_START, {**STANDIN_DATA, "data": {"data": "synthetic world",
+                                                             "builder_version": builder_version()}}
 
     @classmethod
     def format_conversations(cls, work_dir: Path) -> list[dict]:
-        environment = cls(STANDIN_DATA_CONFIG, work_dir)
+        environment = cls(STANDIN_DATA_CONFIG, work_dir, source_root=build_synthetic_world().root)
         try:
             return standin_conversations(environment)
         finally:

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, SynthesisConfig, WarmStartConfig
+from coevolve_lib.core.config import DataEngineConfig, RolloutConfig, WarmStartConfig
 from coevolve_lib.engine.warm_start import RECIPE_VERSION, train_sft, warm_start_tasks
 from coevolve_lib.envs.appworld.benchmark import AppWorldTask
 from coevolve_lib.envs.appworld.calls import solution_code
@@ -86,10 +86,9 @@ rollout settings, which must match it."""
 STANDIN_DATA = {"environment": "appworld", "rollout": {"tool_docs": STANDIN_ROLLOUT.tool_docs,
                                                        "max_steps_per_episode": STANDIN_ROLLOUT.max_steps_per_episode}}
 """What decides the format warm start's conversations besides `STANDIN_WARM_START` (part of a stand-in's recipe)."""
-STANDIN_DATA_CONFIG = DataEngineConfig(
-    profile="standin", model="standin", rollout=STANDIN_ROLLOUT,
-    synthesis=SynthesisConfig(min_calls=STANDIN_WARM_START.data_min_calls, max_calls=STANDIN_WARM_START.data_max_calls))
-"""The data-engine settings of the environment the stand-ins' tasks are built in (the synthetic world by default)."""
+STANDIN_DATA_CONFIG = DataEngineConfig(profile="standin", model="standin", rollout=STANDIN_ROLLOUT)
+"""The data-engine settings of the environment the stand-ins' tasks are built in (the synthetic world:
+`AppWorldEnvironment.format_conversations`; the task lengths are `STANDIN_WARM_START`'s)."""
 
 
 def standin_conversations(environment) -> list[dict]:
