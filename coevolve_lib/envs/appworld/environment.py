@@ -44,7 +44,7 @@ from coevolve_lib.envs.appworld.evaluate import evaluate_appworld
 from coevolve_lib.envs.appworld.explore import AppWorldReplay, make_appworld_explorer
 from coevolve_lib.envs.appworld.rewards import format_reward, prefix_reward
 from coevolve_lib.envs.appworld.server import AppWorldServer, AppWorldServerConfig
-from coevolve_lib.envs.appworld.synthetic import build_synthetic_world, builder_version, synthetic_start_states
+from coevolve_lib.envs.appworld.synthetic import build_synthetic_world, synthetic_identity, synthetic_start_states
 from coevolve_lib.envs.appworld.validation import (
     accept_appworld_unvalidated,
     overlay_root,
@@ -152,7 +152,7 @@ class AppWorldEnvironment(Environment):
         """What decides the tasks the data root holds: the synthetic world's builder version (the same world on every
         machine), else the official data's root."""
         if synthetic_start_states(self.source_root) is not None:
-            return {"data": "synthetic world", "builder_version": builder_version()}
+            return synthetic_identity()
         return {"data": "official", "data_root": str(self.source_root)}
 
     def heldout_identity(self) -> dict:
@@ -257,8 +257,7 @@ class AppWorldEnvironment(Environment):
     def format_warm_start(cls) -> tuple[WarmStartConfig, dict]:
         """The stand-ins' data: always the synthetic world's train households (whatever APPWORLD_ROOT says), so the
         recipe names its builder version."""
-        return STANDIN_WARM_START, {**STANDIN_DATA, "data": {"data": "synthetic world",
-                                                             "builder_version": builder_version()}}
+        return STANDIN_WARM_START, {**STANDIN_DATA, "data": synthetic_identity()}
 
     @classmethod
     def format_conversations(cls, work_dir: Path) -> list[dict]:

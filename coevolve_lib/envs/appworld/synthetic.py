@@ -37,6 +37,12 @@ def builder_version() -> str:
     return hashlib.sha256(BUILDER.read_bytes()).hexdigest()[:12]
 
 
+def synthetic_identity() -> dict:
+    """What decides the tasks a synthetic world holds (the same world on every machine): part of the records and
+    recipes of what is built on it."""
+    return {"data": "synthetic world", "builder_version": builder_version()}
+
+
 @dataclass(frozen=True)
 class SyntheticWorld:
     root: Path
